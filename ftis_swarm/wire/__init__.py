@@ -1,0 +1,20 @@
+"""How rollouts travel between peers: wire format v1 (no torch, no hivemind here).
+
+- group.py        Group: one prompt's G completions with their fp32 generation log-probs
+- codec.py        encode_group / decode_group / WireError: canonical, validated msgpack
+- fingerprint.py  tokenizer_fingerprint: a hash of the id-to-token map
+"""
+
+from ftis_swarm.wire.codec import WireError, content_id, decode_group, encode_group
+from ftis_swarm.wire.fingerprint import tokenizer_fingerprint
+from ftis_swarm.wire.group import WIRE_VERSION, Group
+
+__all__ = [
+    "Group",
+    "WIRE_VERSION",
+    "WireError",
+    "content_id",
+    "decode_group",
+    "encode_group",
+    "tokenizer_fingerprint",
+]

@@ -1,0 +1,176 @@
+"""Wire format v1: a rollout group as one msgpack map (proto/group_v1.md is the specification).
+
+Encoding is canonical (fixed key order, fixed types), so one group has exactly one
+encoding and its id, the hash of those bytes, is a hash of the content. The decoder is the
+only gate between a peer's bytes and this node: every way a buffer can be wrong raises
+`WireError`, and nothing else. msgpack runs with limits on every length, no ext types and
+no pickle; arrays are bin fields read as numpy views without a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import msgpack
+import numpy as np
+
+from ftis_swarm.config import WireConfig
+from ftis_swarm.wire.group import WIRE_VERSION, Group
+
+_U32 = np.dtype("<u4")
+_F32 = np.dtype("<f4")
+
+# key -> (attribute, kind, max length for str). Order is the canonical order.
+_STR_FIELDS = {
+    "run": ("run_id", 64),
+    "snd": ("sender", 128),
+    "mdl": ("model_id", 256),
+    "tfp": ("tokenizer_fp", 64),
+    "task": ("task_id", 64),
+    "item": ("item_id", 256),
+}
+_KEYS = ("v", "run", "snd", "mdl", "pv", "ts", "tfp", "task", "item", "T", "p", "n", "tok", "lp")
+_MAX_POLICY_VERSION = 2**63 - 1
+
+
+class WireError(ValueError):
+    """A buffer that is not a valid v1 group; the message says why in one sentence."""
+
+
+def content_id(data: bytes) -> str:
+    """The group id: first 32 hex digits of sha256 over the canonical encoding."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def encode_group(group: Group) -> bytes:
+    """Canonical msgpack bytes of `group` (little-endian uint32 ids, float32 log-probs)."""
+    if len(group.completion_ids) != len(group.logp_gen):
+        raise WireError(f"{len(group.completion_ids)} completions but {len(group.logp_gen)} log-prob arrays")
+    lengths = np.fromiter((c.shape[0] for c in group.completion_ids), dtype=_U32, count=group.G)
+    for c, lp in zip(group.completion_ids, group.logp_gen):
+        if c.shape != lp.shape:
+            raise WireError(f"a completion has {c.shape[0]} tokens but {lp.shape[0]} log-probs")
+    tok = np.concatenate([np.asarray(c, dtype=_U32) for c in group.completion_ids]) if group.G else np.zeros(0, _U32)
+    lp = np.concatenate([np.asarray(x, dtype=_F32) for x in group.logp_gen]) if group.G else np.zeros(0, _F32)
+    record = {
+        "v": group.version,
+        "run": group.run_id,
+        "snd": group.sender,
+        "mdl": group.model_id,
+        "pv": group.policy_version,
+        "ts": float(group.created_at),
+        "tfp": group.tokenizer_fp,
+        "task": group.task_id,
+        "item": group.item_id,
+        "T": float(group.temperature),
+        "p": memoryview(np.ascontiguousarray(group.prompt_ids, dtype=_U32)).cast("B"),
+        "n": memoryview(lengths).cast("B"),
+        "tok": memoryview(tok).cast("B"),
+        "lp": memoryview(lp).cast("B"),
+    }
+    return msgpack.packb(record, use_bin_type=True, use_single_float=False, strict_types=False)
+
+
+def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None = None,
+                 limits: WireConfig | None = None) -> Group:
+    """Parses and validates one encoded group; raises `WireError` for any fault.
+
+    `vocab_size`, when given, bounds every token id (the receiver's vocabulary).
+    """
+    limits = limits or WireConfig()
+    data = bytes(data)
+    if len(data) > limits.max_bytes:
+        raise WireError(f"group is {len(data)} bytes, over the limit of {limits.max_bytes}")
+    rec = _unpack(data, limits)
+    version = rec.get("v")
+    if version != WIRE_VERSION or type(version) is not int:
+        raise WireError(f"unknown wire version {version!r}; this node reads version {WIRE_VERSION}")
+    if tuple(rec) != _KEYS:
+        raise WireError(f"fields {sorted(rec)} are not the v1 fields in canonical order {list(_KEYS)}")
+    strings = {attr: _string(rec, key, cap) for key, (attr, cap) in _STR_FIELDS.items()}
+    pv = rec["pv"]
+    if type(pv) is not int or not 0 <= pv <= _MAX_POLICY_VERSION:
+        raise WireError(f"policy version {pv!r} is not a non-negative integer")
+    ts, temperature = rec["ts"], rec["T"]
+    if type(ts) is not float or not math.isfinite(ts) or ts < 0:
+        raise WireError(f"creation time {ts!r} is not a finite non-negative float")
+    if type(temperature) is not float or not (0 < temperature <= 10):
+        raise WireError(f"temperature {temperature!r} is not a float in (0, 10]")
+
+    prompt = _array(rec, "p", _U32)
+    lengths = _array(rec, "n", _U32)
+    tok = _array(rec, "tok", _U32)
+    lp = _array(rec, "lp", _F32)
+    _check_sizes(prompt, lengths, tok, lp, limits)
+    if vocab_size is not None:
+        for name, ids in (("prompt", prompt), ("completion", tok)):
+            if ids.size and int(ids.max()) >= vocab_size:
+                raise WireError(f"a {name} token id {int(ids.max())} is outside the vocabulary of {vocab_size}")
+    if lp.size and not (np.isfinite(lp).all() and (lp <= 0).all()):
+        raise WireError("log-probs must be finite and <= 0")
+
+    bounds = np.cumsum(lengths.astype(np.int64))[:-1]
+    group = Group(
+        **strings,
+        policy_version=pv,
+        created_at=ts,
+        prompt_ids=prompt,
+        temperature=temperature,
+        completion_ids=tuple(np.split(tok, bounds)),
+        logp_gen=tuple(np.split(lp, bounds)),
+        version=version,
+    )
+    if encode_group(group) != data:
+        raise WireError("buffer is not the canonical encoding of its content")
+    group._id.append(content_id(data))
+    return group
+
+
+def _unpack(data: bytes, limits: WireConfig) -> dict:
+    try:
+        rec = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=False,
+            strict_map_key=True,
+            max_str_len=1024,
+            max_bin_len=limits.max_bytes,
+            max_array_len=0,
+            max_map_len=len(_KEYS),
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError, OverflowError) as exc:
+        raise WireError(f"not a msgpack group: {type(exc).__name__}: {exc}") from None
+    if not isinstance(rec, dict):
+        raise WireError(f"a group is a msgpack map, got {type(rec).__name__}")
+    return rec
+
+
+def _string(rec: dict, key: str, cap: int) -> str:
+    value = rec[key]
+    if type(value) is not str or not 0 < len(value) <= cap:
+        raise WireError(f"field {key!r} must be a string of 1 to {cap} characters")
+    return value
+
+
+def _array(rec: dict, key: str, dtype: np.dtype) -> np.ndarray:
+    raw = rec[key]
+    if type(raw) is not bytes:
+        raise WireError(f"field {key!r} must be a binary field")
+    if len(raw) % dtype.itemsize:
+        raise WireError(f"field {key!r} has {len(raw)} bytes, not a multiple of {dtype.itemsize}")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _check_sizes(prompt: np.ndarray, lengths: np.ndarray, tok: np.ndarray, lp: np.ndarray,
+                 limits: WireConfig) -> None:
+    if not 1 <= prompt.size <= limits.max_prompt_tokens:
+        raise WireError(f"prompt has {prompt.size} tokens; allowed 1 to {limits.max_prompt_tokens}")
+    if not 2 <= lengths.size <= limits.max_group_size:
+        raise WireError(f"group has {lengths.size} completions; allowed 2 to {limits.max_group_size}")
+    if lengths.min() < 1 or lengths.max() > limits.max_completion_tokens:
+        raise WireError(f"completion lengths must be 1 to {limits.max_completion_tokens} tokens")
+    total = int(lengths.astype(np.int64).sum())
+    if tok.size != total or lp.size != total:
+        raise WireError(f"lengths add up to {total} tokens but {tok.size} ids and {lp.size} log-probs arrived")
