@@ -137,7 +137,7 @@ def _unpack(data: bytes, limits: WireConfig) -> dict:
             max_str_len=1024,
             max_bin_len=limits.max_bytes,
             max_array_len=0,
-            max_map_len=len(_KEYS),
+            max_map_len=32,
             max_ext_len=0,
         )
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError, OverflowError) as exc:
