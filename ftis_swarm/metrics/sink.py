@@ -28,12 +28,14 @@ class JsonlSink:
     """Appends one JSON object per `log` call to a file; each line is flushed and fsynced.
 
     Non-finite floats are written as null (JSON has no NaN). Appending keeps earlier rounds
-    when a node resumes from a checkpoint.
+    when a node resumes from a checkpoint; a torn last line left by a killed writer is cut
+    off first, so it cannot swallow the next record.
     """
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_tail(self.path)
         self._f = open(self.path, "a", encoding="utf-8")
 
     def log(self, record: Mapping[str, Value]) -> None:
@@ -60,6 +62,15 @@ class MultiSink:
     def close(self) -> None:
         for s in self.sinks:
             s.close()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def read_jsonl(path: Path | str) -> Iterator[dict]:
