@@ -1,0 +1,143 @@
+"""From scored groups to padded tensors, and micro-batches the model can take.
+
+A learner batch is a list of `ScoredGroup`s: a wire group, the rewards this node's own
+verifier gave its completions, and per sample whether it is off-policy and which source it
+came from. Each sequence is the prompt ids from the wire followed by one completion, right
+padded. The completion positions are read back from the model's `[B, L-1]` next-token
+log-probs with a gather, so the loss sees `[N, T]` completion-aligned tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ftis_swarm.core.groups import group_advantages
+from ftis_swarm.wire import Group
+
+
+class MixedGroupError(ValueError):
+    """A group whose completions come from more than one generator (horizontal)."""
+
+
+@dataclass(frozen=True)
+class ScoredGroup:
+    """One group ready for the loss.
+
+    `generators` names the policy (peer and version) behind each completion; a vertical group
+    has one. Horizontal groups exist only in the experiment, which passes `allow_mixed`.
+    """
+
+    group: Group
+    rewards: np.ndarray  # (G,) float
+    offpolicy: np.ndarray  # (G,) bool
+    source: np.ndarray  # (G,) int
+    generators: tuple[str, ...]
+
+    @classmethod
+    def vertical(cls, group: Group, rewards: Sequence[float], *, offpolicy: bool, source: int) -> "ScoredGroup":
+        gen = f"{group.sender}@{group.policy_version}"
+        return cls(
+            group=group,
+            rewards=np.asarray(rewards, dtype=np.float32),
+            offpolicy=np.full(group.G, offpolicy, dtype=bool),
+            source=np.full(group.G, source, dtype=np.int64),
+            generators=(gen,) * group.G,
+        )
+
+
+@dataclass
+class MicroBatch:
+    """Sequences of one temperature, padded; `idx` are their rows in the whole batch."""
+
+    idx: torch.Tensor  # (n,)
+    input_ids: torch.Tensor  # (n, L)
+    attention_mask: torch.Tensor  # (n, L)
+    target_mask: torch.Tensor  # (n, L-1)
+    comp_pos: torch.Tensor  # (n, T) positions in the L-1 axis of each completion token
+    temperature: float
+
+
+@dataclass
+class Batch:
+    """Completion-aligned tensors for the whole batch, plus its micro-batches."""
+
+    logp_gen: torch.Tensor  # (N, T)
+    mask: torch.Tensor  # (N, T)
+    advantages: torch.Tensor  # (N,)
+    offpolicy: torch.Tensor  # (N,)
+    source: torch.Tensor  # (N,)
+    rewards: torch.Tensor  # (N,)
+    micro: list[MicroBatch]
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.mask.shape[0])
+
+
+def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
+                allow_mixed: bool = False) -> Batch:
+    """Advantages per group (over the whole group), then padding and micro-batching."""
+    if not items:
+        raise ValueError("an update needs at least one group")
+    seqs, logp_gen, adv, off, src, rew, temps = [], [], [], [], [], [], []
+    for it in items:
+        if not allow_mixed and len(set(it.generators)) > 1:
+            raise MixedGroupError(f"group {it.group.group_id} mixes generators {sorted(set(it.generators))}")
+        a = group_advantages(torch.as_tensor(it.rewards, dtype=torch.float32))  # (G,)
+        for i, (comp, lp) in enumerate(zip(it.group.completion_ids, it.group.logp_gen)):
+            seqs.append((it.group.prompt_ids, comp))
+            logp_gen.append(torch.from_numpy(lp.astype(np.float32)))
+            temps.append(it.group.temperature)
+        adv.append(a)
+        off.append(torch.from_numpy(it.offpolicy))
+        src.append(torch.from_numpy(it.source))
+        rew.append(torch.as_tensor(it.rewards, dtype=torch.float32))
+    T = max(x.shape[0] for x in logp_gen)
+    lp = torch.zeros(len(seqs), T)  # (N, T)
+    mask = torch.zeros(len(seqs), T)  # (N, T)
+    for i, x in enumerate(logp_gen):
+        lp[i, : x.shape[0]] = x
+        mask[i, : x.shape[0]] = 1.0
+    return Batch(
+        logp_gen=lp,
+        mask=mask,
+        advantages=torch.cat(adv),  # (N,)
+        offpolicy=torch.cat(off).bool(),  # (N,)
+        source=torch.cat(src),  # (N,)
+        rewards=torch.cat(rew),  # (N,)
+        micro=_micro_batches(seqs, temps, T, pad_id=pad_id, size=micro_batch),
+    )
+
+
+def _micro_batches(seqs: list, temps: list[float], T: int, *, pad_id: int, size: int) -> list[MicroBatch]:
+    order = sorted(range(len(seqs)), key=lambda i: (temps[i], len(seqs[i][0]) + len(seqs[i][1])))
+    out, start = [], 0
+    while start < len(order):
+        temp = temps[order[start]]
+        rows = [order[start]]
+        while len(rows) < size and start + len(rows) < len(order) and temps[order[start + len(rows)]] == temp:
+            rows.append(order[start + len(rows)])
+        out.append(_pad(rows, seqs, T, pad_id, temp))
+        start += len(rows)
+    return out
+
+
+def _pad(rows: list[int], seqs: list, T: int, pad_id: int, temperature: float) -> MicroBatch:
+    L = max(len(seqs[r][0]) + len(seqs[r][1]) for r in rows)
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)  # (n, L)
+    att = torch.zeros(len(rows), L, dtype=torch.long)  # (n, L)
+    tgt = torch.zeros(len(rows), L - 1, dtype=torch.bool)  # (n, L-1)
+    pos = torch.zeros(len(rows), T, dtype=torch.long)  # (n, T)
+    for j, r in enumerate(rows):
+        prompt, comp = seqs[r]
+        P, C = len(prompt), len(comp)
+        ids[j, :P] = torch.from_numpy(prompt.astype(np.int64))
+        ids[j, P : P + C] = torch.from_numpy(comp.astype(np.int64))
+        att[j, : P + C] = 1
+        tgt[j, P - 1 : P - 1 + C] = True  # position t predicts token t+1
+        pos[j, :C] = torch.arange(P - 1, P - 1 + C)
+    return MicroBatch(torch.tensor(rows), ids, att, tgt, pos, temperature)

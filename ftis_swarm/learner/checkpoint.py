@@ -1,0 +1,162 @@
+"""Atomic checkpoints: a node killed at any moment restarts from its last complete one.
+
+Layout of `<root>/ckpt-<round:08d>/`:
+
+- `model/` (full fine-tune: `save_pretrained`, loads with transformers unchanged) or
+  `adapter/` (LoRA: loads with peft unchanged), with the tokenizer beside it when given
+- `optimizer.pt`, `rng.pt`: the optimiser's and torch's RNG state (tensors only)
+- `state.json`: round, policy version, consumed group ids and whatever the node adds
+- `COMPLETE`: sha256 of every other file; written last
+
+A save writes everything into a temporary directory, fsyncs each file and the directory,
+renames it into place, then writes `COMPLETE` (itself through a temporary file and a
+rename). A checkpoint without a valid `COMPLETE`, or whose files do not match it, is
+ignored: the one before it is used. Temporary directories left by a killed save are
+removed on the next start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+log = logging.getLogger(__name__)
+
+MARKER = "COMPLETE"
+_PREFIX = "ckpt-"
+_TMP = ".tmp-"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be restored into this learner (one sentence)."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with open(Path(dirpath) / name, "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(Path(dirpath))
+
+
+class CheckpointManager:
+    def __init__(self, root: Path, *, keep: int = 2) -> None:
+        self.root = Path(root)
+        self.keep = keep
+        self.root.mkdir(parents=True, exist_ok=True)
+        for tmp in self.root.glob(_TMP + "*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def save(self, *, round_idx: int, learner: Any, state: dict, tokenizer: Any = None) -> Path:
+        """Writes checkpoint `round_idx` atomically and prunes old ones; returns its path."""
+        final = self.root / f"{_PREFIX}{round_idx:08d}"
+        tmp = self.root / f"{_TMP}{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        weights = tmp / ("adapter" if learner.is_lora else "model")
+        learner.model.save_pretrained(weights, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(weights)
+        torch.save(learner.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+        full_state = dict(state, round=round_idx, policy_version=learner.policy_version)
+        (tmp / "state.json").write_text(json.dumps(full_state))
+        _fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(self.root)
+        self._mark_complete(final)
+        self._prune()
+        return final
+
+    def _mark_complete(self, ckpt: Path) -> None:
+        files = {str(p.relative_to(ckpt)): _sha256(p) for p in sorted(ckpt.rglob("*")) if p.is_file()}
+        tmp = ckpt / (MARKER + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"files": files}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, ckpt / MARKER)
+        _fsync_dir(ckpt)
+
+    def is_complete(self, ckpt: Path) -> bool:
+        """True when `COMPLETE` parses and every file it lists has its recorded hash."""
+        try:
+            files = json.loads((ckpt / MARKER).read_text())["files"]
+            return bool(files) and all(_sha256(ckpt / rel) == digest for rel, digest in files.items())
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def complete(self) -> list[Path]:
+        """Complete checkpoints, newest first."""
+        dirs = sorted((p for p in self.root.glob(_PREFIX + "*") if p.is_dir()), reverse=True)
+        out = []
+        for d in dirs:
+            if self.is_complete(d):
+                out.append(d)
+            else:
+                log.warning("ignoring incomplete or corrupted checkpoint %s", d)
+        return out
+
+    def latest(self) -> Path | None:
+        found = self.complete()
+        return found[0] if found else None
+
+    def _prune(self) -> None:
+        for old in self.complete()[self.keep :]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, ckpt: Path, learner: Any) -> dict:
+        """Restores weights, optimiser and RNG into `learner`; returns the saved state."""
+        weights = ckpt / ("adapter" if learner.is_lora else "model")
+        if not weights.is_dir():
+            kind = "an adapter" if learner.is_lora else "a full model"
+            raise CheckpointError(f"{ckpt} does not hold {kind}: was the node's --lora-rank changed?")
+        tensors: dict[str, torch.Tensor] = {}
+        for f in sorted(weights.glob("*.safetensors")):
+            tensors.update(load_file(f))
+        if learner.is_lora:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(learner.model, tensors)
+        else:
+            _load_full(learner.model, tensors)
+        learner.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+        torch.set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True)["torch"])
+        state = json.loads((ckpt / "state.json").read_text())
+        learner.policy_version = int(state["policy_version"])
+        return state
+
+
+def _load_full(model: Any, tensors: dict[str, torch.Tensor]) -> None:
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        raise CheckpointError(
+            f"checkpoint weights do not fit this model ({len(set(missing) - tied)} missing, "
+            f"{len(unexpected)} unexpected tensors): was --model changed?"
+        )
