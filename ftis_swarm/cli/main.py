@@ -52,6 +52,81 @@ def inspect(
         fail(str(exc))
 
 
+@app.command()
+def bootstrap(
+    host: str = typer.Option("0.0.0.0", help="Address to listen on."),
+    port: int = typer.Option(0, help="TCP port to listen on; 0 picks a free one."),
+    identity: Optional[Path] = typer.Option(None, help="Private-key file, created on first start; keeps the peer id."),
+    announce: list[str] = typer.Option([], help="Multiaddr to announce instead of the listening one (repeatable)."),
+    maddrs_file: Optional[Path] = typer.Option(None, help="Also write the multiaddrs to this file, one per line."),
+    ttl: float = typer.Option(600.0, help="The swarm's record TTL in seconds; longer-lived records are refused."),
+    max_clock_skew: float = typer.Option(30.0, help="Seconds peers' clocks may differ."),
+) -> None:
+    """Run a bare DHT peer for nodes to join through; prints the multiaddrs to pass to --peers."""
+    import logging
+    import signal
+    import threading
+
+    from pydantic import ValidationError
+
+    from ftis_swarm.config import SwarmConfig
+
+    try:
+        cfg = SwarmConfig(host=host, port=port, identity=identity, announce=announce, ttl=ttl,
+                          max_clock_skew=max_clock_skew)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
+    if maddrs_file is not None and not maddrs_file.parent.is_dir():
+        fail(f"--maddrs-file: folder {maddrs_file.parent} does not exist")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    from ftis_swarm.swarm.bootstrap import run_bootstrap
+    from ftis_swarm.swarm.errors import SwarmError
+
+    def ready(maddrs: list[str]) -> None:
+        for maddr in maddrs:
+            typer.echo(maddr)
+
+    try:
+        run_bootstrap(cfg, stop=stop, on_ready=ready, maddrs_file=maddrs_file)
+    except SwarmError as exc:
+        fail(str(exc))
+
+
+@bench_app.command("swarm")
+def bench_swarm(
+    nodes: Optional[list[int]] = typer.Option(None, help="Swarm size to measure (repeatable); default 2, 4 and 8."),
+    groups: int = typer.Option(8, help="Groups each node publishes per group size."),
+    poll_interval: Optional[float] = typer.Option(None, help="Seconds between pointer reads (default: the config's)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Publish-to-visible-at-every-peer latency (p50, p95) and groups/s for 32 KiB and 1 MiB groups."""
+    from ftis_swarm.config import SwarmConfig
+
+    counts = nodes or [2, 4, 8]
+    if any(not 2 <= n <= 16 for n in counts):
+        fail("--nodes must be between 2 and 16")
+    if not 1 <= groups <= 256:
+        fail("--groups must be between 1 and 256")
+    interval = poll_interval if poll_interval is not None else SwarmConfig().poll_interval
+    if not 0 < interval <= 60:
+        fail("--poll-interval must be in (0, 60] seconds")
+    if json_path is not None and not json_path.parent.is_dir():
+        fail(f"--json: folder {json_path.parent} does not exist")
+    from ftis_swarm.bench.swarm_bench import format_table, rows_as_json, run_swarm_bench
+
+    rows = run_swarm_bench(counts, groups_per_node=groups, poll_interval=interval)
+    typer.echo(format_table(rows, poll_interval=interval))
+    if json_path is not None:
+        json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups))
+
+
+from ftis_swarm.cli import node_cmds  # noqa: E402,F401  (registers join, testnet, eval, report)
+
+
 def main() -> None:
     """Entry point of the `ftis-node` script."""
     try:

@@ -1,0 +1,93 @@
+"""One benchmark node in its own process: `python -m ftis_swarm.bench.swarm_worker '<SwarmConfig json>'`.
+
+It speaks JSON lines: it writes `{"peer_id", "maddrs"}` once joined, then answers each
+command read from stdin with one line.
+
+    {"op": "round", "size": bytes, "count": k, "expect": n, "start_at": unix time, "timeout": s}
+        publishes k synthetic groups of about `size` bytes from `start_at`, while a watcher
+        thread gathers every 20 ms until n peers' groups arrived or `timeout` passed; answers
+        {"published": [[group id, publish start, ok, seconds, reason], ...], "arrivals": {group id: time}}
+    {"op": "quit"}  leaves the swarm and answers {"ok": true}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.wire import Group, encode_group
+
+TOKENIZER_FP = "bench-tokenizer"
+VOCAB_SIZE = 50_000
+_PROMPT_TOKENS = 64
+
+
+def synthetic_group(*, sender: str, run_id: str, size: int, seed: int) -> Group:
+    """A valid group whose encoding is at most `size` bytes and within 1% of it."""
+    rng = np.random.default_rng(seed)
+    group_size = 8 if size <= 256 * 1024 else 16
+    overhead = 512 + 4 * _PROMPT_TOKENS + 4 * group_size
+    length = max(1, (size - overhead) // (8 * group_size))
+    group = Group.build(
+        run_id=run_id, sender=sender, model_id="bench", policy_version=seed, created_at=time.time(),
+        tokenizer_fp=TOKENIZER_FP, task_id="bench", item_id=f"item-{seed}",
+        prompt_ids=rng.integers(0, VOCAB_SIZE, _PROMPT_TOKENS), temperature=1.0,
+        completion_ids=[rng.integers(0, VOCAB_SIZE, length) for _ in range(group_size)],
+        logp_gen=[-rng.random(length, dtype=np.float32) for _ in range(group_size)],
+    )
+    assert len(encode_group(group)) <= size, "synthetic group overshoots its size"
+    return group
+
+
+def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> dict:
+    arrivals: dict[str, float] = {}
+    deadline = time.time() + cmd["timeout"]
+
+    def watch() -> None:
+        while len(arrivals) < cmd["expect"] and time.time() < deadline:
+            for group in client.gather(0.02):
+                arrivals.setdefault(group.group_id, time.time())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(max(0.0, cmd["start_at"] - time.time()))
+    published = []
+    for i in range(cmd["count"]):
+        group = synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
+        started = time.time()
+        result = client.publish(group)
+        published.append([result.group_id, started, result.ok, result.seconds, result.reason])
+    watcher.join()
+    return {"published": published, "arrivals": arrivals}
+
+
+def main() -> None:
+    cfg = SwarmConfig.model_validate_json(sys.argv[1])
+    client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE)
+    _send({"peer_id": client.peer_id, "maddrs": client.visible_maddrs})
+    seed_base = 0
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "quit":
+                break
+            seed_base += 1000
+            _send(_round(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
+    finally:
+        client.shutdown()
+    _send({"ok": True})
+
+
+def _send(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Runs a node for `ftis-node join`: logging, the live table, and errors as one sentence."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from ftis_swarm.cli.main import fail
+from ftis_swarm.config import NodeConfig
+
+TABLE_COLUMNS = ("round", "reward", "accuracy", "peer_groups", "frac_filtered", "frac_truncated", "loss",
+                 "time_generate", "time_gather", "time_learn")
+
+
+def setup_logging(cfg: NodeConfig) -> None:
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    file_handler = logging.FileHandler(cfg.run_dir / "node.log")
+    file_handler.setFormatter(fmt)
+    root.addHandler(file_handler)
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(fmt)
+    console.setLevel(logging.WARNING)
+    root.addHandler(console)
+    for noisy in ("hivemind", "httpx", "transformers", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def format_cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def run_node(cfg: NodeConfig, *, table: bool) -> None:
+    from ftis_swarm.learner.checkpoint import CheckpointError
+    from ftis_swarm.models import ModelNotFoundError
+    from ftis_swarm.node.daemon import Node, RoundResult
+    from ftis_swarm.swarm import SwarmError
+    from ftis_swarm.tasks import UnknownTaskError
+
+    setup_logging(cfg)
+    try:
+        node = Node(cfg)
+    except (ModelNotFoundError, UnknownTaskError, SwarmError, CheckpointError, FileNotFoundError) as exc:
+        fail(str(exc))
+    node.install_signal_handlers()
+    typer.echo(f"peer id {node.parts.swarm.peer_id}")
+    for maddr in node.parts.swarm.visible_maddrs:
+        typer.echo(f"listening on {maddr}")
+    typer.echo(f"run directory {cfg.run_dir}; starting at round {node.state.start_round} of {cfg.rounds}")
+
+    live = None
+    if table and sys.stdout.isatty():
+        from rich.live import Live
+        from rich.table import Table
+
+        grid = Table(*TABLE_COLUMNS, title=f"ftis-node {cfg.model}")
+        live = Live(grid, refresh_per_second=2)
+        live.start()
+
+    def on_round(res: RoundResult) -> None:
+        cells = [format_cell(res.record.get(c)) for c in TABLE_COLUMNS]
+        if live is not None:
+            live.renderable.add_row(*cells)
+        else:
+            typer.echo("  ".join(f"{c}={v}" for c, v in zip(TABLE_COLUMNS, cells)))
+
+    try:
+        results = node.run(on_round=on_round)
+    finally:
+        if live is not None:
+            live.stop()
+    typer.echo(f"done: {len(results)} rounds this run; metrics in {cfg.run_dir / 'metrics.jsonl'}")

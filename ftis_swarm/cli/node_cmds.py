@@ -1,0 +1,182 @@
+"""`ftis-node join`: the daemon's flags, each the same as a config-file key.
+
+Each flag maps to one dotted key of `NodeConfig` (listed in `JOIN_FLAGS`); a flag left
+unset keeps the file's value, or the default. The whole config is validated before
+anything heavy is imported, so a bad flag costs a fraction of a second and one sentence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ftis_swarm.cli.main import app, fail
+
+JOIN_FLAGS = {
+    "model": "model",
+    "task": "task",
+    "run_dir": "run_dir",
+    "rounds": "rounds",
+    "prompts_per_round": "prompts_per_round",
+    "round_deadline": "round_deadline",
+    "checkpoint_every": "checkpoint_every",
+    "backend": "backend",
+    "seed": "seed",
+    "threads": "threads",
+    "metrics_port": "metrics_port",
+    "metrics_host": "metrics_host",
+    "group_size": "sampling.group_size",
+    "temperature": "sampling.temperature",
+    "max_new_tokens": "sampling.max_new_tokens",
+    "lr": "learner.lr",
+    "epochs": "learner.epochs",
+    "dtype": "learner.dtype",
+    "lora_rank": "learner.lora.rank",
+    "mode": "learner.ftis.mode",
+    "peers": "swarm.peers",
+    "peers_file": "swarm.peers_file",
+    "host": "swarm.host",
+    "port": "swarm.port",
+    "announce": "swarm.announce",
+    "client_mode": "swarm.client_mode",
+    "identity": "swarm.identity",
+    "run_id": "swarm.run_id",
+}
+"""Flag (as a Python name) -> the config key it sets. docs/node.md lists both."""
+
+
+@app.command()
+def join(
+    model: Optional[str] = typer.Option(None, help="Hub id, local path or short name (Qwen2.5-1.5B, smollm2-135m, smollm2-mini). [config: model; default smollm2-135m]"),
+    peers: Optional[list[str]] = typer.Option(None, help="Multiaddr of a peer in the swarm, e.g. a bootstrap peer (repeatable). [swarm.peers]"),
+    peers_file: Optional[Path] = typer.Option(None, help="A file of multiaddrs, one per line, e.g. written by `bootstrap --maddrs-file`. [swarm.peers_file]"),
+    config: Optional[Path] = typer.Option(None, help="A TOML config file; flags override its values."),
+    task: Optional[str] = typer.Option(None, help="Task of this node's own prompts: arith, gsm_symbolic, gsm8k, math500, champ. [task]"),
+    lora_rank: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank instead of the full model. [learner.lora.rank]"),
+    run_dir: Optional[Path] = typer.Option(None, help="Run directory: metrics, config, checkpoints, log. [run_dir]"),
+    rounds: Optional[int] = typer.Option(None, help="Rounds to run. [rounds]"),
+    prompts_per_round: Optional[int] = typer.Option(None, help="Own prompts (groups) per round. [prompts_per_round]"),
+    group_size: Optional[int] = typer.Option(None, help="Completions per prompt, G. [sampling.group_size]"),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature. [sampling.temperature]"),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per completion. [sampling.max_new_tokens]"),
+    lr: Optional[float] = typer.Option(None, help="Learning rate. [learner.lr]"),
+    epochs: Optional[int] = typer.Option(None, help="PPO epochs per batch. [learner.epochs]"),
+    dtype: Optional[str] = typer.Option(None, help="fp32 or bf16 (autocast). [learner.dtype]"),
+    mode: Optional[str] = typer.Option(None, help="Loss mode: ftis, tis, vis, filter, fvis, nois. [learner.ftis.mode]"),
+    round_deadline: Optional[float] = typer.Option(None, help="Seconds to gather peers' groups each round. [round_deadline]"),
+    checkpoint_every: Optional[int] = typer.Option(None, help="Rounds between checkpoints. [checkpoint_every]"),
+    backend: Optional[str] = typer.Option(None, help="auto, transformers or vllm. [backend]"),
+    seed: Optional[int] = typer.Option(None, help="Seed of prompt sampling and generation. [seed]"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads. [threads]"),
+    metrics_port: Optional[int] = typer.Option(None, help="Serve Prometheus /metrics on this port. [metrics_port]"),
+    metrics_host: Optional[str] = typer.Option(None, help="Address of the /metrics endpoint (0.0.0.0 in a container). [metrics_host]"),
+    host: Optional[str] = typer.Option(None, help="Address to listen on. [swarm.host]"),
+    port: Optional[int] = typer.Option(None, help="TCP port to listen on; 0 picks one. [swarm.port]"),
+    announce: Optional[list[str]] = typer.Option(None, help="Multiaddr to announce instead (repeatable). [swarm.announce]"),
+    client_mode: Optional[bool] = typer.Option(None, "--client-mode/--no-client-mode", help="Accept no incoming connections. [swarm.client_mode]"),
+    identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start. [swarm.identity]"),
+    run_id: Optional[str] = typer.Option(None, help="Swarm run name; only groups of the same run are used. [swarm.run_id]"),
+    table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one log line per round)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Validate, print the resolved config as JSON, and exit."),
+) -> None:
+    """Join a swarm (or start one) and train this node's model on its own and its peers' groups."""
+    from ftis_swarm.config import ConfigError, load_node_config
+
+    values = dict(locals())
+    overrides = {key: values[name] for name, key in JOIN_FLAGS.items()}
+    try:
+        cfg = load_node_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+    if print_config:
+        from ftis_swarm.config import dump_node_config
+
+        typer.echo(dump_node_config(cfg))
+        return
+    from ftis_swarm.cli.join_run import run_node
+
+    run_node(cfg, table=table)
+
+
+@app.command()
+def testnet(
+    nodes: int = typer.Option(3, help="Nodes to start (the preset's models, round-robin)."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds per node (default: the preset's: 4, tiny: 2)."),
+    preset: str = typer.Option("default", help="default: SmolLM2 full / LoRA / mini sibling; tiny: seconds-long smoke run."),
+    workdir: Path = typer.Option(Path("runs/testnet"), help="Where each node's run directory goes."),
+    mode: Optional[str] = typer.Option(None, help="Loss mode of every node (default ftis)."),
+    task: Optional[str] = typer.Option(None, help="Task of every node (default arith)."),
+) -> None:
+    """Start a bootstrap peer and N heterogeneous nodes on 127.0.0.1; show progress; summarise."""
+    if not 1 <= nodes <= 16:
+        fail("--nodes must be between 1 and 16")
+    if rounds is not None and rounds < 1:
+        fail("--rounds must be at least 1")
+    if preset not in ("default", "tiny"):
+        fail(f"--preset must be 'default' or 'tiny', not {preset!r}")
+    extra: tuple[str, ...] = ()
+    if mode is not None:
+        if mode not in ("nois", "vis", "tis", "filter", "fvis", "ftis"):
+            fail(f"--mode must be one of nois, vis, tis, filter, fvis, ftis, not {mode!r}")
+        extra += ("--mode", mode)
+    if task is not None:
+        extra += ("--task", task)
+    from ftis_swarm.cli.testnet_run import run_testnet_cli
+
+    raise typer.Exit(run_testnet_cli(workdir=workdir, nodes=nodes, rounds=rounds, preset_name=preset, extra=extra))
+
+
+@app.command("eval")
+def eval_cmd(
+    model: str = typer.Option(..., help="Hub id, short name, local path, checkpoint model/ or adapter/ directory."),
+    task: str = typer.Option("gsm8k", help="gsm8k, math500, gsm_symbolic, champ or arith."),
+    limit: Optional[int] = typer.Option(None, help="Evaluate the first N held-out items (default: all)."),
+    max_new_tokens: int = typer.Option(512, help="Most tokens per greedy answer."),
+    batch_size: int = typer.Option(8, help="Prompts per generate call."),
+    out: Optional[Path] = typer.Option(None, help="Write the result as JSON here (default: eval-<task>.json)."),
+) -> None:
+    """Greedy pass@1 on a task's held-out split; prints it and writes it as JSON."""
+    if limit is not None and limit < 1:
+        fail("--limit must be at least 1")
+    if max_new_tokens < 1 or batch_size < 1:
+        fail("--max-new-tokens and --batch-size must be at least 1")
+    import json
+
+    from ftis_swarm.models import ModelNotFoundError
+    from ftis_swarm.node.evaluate import evaluate
+    from ftis_swarm.tasks import UnknownTaskError
+
+    def progress(done: int, total: int) -> None:
+        typer.echo(f"  {done}/{total} answered", err=True)
+
+    try:
+        result = evaluate(model, task, limit=limit, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                          on_batch=progress)
+    except (ModelNotFoundError, UnknownTaskError, FileNotFoundError) as exc:
+        fail(str(exc))
+    typer.echo(f"{task} greedy pass@1 = {result['pass_at_1']:.4f} ({result['correct']}/{result['items']}) "
+               f"for {model} in {result['seconds']:.0f} s")
+    path = out or Path(f"eval-{task}.json")
+    path.write_text(json.dumps(result, indent=2))
+    typer.echo(f"written to {path}")
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories (each with a metrics.jsonl)."),
+    out: Path = typer.Option(Path("report.png"), help="The PNG to write."),
+    smooth: int = typer.Option(1, help="Moving average over this many rounds."),
+) -> None:
+    """Plot the runs' reward, accuracy, filter and weight curves (one line per node) into a PNG."""
+    missing = [str(d) for d in run_dirs if not (d / "metrics.jsonl").is_file()]
+    if missing:
+        fail(f"no metrics.jsonl in {', '.join(missing)}")
+    if smooth < 1:
+        fail("--smooth must be at least 1")
+    from ftis_swarm.node.report import plot_runs
+    from ftis_swarm.node.summary import format_summary, summarize_run
+
+    typer.echo(format_summary([summarize_run(d) for d in run_dirs]))
+    typer.echo(f"plots written to {plot_runs(list(run_dirs), out, smooth=smooth)}")

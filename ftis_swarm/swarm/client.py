@@ -1,0 +1,188 @@
+"""`SwarmClient`: what a node calls to publish its groups and gather its peers'.
+
+The client owns an in-process DHT peer on a background event loop (`runtime`), the store
+of its own bodies with the stream handler that serves them (`bodies`), and the background
+gatherer (`gatherer`). All calls are synchronous and safe from the node's main thread:
+
+    client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V)   # blocks until joined
+    result = client.publish(group)          # PublishResult: ok only if a peer holds the pointer
+    groups = client.gather(deadline=10.0)   # whatever arrived by then; never waits for a count
+    client.counters(); client.shutdown()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Optional
+
+from hivemind.utils.timed_storage import get_dht_time
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm.bodies import BodyStore, serve_bodies
+from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.gatherer import Gatherer
+from ftis_swarm.swarm.publishing import store_pointer
+from ftis_swarm.swarm.records import make_pointer, make_subkey, window_key
+from ftis_swarm.swarm.runtime import PeerHandle, open_peer
+from ftis_swarm.wire import Group, content_id, encode_group
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishResult:
+    """The outcome of one publish. `ok` is True only when `replicas >= cfg.min_replicas`."""
+
+    ok: bool
+    reason: str
+    """Empty when ok; otherwise one sentence saying why the group is not available to peers."""
+    group_id: str = ""
+    replicas: int = 0
+    """Other peers that hold the pointer after the publish."""
+    asked: int = 0
+    """Other peers asked to hold the pointer (the nearest `num_replicas` found)."""
+    size: int = 0
+    """Bytes of the encoded body."""
+    seconds: float = 0.0
+    """Wall time of the publish call."""
+
+
+class SwarmClient:
+    """A node's membership in the swarm. Create with `SwarmClient.start`; end with `shutdown`."""
+
+    def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle):
+        self._cfg, self._tokenizer_fp, self._vocab_size = cfg, tokenizer_fp, vocab_size
+        self._peer, self._loop, self._node = peer, peer.loop, peer.node
+        self.peer_id: str = peer.peer_id
+        """The `sender` every published group must carry."""
+        self.visible_maddrs: list[str] = peer.visible_maddrs
+        """Multiaddrs other peers can pass to `--peers` to join through this node."""
+        self._counters = SwarmCounters()
+        self._bodies = BodyStore()
+        self._gatherer = Gatherer(node=self._node, cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp,
+                                  vocab_size=vocab_size, counters=self._counters)
+        self._stop = threading.Event()
+        self._shutdown_lock = threading.Lock()
+        self._closed = False
+        self._loop.run(serve_bodies(self._node.p2p, self._bodies, request_timeout=cfg.fetch_timeout), timeout=10.0)
+        self._poller = self._loop.submit(self._gatherer.run())
+
+    @classmethod
+    def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None) -> "SwarmClient":
+        """Starts p2pd and the DHT peer, joins through `cfg.peers`, and starts gathering.
+
+        Raises SwarmError (one sentence) for a bad address, an identity already in use, or
+        peers that do not answer within `cfg.join_timeout`.
+        """
+        if not 0 < len(tokenizer_fp) <= 64:
+            raise ValueError("tokenizer_fp must be 1 to 64 characters")
+        if vocab_size is not None and vocab_size < 1:
+            raise ValueError("vocab_size must be positive")
+        peer = open_peer(cfg, thread_name="ftis-swarm")
+        try:
+            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer)
+        except BaseException:
+            peer.close()
+            raise
+        logger.info("joined the swarm as %s (%s), %d bootstrap peer(s)", client.peer_id,
+                    "client mode" if cfg.client_mode else " ".join(client.visible_maddrs), len(cfg.peers))
+        return client
+
+    def publish(self, group: Group) -> PublishResult:
+        """Makes `group` available to every peer; `ok` is False, with a reason, when it is not."""
+        started = time.monotonic()
+        reason = self._refusal(group)
+        if reason:
+            return self._failed(reason, started)
+        body = encode_group(group)
+        if len(body) > self._cfg.wire.max_bytes:
+            return self._failed(f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}",
+                                started)
+        group_id = content_id(body)
+        expiration = group.created_at + self._cfg.ttl
+        self._bodies.put(group_id, body, until=expiration + self._cfg.max_clock_skew)
+        pointer = make_pointer(group, body, group_id)
+        try:
+            outcome = self._loop.run(store_pointer(
+                self._node,
+                key=window_key(self._cfg.run_id, get_dht_time(), self._cfg.window),
+                subkey=make_subkey(self._peer.identity.identity.public_key, group_id),
+                value=pointer.dict(),
+                expiration=expiration,
+            ), timeout=self._cfg.publish_timeout)
+        except TimeoutError as exc:
+            return self._failed(str(exc), started, group_id=group_id, size=len(body))
+        ok = outcome.accepted >= self._cfg.min_replicas
+        result = PublishResult(
+            ok=ok,
+            reason="" if ok else (f"the pointer reached {outcome.accepted} of {outcome.asked} peers asked, "
+                                  f"fewer than min_replicas={self._cfg.min_replicas}"),
+            group_id=group_id, replicas=outcome.accepted, asked=outcome.asked, size=len(body),
+            seconds=time.monotonic() - started,
+        )
+        if ok:
+            self._counters.add("published")
+        else:
+            self._counters.add("publish_failed")
+            logger.warning("publish of %s failed: %s", group_id, result.reason)
+        return result
+
+    def gather(self, deadline: float) -> list[Group]:
+        """Peers' groups accepted since the last call, returned `deadline` seconds from now.
+
+        Never this node's own groups, never a group twice. It waits for the deadline, not
+        for a number of peers: whatever has arrived by then is returned (possibly nothing).
+        """
+        if deadline < 0:
+            raise ValueError("deadline must be >= 0 seconds")
+        self._stop.wait(deadline)
+        if self._closed:
+            return []
+        return self._gatherer.drain()
+
+    def counters(self) -> dict:
+        """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able."""
+        snapshot = self._counters.snapshot()
+        snapshot["serving_bodies"] = len(self._bodies)
+        return snapshot
+
+    def shutdown(self) -> None:
+        """Stops gathering, closes the DHT peer and p2pd, releases the identity. Idempotent."""
+        with self._shutdown_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._stop.set()
+            self._poller.cancel()
+            self._peer.close()
+            logger.info("left the swarm (%s)", self.peer_id)
+
+    def __enter__(self) -> "SwarmClient":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _refusal(self, group: Group) -> str:
+        cfg, now = self._cfg, get_dht_time()
+        if self._closed:
+            return "the client is shut down"
+        if group.sender != self.peer_id:
+            return f"group sender {group.sender!r} is not this node's peer id {self.peer_id}"
+        if group.run_id != cfg.run_id:
+            return f"group run id {group.run_id!r} is not this swarm's {cfg.run_id!r}"
+        if group.tokenizer_fp != self._tokenizer_fp:
+            return f"group tokenizer fingerprint {group.tokenizer_fp!r} is not this node's {self._tokenizer_fp!r}"
+        if group.created_at > now + cfg.max_clock_skew:
+            return f"group created {group.created_at - now:.0f} s in the future"
+        if now - group.created_at > cfg.ttl:
+            return f"group created {now - group.created_at:.0f} s ago, older than the ttl of {cfg.ttl:.0f} s"
+        return ""
+
+    def _failed(self, reason: str, started: float, **fields: object) -> PublishResult:
+        self._counters.add("publish_failed")
+        logger.warning("publish refused: %s", reason)
+        return PublishResult(ok=False, reason=reason, seconds=time.monotonic() - started, **fields)

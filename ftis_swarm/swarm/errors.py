@@ -1,0 +1,7 @@
+"""The one exception the swarm raises for conditions a user can fix (a bad address, a busy identity)."""
+
+from __future__ import annotations
+
+
+class SwarmError(RuntimeError):
+    """Joining or running the swarm failed; the message is one sentence for the user."""

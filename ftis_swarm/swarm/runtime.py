@@ -1,0 +1,187 @@
+"""An in-process DHT peer on a background asyncio thread, with a synchronous face.
+
+Why not `hivemind.DHT`: its process wrapper sends values through a pipe that breaks on
+values over about 16 KiB. Here a `DHTNode` and its `P2P` daemon live in this process, on
+an event loop in a daemon thread; the node's main thread (torch training) calls in through
+`LoopThread.run`, which waits on a future with a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+from pathlib import Path
+from typing import Awaitable, Optional, TypeVar
+
+from hivemind.dht.node import DHTNode
+from hivemind.dht.validation import RecordValidatorBase
+from hivemind.p2p import P2P, P2PDaemonError
+from hivemind.utils.multiaddr import Multiaddr
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm.errors import SwarmError
+from ftis_swarm.swarm.identity import NodeIdentity
+from ftis_swarm.swarm.validators import make_record_validator
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio event loop running in a daemon thread until `stop`."""
+
+    def __init__(self, *, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[T]) -> "concurrent.futures.Future[T]":
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Awaitable[T], *, timeout: Optional[float]) -> T:
+        """Runs `coro` on the loop and waits for it; on timeout it is cancelled and TimeoutError raised."""
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"swarm operation did not finish in {timeout:.1f} s") from None
+
+    def stop(self) -> None:
+        """Cancels what is left on the loop, stops it and joins the thread (idempotent)."""
+        if not self._thread.is_alive():
+            return
+
+        async def _cancel_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.run(_cancel_rest(), timeout=5.0)
+        except TimeoutError:
+            logger.warning("some swarm tasks did not stop within 5 s")
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def listen_maddrs(host: str, port: int) -> list[str]:
+    """The TCP multiaddr p2pd listens on, for an IPv4 or IPv6 host."""
+    family = "ip6" if ":" in host else "ip4"
+    return [f"/{family}/{host}/tcp/{port}"]
+
+
+def check_maddrs(maddrs: list[str], *, what: str, need_peer_id: bool) -> None:
+    """Raises SwarmError naming the first multiaddr that does not parse."""
+    for item in maddrs:
+        try:
+            parsed = Multiaddr(item)
+            if need_peer_id:
+                parsed["p2p"]
+            elif "tcp" in parsed and parsed["tcp"] == "0":
+                raise ValueError("port 0 cannot be announced")
+        except Exception as exc:  # multiaddr raises assorted types (ValueError, KeyError, its own errors)
+            suffix = " with a /p2p/<peer id> part" if need_peer_id else ""
+            raise SwarmError(f"{what} {item!r} is not a multiaddr{suffix}: {exc}") from None
+
+
+async def start_dht(cfg: SwarmConfig, *, identity_path: Path, validator: RecordValidatorBase) -> DHTNode:
+    """Starts p2pd with this identity and joins the DHT through `cfg.peers` (if any)."""
+    try:
+        p2p = await P2P.create(
+            initial_peers=cfg.peers or None,
+            host_maddrs=listen_maddrs(cfg.host, cfg.port),
+            announce_maddrs=cfg.announce or None,
+            identity_path=str(identity_path),
+            check_if_identity_free=False,  # the identity lock covers this machine, without a second daemon
+            dht_mode="client" if cfg.client_mode else "server",
+            use_auto_relay=cfg.client_mode,
+            startup_timeout=cfg.join_timeout,
+        )
+    except P2PDaemonError as exc:
+        if cfg.peers and "bootstrap peers" in str(exc):
+            raise SwarmError(f"none of the --peers could be reached ({', '.join(cfg.peers)})") from exc
+        raise SwarmError(f"the libp2p daemon did not start on {cfg.host}:{cfg.port}: {exc}") from exc
+    try:
+        return await DHTNode.create(
+            p2p=p2p,
+            initial_peers=cfg.peers or None,
+            client_mode=cfg.client_mode,
+            record_validator=validator,
+            num_replicas=cfg.num_replicas,
+            cache_nearest=0,  # no unasked-for copies of whole windows to other peers
+            cache_refresh_before_expiry=0,  # a window is read when wanted, not kept warm
+            bootstrap_timeout=min(cfg.join_timeout, 5.0),
+        )
+    except RuntimeError as exc:
+        await p2p.shutdown()
+        raise SwarmError(f"none of the --peers answered ({', '.join(cfg.peers)}): {exc}") from exc
+    except BaseException:
+        await p2p.shutdown()
+        raise
+
+
+@dataclasses.dataclass
+class PeerHandle:
+    """A started DHT peer: its identity, event loop thread, node and visible multiaddrs."""
+
+    identity: NodeIdentity
+    loop: LoopThread
+    node: DHTNode
+    visible_maddrs: list[str]
+
+    @property
+    def peer_id(self) -> str:
+        return self.identity.identity.peer_id
+
+    def close(self) -> None:
+        """Shuts the node and p2pd down, stops the loop, releases the identity."""
+        try:
+            self.loop.run(_close_node(self.node), timeout=10.0)
+        except TimeoutError:
+            logger.warning("the DHT peer did not close within 10 s; stopping its loop anyway")
+        finally:
+            self.loop.stop()
+            self.identity.close()
+
+
+async def _close_node(node: DHTNode) -> None:
+    await node.shutdown()
+    await node.p2p.shutdown()
+
+
+def open_peer(cfg: SwarmConfig, *, thread_name: str) -> PeerHandle:
+    """Checks addresses, takes the identity, starts p2pd and the DHT peer, and joins `cfg.peers`.
+
+    Raises SwarmError (one sentence) for a bad address, a busy identity, or peers that do
+    not answer within `cfg.join_timeout`.
+    """
+    check_maddrs(cfg.peers, what="peer", need_peer_id=True)
+    check_maddrs(cfg.announce, what="announce address", need_peer_id=False)
+    identity = NodeIdentity(cfg.identity)
+    loop = LoopThread(name=thread_name)
+    try:
+        validator = make_record_validator(identity.identity.private_key, max_record_bytes=cfg.max_record_bytes,
+                                          ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew)
+        node = loop.run(start_dht(cfg, identity_path=identity.identity.path, validator=validator),
+                        timeout=cfg.join_timeout + 10.0)
+        maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+    except TimeoutError as exc:
+        loop.stop()
+        identity.close()
+        raise SwarmError(f"could not start a DHT peer and join the swarm within {cfg.join_timeout:.0f} s") from exc
+    except BaseException:
+        loop.stop()
+        identity.close()
+        raise
+    return PeerHandle(identity=identity, loop=loop, node=node, visible_maddrs=maddrs)

@@ -1,0 +1,171 @@
+"""Real swarm processes on 127.0.0.1: the bootstrap CLI, honest nodes, a hostile node.
+
+Every process starts in its own session (process group), so its p2pd child goes with it;
+the `swarm` fixture SIGKILLs every group it started when the test ends, pass or fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+from ftis_swarm.config import SwarmConfig, WireConfig
+
+HERE = Path(__file__).parent
+LOOPBACK = "127.0.0.1"
+
+
+class Proc:
+    """A child process speaking JSON lines on stdin/stdout (stderr goes to a log file)."""
+
+    def __init__(self, argv: list[str], *, log: Path):
+        self.log = log
+        self._log_file = open(log, "w")
+        self.popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file,
+                                      text=True, start_new_session=True)
+        self._lines: queue.Queue[Optional[str]] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.popen.stdout:  # type: ignore[union-attr]
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def read(self, timeout: float) -> object:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer from {self.log.stem} within {timeout} s; log: {self.tail()}") from None
+        if line is None:
+            raise AssertionError(f"{self.log.stem} exited ({self.popen.wait()}); log: {self.tail()}")
+        return json.loads(line)
+
+    def send(self, obj: dict) -> None:
+        self.popen.stdin.write(json.dumps(obj) + "\n")  # type: ignore[union-attr]
+        self.popen.stdin.flush()  # type: ignore[union-attr]
+
+    def request(self, obj: dict, timeout: float = 60.0) -> object:
+        self.send(obj)
+        return self.read(timeout)
+
+    def tail(self) -> str:
+        self._log_file.flush()
+        return self.log.read_text()[-3000:]
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the node and its p2pd)."""
+        if self.popen.poll() is None or _group_alive(self.popen.pid):
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the group ended between the check and the kill
+        self.popen.wait()
+        self._log_file.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Node(Proc):
+    """An honest node (tests/swarm/node_proc.py)."""
+
+    def __init__(self, cfg: SwarmConfig, *, log: Path):
+        super().__init__([sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
+        self.cfg = cfg
+        self.peer_id = ""
+        self.maddrs: list[str] = []
+
+    def joined(self, timeout: float = 90.0) -> "Node":
+        hello = self.read(timeout)
+        self.peer_id, self.maddrs = hello["peer_id"], hello["maddrs"]
+        return self
+
+    def publish(self, items: list[str], *, tokens: int = 64) -> list[dict]:
+        """One group per item; each answer's "body" is the encoded group (bytes)."""
+        answers = self.request({"op": "publish", "items": items, "tokens": tokens})
+        return [{**a, "body": base64.b64decode(a["body"])} for a in answers]
+
+    def gather(self, deadline: float) -> dict:
+        """{"bodies": [encoded groups], "elapsed": seconds the gather call took in the node}."""
+        answer = self.request({"op": "gather", "deadline": deadline}, timeout=deadline + 30.0)
+        return {**answer, "bodies": [base64.b64decode(b) for b in answer["bodies"]]}
+
+    def counters(self) -> dict:
+        return self.request({"op": "counters"})
+
+
+class Swarm:
+    """Starts processes for one test and kills them all at its end."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.procs: list[Proc] = []
+
+    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None) -> list[str]:
+        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file)."""
+        maddrs_file = self.tmp_path / f"bootstrap{len(self.procs)}.maddrs"
+        argv = [sys.executable, "-m", "ftis_swarm.cli.main", "bootstrap", "--host", LOOPBACK,
+                "--maddrs-file", str(maddrs_file), "--ttl", str(ttl), "--max-clock-skew", str(max_clock_skew)]
+        if identity is not None:
+            argv += ["--identity", str(identity)]
+        proc = Proc(argv, log=self.tmp_path / f"bootstrap{len(self.procs)}.log")
+        self.procs.append(proc)
+        deadline = time.monotonic() + 90.0
+        while not maddrs_file.exists():
+            assert proc.popen.poll() is None, f"bootstrap exited: {proc.tail()}"
+            assert time.monotonic() < deadline, f"bootstrap did not start: {proc.tail()}"
+            time.sleep(0.1)
+        maddrs = maddrs_file.read_text().split()
+        assert maddrs and all(m.startswith(f"/ip4/{LOOPBACK}/tcp/") for m in maddrs), maddrs
+        self.bootstrap_proc = proc
+        return maddrs
+
+    def node(self, cfg: SwarmConfig) -> Node:
+        """Starts a node (call `.joined()` on it to wait for its hello)."""
+        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log")
+        self.procs.append(node)
+        return node
+
+    def proc(self, argv: list[str], name: str) -> Proc:
+        proc = Proc(argv, log=self.tmp_path / f"{name}{len(self.procs)}.log")
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def config(*, run_id: str, peers: list[str], ttl: float = 120.0, max_clock_skew: float = 5.0,
+               **overrides: object) -> SwarmConfig:
+        """A loopback node config with fast polling and 256 KiB groups at most."""
+        fields: dict = dict(host=LOOPBACK, run_id=run_id, peers=peers, ttl=ttl, max_clock_skew=max_clock_skew,
+                            window=2.0, poll_interval=0.25, publish_timeout=5.0, fetch_timeout=5.0,
+                            wire=WireConfig(max_bytes=256 * 1024))
+        fields.update(overrides)
+        return SwarmConfig(**fields)
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+
+
+@pytest.fixture
+def swarm(tmp_path: Path) -> Iterator[Swarm]:
+    s = Swarm(tmp_path)
+    try:
+        yield s
+    finally:
+        s.kill_all()

@@ -1,0 +1,92 @@
+"""An honest swarm node in its own process, driven by the tests over JSON lines.
+
+    python tests/swarm/node_proc.py '<SwarmConfig json>'
+
+Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
+
+    {"op": "publish", "items": [...], "tokens": n}  -> [{"ok", "reason", "group_id", "replicas", "body"}]
+    {"op": "gather", "deadline": s}                   -> {"bodies": [...], "elapsed": s}
+    {"op": "counters"}                                -> the client's counters
+    {"op": "quit"}                                    -> {"ok": true}, after shutdown
+
+Bodies are base64 of the canonical wire encoding, so the test compares them bit for bit.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.wire import Group, encode_group
+
+TOKENIZER_FP = "test-tokenizer"
+VOCAB_SIZE = 1000
+
+
+def make_group(*, sender: str, run_id: str, item: str, tokens: int, created_at: float | None = None,
+               tokenizer_fp: str = TOKENIZER_FP, max_token: int = VOCAB_SIZE) -> Group:
+    """A valid 4-completion group whose content depends on (sender, item, tokens)."""
+    seed = hashlib.sha256(f"{sender}/{item}/{tokens}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(seed[:8], "big"))
+    return Group.build(
+        run_id=run_id, sender=sender, model_id="test-model", policy_version=3,
+        created_at=time.time() if created_at is None else created_at, tokenizer_fp=tokenizer_fp,
+        task_id="arith", item_id=item, prompt_ids=rng.integers(0, VOCAB_SIZE, 12), temperature=0.7,
+        completion_ids=[rng.integers(0, max_token, tokens) for _ in range(4)],
+        logp_gen=[-rng.random(tokens, dtype=np.float32) for _ in range(4)],
+    )
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
+    if cmd["op"] == "publish":
+        out = []
+        for item in cmd["items"]:
+            group = make_group(sender=client.peer_id, run_id=cfg.run_id, item=item, tokens=cmd["tokens"])
+            result = client.publish(group)
+            out.append({"ok": result.ok, "reason": result.reason, "group_id": result.group_id,
+                        "replicas": result.replicas, "body": b64(encode_group(group))})
+        return out
+    if cmd["op"] == "gather":
+        started = time.monotonic()
+        groups = client.gather(cmd["deadline"])
+        return {"bodies": [b64(encode_group(g)) for g in groups], "elapsed": time.monotonic() - started}
+    if cmd["op"] == "counters":
+        return client.counters()
+    raise ValueError(f"unknown op {cmd['op']!r}")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = SwarmConfig.model_validate_json(sys.argv[1])
+    client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE)
+    _send({"peer_id": client.peer_id, "maddrs": client.visible_maddrs})
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "quit":
+                break
+            _send(_handle(client, cfg, cmd))
+    finally:
+        client.shutdown()
+    _send({"ok": True})
+
+
+def _send(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
