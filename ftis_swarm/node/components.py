@@ -1,0 +1,139 @@
+"""Builds a node's parts from its config, and keeps the rollout side serving the learner's weights.
+
+Order matters: the model and tokenizer first (the swarm needs the tokenizer fingerprint and
+vocabulary), then the swarm (the backend stamps groups with the swarm's peer id), then the
+backend. On CPU the transformers backend shares the learner's model object: an update is
+visible to generation at once, and `after_update` only advances the served version. Any
+other backend (vLLM) gets the new weights or adapter from a directory the learner writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ftis_swarm.config import NodeConfig, SwarmConfig, dump_node_config
+from ftis_swarm.learner.checkpoint import CheckpointManager
+from ftis_swarm.learner.learner import Learner, apply_lora
+from ftis_swarm.learner.rewards import TaskCache
+from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
+from ftis_swarm.models import load_model
+from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
+from ftis_swarm.rollout.factory import pick_kind
+from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.tasks import get_task
+from ftis_swarm.wire import tokenizer_fingerprint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Components:
+    cfg: NodeConfig
+    model: Any
+    tokenizer: Any
+    learner: Learner
+    backend: Any
+    swarm: Any
+    task: Any
+    tasks: TaskCache
+    sink: MetricsSink
+    checkpoints: CheckpointManager
+    shares_model: bool
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.cfg.run_dir / "serving"
+
+    def after_update(self) -> None:
+        """Serves the learner's new weights, if the update took a step; versions stay equal."""
+        if self.backend.policy_version == self.learner.policy_version:
+            return  # no optimiser step: the served weights are still current
+        if self.shares_model:
+            self.backend.bump_policy_version()
+        else:
+            self._push_weights(self.learner.save_weights(self.weights_dir))
+        _check_versions(self.learner, self.backend)
+
+    def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
+        """After a resume: the backend serves the restored weights under the restored version."""
+        if not self.shares_model:
+            self._push_weights(self.learner.save_weights(self.weights_dir))
+        while self.backend.policy_version < self.learner.policy_version:
+            self.backend.bump_policy_version()
+        _check_versions(self.learner, self.backend)
+
+    def _push_weights(self, path: Path) -> None:
+        if self.learner.is_lora:
+            self.backend.set_adapter(str(path))
+        else:
+            self.backend.load_weights(str(path))
+
+    def close(self) -> None:
+        for name, closer in (("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close)):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - one part failing to close must not keep the others open
+                log.exception("closing the %s failed", name)
+
+
+def _check_versions(learner: Learner, backend: Any) -> None:
+    if backend.policy_version != learner.policy_version:
+        raise RuntimeError(
+            f"rollout serves policy version {backend.policy_version} but the learner is at {learner.policy_version}"
+        )
+
+
+def with_peers_file(swarm_cfg: SwarmConfig) -> SwarmConfig:
+    """`peers` plus the multiaddrs listed in `peers_file` (one per line; blank lines and # comments skipped)."""
+    if swarm_cfg.peers_file is None:
+        return swarm_cfg
+    try:
+        lines = Path(swarm_cfg.peers_file).read_text().splitlines()
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot read --peers-file {swarm_cfg.peers_file}: {exc.strerror or exc}") from None
+    extra = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    return swarm_cfg.model_copy(update={"peers": list(swarm_cfg.peers) + extra})
+
+
+def build_components(cfg: NodeConfig, *, swarm: Any = None) -> Components:
+    """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir."""
+    import torch
+
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.run_dir / "config.json").write_text(dump_node_config(cfg))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+
+    model, tokenizer = load_model(cfg.model, dtype="fp32")
+    model = apply_lora(model, cfg.learner)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    learner = Learner(model, cfg=cfg.learner, pad_id=pad_id)
+    task = get_task(cfg.task)
+    vocab = model.get_input_embeddings().num_embeddings
+    swarm = swarm or SwarmClient.start(with_peers_file(cfg.swarm), tokenizer_fp=tokenizer_fingerprint(tokenizer),
+                                       vocab_size=vocab)
+    model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
+    header = GroupHeader(run_id=cfg.swarm.run_id, sender=swarm.peer_id, model_id=model_id[:256])
+    shares = cfg.backend in ("auto", "transformers") and not torch.cuda.is_available()
+    if shares:
+        backend = TransformersBackend(model=learner.model, tokenizer=tokenizer, header=header)
+    else:
+        options = {}
+        if cfg.learner.lora is not None and pick_kind(cfg.backend) == "vllm":
+            options = {"enable_lora": True, "max_lora_rank": cfg.learner.lora.rank}
+        backend = make_backend(cfg.backend, cfg.model, header=header, **options)
+    sinks: list[MetricsSink] = [JsonlSink(cfg.run_dir / "metrics.jsonl")]
+    if cfg.metrics_port is not None:
+        from ftis_swarm.metrics.prometheus import PrometheusSink
+
+        sinks.append(PrometheusSink(cfg.metrics_port, host=cfg.metrics_host))
+    return Components(
+        cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
+        tasks=TaskCache(), sink=MultiSink(*sinks), checkpoints=CheckpointManager(cfg.run_dir / "checkpoints",
+                                                                                  keep=cfg.keep_checkpoints),
+        shares_model=shares,
+    )

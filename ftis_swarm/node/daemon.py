@@ -1,0 +1,221 @@
+"""The node daemon: rounds of generate, publish, gather, learn, refresh, checkpoint.
+
+This is the one place where rollout, learner and swarm meet. A round:
+
+1. draw prompts from the task (seeded by the node's seed and the round, so a resumed node
+   draws what it would have drawn) and render them with this node's chat template;
+2. generate one vertical group per prompt with the policy version being served;
+3. publish each group; a publish that did not replicate is counted, not retried;
+4. gather peers' groups until the round's deadline, whatever has arrived; drop those
+   already consumed by a persisted update, cap per peer and in total;
+5. score every group with this node's verifier, then one F-TIS update on own + peers';
+6. serve the new weights (the update advances the policy version on both sides);
+7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
+
+Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
+weight is 1. SIGTERM/SIGINT end the round in progress, checkpoint, and leave the swarm.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ftis_swarm.config import NodeConfig
+from ftis_swarm.learner.batch import ScoredGroup
+from ftis_swarm.learner.rewards import score_groups
+from ftis_swarm.node.components import Components, build_components
+from ftis_swarm.rollout import PromptRequest
+from ftis_swarm.rollout.base import RolloutInputError
+from ftis_swarm.wire import Group
+
+log = logging.getLogger(__name__)
+
+MAX_REMEMBERED_IDS = 100_000
+
+
+@dataclass
+class RoundResult:
+    round: int
+    record: dict[str, Any]
+
+
+@dataclass
+class NodeState:
+    """What a checkpoint carries besides the weights: where the node is and what it consumed."""
+
+    start_round: int = 1
+    consumed: "OrderedDict[str, None]" = field(default_factory=OrderedDict)
+
+    def consume(self, group_ids: list[str]) -> None:
+        for gid in group_ids:
+            self.consumed[gid] = None
+        while len(self.consumed) > MAX_REMEMBERED_IDS:
+            self.consumed.popitem(last=False)
+
+
+class Node:
+    """Build with `Node(cfg)`, then `run()`; `request_stop()` ends it after the current round."""
+
+    def __init__(self, cfg: NodeConfig, *, parts: Optional[Components] = None) -> None:
+        self.cfg = cfg
+        self.parts = parts or build_components(cfg)
+        self.state = NodeState()
+        self._stop = False
+        self._sources: dict[str, int] = {}
+        self._resume()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _resume(self) -> None:
+        p = self.parts
+        latest = p.checkpoints.latest()
+        if latest is None:
+            return
+        saved = p.checkpoints.load(latest, p.learner)
+        p.sync_rollout_weights(resumed_from=latest)
+        self.state.start_round = int(saved["round"]) + 1
+        self.state.consume(list(saved.get("consumed", [])))
+        log.info("resumed from %s: next round %d, policy version %d", latest.name, self.state.start_round,
+                 p.learner.policy_version)
+
+    def request_stop(self, *_: Any) -> None:
+        if not self._stop:
+            log.info("stop requested: finishing the round in progress")
+        self._stop = True
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def run(self, *, on_round: Optional[Callable[[RoundResult], None]] = None) -> list[RoundResult]:
+        """Runs rounds until `cfg.rounds` or a stop request; checkpoints and leaves at the end."""
+        results: list[RoundResult] = []
+        last_saved = self.state.start_round - 1
+        r = self.state.start_round
+        try:
+            while r <= self.cfg.rounds and not self._stop:
+                res = self.run_round(r)
+                results.append(res)
+                if on_round:
+                    on_round(res)
+                if r % self.cfg.checkpoint_every == 0 or r == self.cfg.rounds:
+                    self.checkpoint(r)
+                    last_saved = r
+                r += 1
+            if results and last_saved < results[-1].round:
+                self.checkpoint(results[-1].round)
+        finally:
+            self.parts.close()
+        return results
+
+    def checkpoint(self, round_idx: int) -> None:
+        p = self.parts
+        path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer,
+                                  state={"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id})
+        log.info("checkpoint %s", path.name)
+
+    # -- one round -------------------------------------------------------------------------
+    def run_round(self, r: int) -> RoundResult:
+        p, cfg = self.parts, self.cfg
+        counts: Counter = Counter()
+        t0 = time.perf_counter()
+        own = self._generate(r, counts)
+        t_gen = time.perf_counter()
+        for g in own:
+            counts["published" if p.swarm.publish(g).ok else "publish_failed"] += 1
+        peers = self._take_peer_groups(p.swarm.gather(deadline=cfg.round_deadline), counts)
+        t_gather = time.perf_counter()
+
+        scored = score_groups(own + peers, p.tokenizer, p.tasks)
+        counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
+        items, own_rewards, own_correct, peer_rewards = [], [], [], []
+        for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
+            mine = g.sender == p.swarm.peer_id
+            offpolicy = not (mine and g.policy_version == p.learner.policy_version)
+            items.append(ScoredGroup.vertical(g, rewards, offpolicy=offpolicy, source=self._source(g, mine)))
+            (own_rewards if mine else peer_rewards).extend(rewards.tolist())
+            if mine:
+                own_correct.extend(correct.tolist())
+        metrics = p.learner.update(items) if items else {}
+        p.after_update()
+        self.state.consume([g.group_id for g in peers])
+        t_learn = time.perf_counter()
+
+        record: dict[str, Any] = {
+            "round": r,
+            "time": time.time(),
+            "policy_version": p.learner.policy_version,
+            "reward": _mean(own_rewards),
+            "accuracy": _mean(own_correct),
+            "peer_reward": _mean(peer_rewards),
+            "own_groups": len(own),
+            "peer_groups": len(peers),
+            "time_generate": t_gen - t0,
+            "time_gather": t_gather - t_gen,
+            "time_learn": t_learn - t_gather,
+            "time_round": t_learn - t0,
+            **counts,
+            **self._named_sources(metrics),
+        }
+        for reason, n in p.swarm.counters().get("rejected", {}).items():
+            record[f"swarm_rejected_{reason}"] = n
+        p.sink.log(record)
+        return RoundResult(r, record)
+
+    def _generate(self, r: int, counts: Counter) -> list[Group]:
+        p, cfg = self.parts, self.cfg
+        items = p.task.sample(cfg.prompts_per_round, seed=cfg.seed * 1_000_003 + r, split="train")
+        prompts = [PromptRequest(task_id=it.task_id, item_id=it.item_id,
+                                 prompt_ids=list(p.task.render_prompt(p.tokenizer, it))) for it in items]
+        try:
+            return p.backend.generate(prompts, cfg.sampling.group_size, cfg.sampling)
+        except RolloutInputError as exc:
+            log.warning("round %d: %s; generating the other prompts", r, exc)
+        kept = []
+        for prompt in prompts:
+            try:
+                kept.extend(p.backend.generate([prompt], cfg.sampling.group_size, cfg.sampling))
+            except RolloutInputError:
+                counts["prompt_rejected"] += 1
+        return kept
+
+    def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
+        lc = self.cfg.learner
+        per_peer: Counter = Counter()
+        out = []
+        for g in groups:
+            if g.group_id in self.state.consumed:
+                counts["peer_already_consumed"] += 1
+            elif len(out) >= lc.max_peer_groups or per_peer[g.sender] >= lc.max_groups_per_peer:
+                counts["peer_over_cap"] += 1
+            else:
+                per_peer[g.sender] += 1
+                out.append(g)
+        counts["gathered"] += len(groups)
+        return out
+
+    def _source(self, g: Group, mine: bool) -> int:
+        if mine:
+            return 0
+        return self._sources.setdefault(g.sender, len(self._sources) + 1)
+
+    def _named_sources(self, metrics: dict[str, float]) -> dict[str, float]:
+        names = {0: "self", **{i: short_peer(pid) for pid, i in self._sources.items()}}
+        out = {}
+        for key, value in metrics.items():
+            base, at, src = key.partition("@")
+            out[f"{base}@{names.get(int(src), src)}" if at else key] = value
+        return out
+
+
+def short_peer(peer_id: str) -> str:
+    """The last 8 characters of a peer id: enough to tell a swarm's peers apart in a table."""
+    return peer_id[-8:]
+
+
+def _mean(xs: list) -> Optional[float]:
+    return float(sum(xs)) / len(xs) if xs else None

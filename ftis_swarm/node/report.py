@@ -1,0 +1,56 @@
+"""`ftis-node report`: PNG plots of run directories' curves, one line per node.
+
+Panels: own reward, own accuracy, peers' groups used, fraction of peers' samples filtered,
+mean importance weight, and round time. A person should see at a glance whether the swarm
+helps: the reward curves of nodes trained together against the same nodes alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ftis_swarm.metrics import read_jsonl
+
+PANELS = (
+    ("reward", "own reward (mean over samples)"),
+    ("accuracy", "own accuracy"),
+    ("peer_groups", "peers' groups in the update"),
+    ("frac_offpolicy_filtered", "peers' samples filtered"),
+    ("mean_weight", "mean importance weight"),
+    ("time_round", "round time (s)"),
+)
+
+
+def plot_runs(run_dirs: list[Path], out: Path, *, smooth: int = 1) -> Path:
+    """Draws the panels for every run directory into one PNG at `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for run_dir in run_dirs:
+        rows = list(read_jsonl(run_dir / "metrics.jsonl"))
+        for ax, (key, title) in zip(axes.flat, PANELS):
+            pts = [(r["round"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            ys = _moving_average(list(ys), smooth)
+            ax.plot(xs, ys, marker="o", markersize=3, label=run_dir.name)
+            ax.set_title(title)
+            ax.set_xlabel("round")
+    for ax in axes.flat:
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _moving_average(ys: list[float], k: int) -> list[float]:
+    if k <= 1:
+        return ys
+    return [sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1]) for i in range(len(ys))]

@@ -1,0 +1,68 @@
+"""What a run directory says about a node, in a few numbers (the testnet's closing table)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from ftis_swarm.metrics import read_jsonl
+
+
+def _mean(rows: list[dict], key: str) -> Optional[float]:
+    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _weighted(rows: list[dict], key: str, weight: str) -> Optional[float]:
+    num = den = 0.0
+    for r in rows:
+        w, v = r.get(weight), r.get(key)
+        if isinstance(w, (int, float)) and isinstance(v, (int, float)) and w > 0:
+            num, den = num + v * w, den + w
+    return num / den if den else None
+
+
+def summarize_run(run_dir: Path) -> dict[str, Any]:
+    """Rounds, reward early and late, peers' groups used, filter and weight figures, time split."""
+    rows = list(read_jsonl(run_dir / "metrics.jsonl")) if (run_dir / "metrics.jsonl").exists() else []
+    cfg_path = run_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+    lora = (cfg.get("learner") or {}).get("lora")
+    half = max(1, len(rows) // 2)
+    return {
+        "run_dir": str(run_dir),
+        "model": cfg.get("model", "?") + (f" + LoRA r{lora['rank']}" if lora else ""),
+        "rounds": len(rows),
+        "last_round": rows[-1]["round"] if rows else 0,
+        "reward_first_half": _mean(rows[:half], "reward"),
+        "reward_second_half": _mean(rows[half:], "reward") if len(rows) > 1 else None,
+        "peer_groups": sum(int(r.get("peer_groups") or 0) for r in rows),
+        "peer_samples_used": sum(int(r.get("offpolicy_used") or 0) for r in rows),
+        "frac_peer_filtered": _weighted(rows, "frac_offpolicy_filtered", "offpolicy_sequences"),
+        "frac_peer_tokens_over_C": _weighted(rows, "frac_offpolicy_over_C", "offpolicy_sequences"),
+        "published": sum(int(r.get("published") or 0) for r in rows),
+        "publish_failed": sum(int(r.get("publish_failed") or 0) for r in rows),
+        "time_generate": _mean(rows, "time_generate"),
+        "time_gather": _mean(rows, "time_gather"),
+        "time_learn": _mean(rows, "time_learn"),
+        "time_round": _mean(rows, "time_round"),
+    }
+
+
+def format_summary(summaries: list[dict[str, Any]]) -> str:
+    cols = [("node", lambda s: Path(s["run_dir"]).name), ("model", lambda s: s["model"]),
+            ("rounds", lambda s: s["rounds"]), ("reward 1st/2nd half", lambda s: f"{_f(s['reward_first_half'])} / "
+                                                 f"{_f(s['reward_second_half'])}"),
+            ("peer groups", lambda s: s["peer_groups"]), ("peer samples used", lambda s: s["peer_samples_used"]),
+            ("peers filtered", lambda s: _f(s["frac_peer_filtered"])),
+            ("peer tokens w>C", lambda s: _f(s["frac_peer_tokens_over_C"])),
+            ("gen/gather/learn s", lambda s: f"{_f(s['time_generate'], 1)}/{_f(s['time_gather'], 1)}/"
+                                             f"{_f(s['time_learn'], 1)}")]
+    table = [[name for name, _ in cols]] + [[str(fn(s)) for _, fn in cols] for s in summaries]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in table)
+
+
+def _f(x: Optional[float], digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"

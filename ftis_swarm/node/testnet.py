@@ -1,0 +1,180 @@
+"""A local testnet: a bootstrap peer and N heterogeneous nodes, each its own process, on 127.0.0.1.
+
+The nodes are started with the real `ftis-node join` command line, so the testnet runs
+exactly what an operator runs. Presets:
+
+- `default`: the embedded SmolLM2-135M-Instruct fully fine-tuned, the same with a LoRA
+  adapter, and the smaller SmolLM2 sibling (then again round-robin), on `arith`.
+- `tiny`: tiny random Qwen2 models built from a config with the real Qwen tokenizer, for
+  seconds-long smoke runs of the machinery (their rewards are 0: nothing to learn).
+
+The parent only launches and watches: it reads each node's metrics.jsonl to show progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from ftis_swarm.metrics import read_jsonl
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    model: str
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Preset:
+    specs: tuple[NodeSpec, ...]
+    flags: tuple[str, ...]
+    rounds: int
+
+
+DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4", "--max-new-tokens", "24",
+                 "--temperature", "0.7", "--round-deadline", "4", "--checkpoint-every", "2", "--threads", "1")
+TINY_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4", "--max-new-tokens", "6",
+              "--round-deadline", "2", "--checkpoint-every", "1", "--threads", "1")
+
+
+def preset(name: str, workdir: Path) -> Preset:
+    """The node line-up of a preset; `tiny` builds its models under `workdir/models`."""
+    if name == "default":
+        specs = (
+            NodeSpec("smollm2-full", "smollm2-135m", ("--lr", "2e-6")),
+            NodeSpec("smollm2-lora", "smollm2-135m", ("--lora-rank", "16", "--lr", "1e-4")),
+            NodeSpec("smollm2-mini", "smollm2-mini", ("--lr", "2e-6")),
+        )
+        return Preset(specs, DEFAULT_FLAGS, rounds=4)
+    if name == "tiny":
+        from ftis_swarm.models.tiny import build_tiny_qwen2
+
+        small = build_tiny_qwen2(workdir / "models" / "tiny-a", hidden_size=32, num_layers=1, seed=1)
+        large = build_tiny_qwen2(workdir / "models" / "tiny-b", hidden_size=64, num_layers=2, seed=2)
+        specs = (
+            NodeSpec("tiny-full", str(small), ("--lr", "1e-3")),
+            NodeSpec("tiny-lora", str(large), ("--lora-rank", "4", "--lr", "1e-3")),
+            NodeSpec("tiny-large", str(large), ("--lr", "1e-3")),
+        )
+        return Preset(specs, TINY_FLAGS, rounds=2)
+    raise ValueError(f"unknown preset {name!r}; expected 'default' or 'tiny'")
+
+
+@dataclass
+class NodeProc:
+    spec: NodeSpec
+    run_dir: Path
+    proc: subprocess.Popen
+    rounds_seen: int = 0
+    last: dict = field(default_factory=dict)
+
+    def poll_metrics(self) -> list[dict]:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return []
+        rows = list(read_jsonl(path))
+        new = rows[self.rounds_seen :]
+        self.rounds_seen = len(rows)
+        if rows:
+            self.last = rows[-1]
+        return new
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "ftis_swarm.cli"]
+
+
+def start_bootstrap(workdir: Path, *, timeout: float = 60.0) -> tuple[subprocess.Popen, list[str]]:
+    """Starts `ftis-node bootstrap` on 127.0.0.1 and waits for its multiaddrs."""
+    maddrs_file = workdir / "bootstrap.maddrs"
+    maddrs_file.unlink(missing_ok=True)
+    logf = open(workdir / "bootstrap.log", "w")
+    proc = subprocess.Popen(_cli() + ["bootstrap", "--host", "127.0.0.1", "--maddrs-file", str(maddrs_file)],
+                            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if maddrs_file.exists() and maddrs_file.read_text().strip():
+            return proc, maddrs_file.read_text().split()
+        if proc.poll() is not None:
+            raise RuntimeError(f"the bootstrap peer exited with status {proc.returncode}; see {workdir / 'bootstrap.log'}")
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the bootstrap peer did not print its address within {timeout:.0f} s")
+
+
+def node_command(spec: NodeSpec, *, index: int, run_dir: Path, peers: list[str], run_id: str, rounds: int,
+                 flags: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
+    cmd = _cli() + ["join", "--model", spec.model, "--run-dir", str(run_dir), "--rounds", str(rounds),
+                    "--run-id", run_id, "--seed", str(index), "--host", "127.0.0.1", "--no-table"]
+    for maddr in peers:
+        cmd += ["--peers", maddr]
+    return cmd + list(flags) + list(spec.flags) + list(extra)
+
+
+def start_node(cmd: list[str], run_dir: Path, spec: NodeSpec) -> NodeProc:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = open(run_dir / "stdout.log", "a")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return NodeProc(spec, run_dir, proc)
+
+
+def stop(proc: subprocess.Popen, *, timeout: float = 30.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class TestnetResult:
+    run_dirs: list[Path]
+    exit_codes: list[int]
+    wall_seconds: float
+
+
+def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset, extra: tuple[str, ...] = (),
+                on_progress: Optional[Callable[[list[NodeProc]], None]] = None, poll: float = 1.0) -> TestnetResult:
+    """Runs the testnet to the end; the nodes' run directories are `workdir/node-<i>-<name>`."""
+    t0 = time.perf_counter()
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_id = f"testnet-{int(time.time())}"
+    boot, maddrs = start_bootstrap(workdir)
+    procs: list[NodeProc] = []
+    try:
+        for i in range(nodes):
+            spec = pre.specs[i % len(pre.specs)]
+            run_dir = workdir / f"node-{i}-{spec.name}"
+            cmd = node_command(spec, index=i, run_dir=run_dir, peers=maddrs, run_id=run_id,
+                               rounds=rounds or pre.rounds, flags=pre.flags, extra=extra)
+            procs.append(start_node(cmd, run_dir, spec))
+        while any(p.proc.poll() is None for p in procs):
+            time.sleep(poll)
+            for p in procs:
+                p.poll_metrics()
+            if on_progress:
+                on_progress(procs)
+        for p in procs:
+            p.poll_metrics()
+        if on_progress:
+            on_progress(procs)
+    finally:
+        for p in procs:
+            stop(p.proc)
+        stop(boot)
+    return TestnetResult([p.run_dir for p in procs], [p.proc.returncode for p in procs],
+                         time.perf_counter() - t0)
