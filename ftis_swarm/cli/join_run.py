@@ -28,6 +28,9 @@ def setup_logging(cfg: NodeConfig) -> None:
     root.addHandler(console)
     for noisy in ("hivemind", "httpx", "transformers", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
 
 
 def format_cell(value: object) -> str:

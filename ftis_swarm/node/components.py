@@ -40,6 +40,8 @@ class Components:
     task: Any
     tasks: TaskCache
     sink: MetricsSink
+    ledger: JsonlSink
+    """consumed.jsonl: per round, the ids of the peers' groups that went into the update."""
     checkpoints: CheckpointManager
     shares_model: bool
 
@@ -72,7 +74,9 @@ class Components:
             self.backend.load_weights(str(path))
 
     def close(self) -> None:
-        for name, closer in (("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close)):
+        closers = (("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close),
+                   ("ledger", self.ledger.close))
+        for name, closer in closers:
             try:
                 closer()
             except Exception:  # noqa: BLE001 - one part failing to close must not keep the others open
@@ -98,7 +102,7 @@ def with_peers_file(swarm_cfg: SwarmConfig) -> SwarmConfig:
     return swarm_cfg.model_copy(update={"peers": list(swarm_cfg.peers) + extra})
 
 
-def build_components(cfg: NodeConfig, *, swarm: Any = None) -> Components:
+def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None) -> Components:
     """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir."""
     import torch
 
@@ -114,7 +118,7 @@ def build_components(cfg: NodeConfig, *, swarm: Any = None) -> Components:
     learner = Learner(model, cfg=cfg.learner, pad_id=pad_id)
     task = get_task(cfg.task)
     vocab = model.get_input_embeddings().num_embeddings
-    swarm = swarm or SwarmClient.start(with_peers_file(cfg.swarm), tokenizer_fp=tokenizer_fingerprint(tokenizer),
+    swarm = SwarmClient.start(with_peers_file(cfg.swarm), tokenizer_fp=tokenizer_fingerprint(tokenizer),
                                        vocab_size=vocab)
     model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
     header = GroupHeader(run_id=cfg.swarm.run_id, sender=swarm.peer_id, model_id=model_id[:256])
@@ -133,7 +137,7 @@ def build_components(cfg: NodeConfig, *, swarm: Any = None) -> Components:
         sinks.append(PrometheusSink(cfg.metrics_port, host=cfg.metrics_host))
     return Components(
         cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
-        tasks=TaskCache(), sink=MultiSink(*sinks), checkpoints=CheckpointManager(cfg.run_dir / "checkpoints",
-                                                                                  keep=cfg.keep_checkpoints),
+        tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),
+        checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,
     )

@@ -18,16 +18,21 @@ weight is 1. SIGTERM/SIGINT end the round in progress, checkpoint, and leave the
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ftis_swarm.config import NodeConfig
 from ftis_swarm.learner.batch import ScoredGroup
+from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.rewards import score_groups
+from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.node.components import Components, build_components
 from ftis_swarm.rollout import PromptRequest
 from ftis_swarm.rollout.base import RolloutInputError
@@ -61,20 +66,24 @@ class NodeState:
 class Node:
     """Build with `Node(cfg)`, then `run()`; `request_stop()` ends it after the current round."""
 
-    def __init__(self, cfg: NodeConfig, *, parts: Optional[Components] = None) -> None:
+    def __init__(self, cfg: NodeConfig) -> None:
         self.cfg = cfg
-        self.parts = parts or build_components(cfg)
         self.state = NodeState()
         self._stop = False
         self._sources: dict[str, int] = {}
-        self._resume()
+        checkpoints = CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
+        latest = checkpoints.latest()
+        if latest is not None:  # before the sinks open: they append to what this keeps
+            last_round = int(json.loads((latest / "state.json").read_text())["round"])
+            for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
+                drop_rounds_after(path, last_round)
+        self.parts = build_components(cfg, checkpoints=checkpoints)
+        if latest is not None:
+            self._resume(latest)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _resume(self) -> None:
+    def _resume(self, latest: Path) -> None:
         p = self.parts
-        latest = p.checkpoints.latest()
-        if latest is None:
-            return
         saved = p.checkpoints.load(latest, p.learner)
         p.sync_rollout_weights(resumed_from=latest)
         self.state.start_round = int(saved["round"]) + 1
@@ -143,6 +152,8 @@ class Node:
         metrics = p.learner.update(items) if items else {}
         p.after_update()
         self.state.consume([g.group_id for g in peers])
+        p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
+                      "peer_groups": [g.group_id for g in peers]})
         t_learn = time.perf_counter()
 
         record: dict[str, Any] = {
@@ -210,6 +221,20 @@ class Node:
             base, at, src = key.partition("@")
             out[f"{base}@{names.get(int(src), src)}" if at else key] = value
         return out
+
+
+def drop_rounds_after(path: Path, last_round: int) -> None:
+    """Rewrites a per-round JSONL file without the rounds a resume will redo.
+
+    Those rounds' updates died with the process (they came after the checkpoint), so the
+    files again describe the history of the weights the node now holds.
+    """
+    if not path.exists():
+        return
+    kept = [row for row in read_jsonl(path) if int(row.get("round", 0)) <= last_round]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in kept))
+    os.replace(tmp, path)
 
 
 def short_peer(peer_id: str) -> str:

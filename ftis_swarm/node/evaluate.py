@@ -21,6 +21,9 @@ from ftis_swarm.tasks import get_task
 
 log = logging.getLogger(__name__)
 
+GENERATED_EVAL_ITEMS = 200
+"""Items evaluated from a generated task (no fixed size) when no --limit is given."""
+
 
 def load_for_eval(name: str) -> tuple[Any, Any]:
     """A model by name or path; an adapter directory is applied to its recorded base model."""
@@ -56,11 +59,11 @@ def greedy_completions(model: Any, tokenizer: Any, prompts: list[list[int]], *, 
 
 def evaluate(model_name: str, task_name: str, *, limit: Optional[int], max_new_tokens: int, batch_size: int = 8,
              split: str = "test", on_batch: Optional[Callable[[int, int], None]] = None) -> dict[str, Any]:
-    """Greedy pass@1 over the first `limit` items of the split (all when None)."""
+    """Greedy pass@1 over the first `limit` items of the split (all of a dataset's, or 200 generated ones)."""
     t0 = time.perf_counter()
     task = get_task(task_name)
     model, tokenizer = load_for_eval(model_name)
-    n = limit if limit is not None else task.size(split)
+    n = limit if limit is not None else (task.size(split) or GENERATED_EVAL_ITEMS)
     items = task.sample(n, seed=0, split=split)
     prompts = [list(task.render_prompt(tokenizer, it)) for it in items]
     texts: list[str] = []

@@ -1,0 +1,95 @@
+"""SIGKILL a node mid-round and start it again: it resumes from its last complete checkpoint.
+
+Real processes on 127.0.0.1: a bootstrap peer and two nodes on tiny models, started with
+the real `ftis-node join` command line (the testnet's launcher).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from ftis_swarm.learner.checkpoint import CheckpointManager
+from ftis_swarm.metrics import read_jsonl
+from ftis_swarm.node.testnet import NodeSpec, TINY_FLAGS, node_command, start_bootstrap, start_node, stop
+
+pytestmark = [pytest.mark.slow, pytest.mark.net]
+
+ROUNDS = 5
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def rounds_of(run_dir):
+    path = run_dir / "metrics.jsonl"
+    return [r["round"] for r in read_jsonl(path)] if path.exists() else []
+
+
+def ledger(run_dir):
+    return {r["round"]: set(r["peer_groups"]) for r in read_jsonl(run_dir / "consumed.jsonl")}
+
+
+def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path, tiny_model_dir):
+    boot, maddrs = start_bootstrap(tmp_path)
+    specs = [NodeSpec("a", str(tiny_model_dir)), NodeSpec("b", str(tiny_model_dir), ("--lora-rank", "4"))]
+    dirs = [tmp_path / "node-a", tmp_path / "node-b"]
+    # b runs longer than a, so it is still publishing while a restarts; it is stopped with SIGTERM.
+    cmds = [node_command(s, index=i, run_dir=d, peers=maddrs, run_id="resume-test", rounds=ROUNDS + 40 * i,
+                         flags=TINY_FLAGS + ("--round-deadline", "3")) for i, (s, d) in enumerate(zip(specs, dirs))]
+    procs = []
+    try:
+        procs = [start_node(c, d, s) for c, d, s in zip(cmds, dirs, specs)]
+        wait_for(lambda: len(rounds_of(dirs[0])) >= 2, 600, "node a to finish two rounds")
+        time.sleep(1.0)  # into round 3: generating, publishing or gathering
+        os.killpg(procs[0].proc.pid, signal.SIGKILL)
+        procs[0].proc.wait()
+        first_life = ledger(dirs[0])
+        resumed_from = CheckpointManager(dirs[0] / "checkpoints").latest()
+        k = int(resumed_from.name.split("-")[1])
+        assert k >= 2
+
+        procs[0] = start_node(cmds[0], dirs[0], specs[0])
+        assert procs[0].proc.wait(timeout=900) == 0
+        assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 1))  # redone rounds replace the lost ones
+        assert f"resumed from {resumed_from.name}" in (dirs[0] / "node.log").read_text()
+        second_life = ledger(dirs[0])
+        persisted = set().union(*(ids for r, ids in first_life.items() if r <= k))
+        redone = set().union(*(ids for r, ids in second_life.items() if r > k))
+        assert persisted and redone, "no peer group consumed on one side of the kill: the check would be empty"
+        assert not persisted & redone
+        for r in range(1, ROUNDS + 1):  # within the final history, every group id appears once
+            for q in range(r + 1, ROUNDS + 1):
+                assert not second_life[r] & second_life[q]
+        assert CheckpointManager(dirs[0] / "checkpoints").latest().name == f"ckpt-{ROUNDS:08d}"
+
+        # A partial write of the latest checkpoint: the node falls back to the one before.
+        latest = CheckpointManager(dirs[0] / "checkpoints").latest()
+        weights = next((latest / "model").glob("*.safetensors"))
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        longer = [*cmds[0]]
+        longer[longer.index("--rounds") + 1] = str(ROUNDS + 1)
+        procs[0] = start_node(longer, dirs[0], specs[0])
+        assert procs[0].proc.wait(timeout=900) == 0
+        assert f"resumed from ckpt-{ROUNDS - 1:08d}" in (dirs[0] / "node.log").read_text()
+        assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 2))
+
+        # SIGTERM: b ends its round, checkpoints it and leaves with status 0.
+        procs[1].proc.send_signal(signal.SIGTERM)
+        assert procs[1].proc.wait(timeout=300) == 0
+        b_last = rounds_of(dirs[1])[-1]
+        assert CheckpointManager(dirs[1] / "checkpoints").latest().name == f"ckpt-{b_last:08d}"
+        assert b_last < ROUNDS + 40
+    finally:
+        for p in procs:
+            stop(p.proc)
+        stop(boot)
