@@ -172,7 +172,10 @@ class Node:
             **counts,
             **self._named_sources(metrics),
         }
-        for reason, n in p.swarm.counters().get("rejected", {}).items():
+        swarm_counts = p.swarm.counters()
+        for key in ("fetched_bytes", "served_bytes"):  # cumulative since the node started
+            record[f"swarm_{key}"] = swarm_counts.get(key, 0)
+        for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n
         p.sink.log(record)
         return RoundResult(r, record)

@@ -122,11 +122,14 @@ def node_command(spec: NodeSpec, *, index: int, run_dir: Path, peers: list[str],
     return cmd + list(flags) + list(spec.flags) + list(extra)
 
 
-def start_node(cmd: list[str], run_dir: Path, spec: NodeSpec) -> NodeProc:
+def start_node(cmd: list[str], run_dir: Path, spec: NodeSpec, *, cpus: Optional[set[int]] = None) -> NodeProc:
+    """Starts one node process; `cpus` pins it (and its children) to those cores."""
     run_dir.mkdir(parents=True, exist_ok=True)
     out = open(run_dir / "stdout.log", "a")
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                            preexec_fn=pin)
     return NodeProc(spec, run_dir, proc)
 
 

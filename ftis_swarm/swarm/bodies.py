@@ -16,6 +16,7 @@ import asyncio
 import logging
 import threading
 import time
+from typing import Callable
 
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -67,8 +68,12 @@ class BodyStore:
             del self._bodies[gid]
 
 
-async def serve_bodies(p2p: P2P, store: BodyStore, *, request_timeout: float) -> None:
-    """Registers the stream handler that answers peers' body requests from `store`."""
+async def serve_bodies(p2p: P2P, store: BodyStore, *, request_timeout: float,
+                       on_served: Callable[[int], None] = lambda n: None) -> None:
+    """Registers the stream handler that answers peers' body requests from `store`.
+
+    `on_served(n)` is called with the size of each body sent (the node counts its upload).
+    """
 
     async def handle(info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -80,6 +85,8 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, request_timeout: float) ->
                 writer.write(_FOUND + len(body).to_bytes(_LEN_BYTES, "big"))
                 writer.write(body)
             await writer.drain()
+            if body is not None:
+                on_served(len(body))
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError) as exc:
             logger.debug("body request from %s ended early: %r", info.peer_id, exc)
         finally:

@@ -67,7 +67,8 @@ class SwarmClient:
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
-        self._loop.run(serve_bodies(self._node.p2p, self._bodies, request_timeout=cfg.fetch_timeout), timeout=10.0)
+        self._loop.run(serve_bodies(self._node.p2p, self._bodies, request_timeout=cfg.fetch_timeout,
+                                    on_served=lambda n: self._counters.add("served_bytes", n)), timeout=10.0)
         self._poller = self._loop.submit(self._gatherer.run())
 
     @classmethod

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 class SwarmCounters:
     """Thread-safe counters; `snapshot()` copies them."""
 
-    _PLAIN = ("published", "publish_failed", "gathered", "deferred", "fetched_bytes", "fetch_retries")
+    _PLAIN = ("published", "publish_failed", "gathered", "deferred", "fetched_bytes", "served_bytes", "fetch_retries")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

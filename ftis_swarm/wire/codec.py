@@ -110,19 +110,22 @@ def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None
     if lp.size and not (np.isfinite(lp).all() and (lp <= 0).all()):
         raise WireError("log-probs must be finite and <= 0")
 
-    bounds = np.cumsum(lengths.astype(np.int64))[:-1]
+    # Canonical: packing what was read with the encoder's settings must give the same bytes
+    # (the decoded record has the encoder's key order and bin fields, so no arrays are joined).
+    if msgpack.packb(rec, use_bin_type=True, use_single_float=False) != data:
+        raise WireError("buffer is not the canonical encoding of its content")
+    ends = np.cumsum(lengths, dtype=np.int64).tolist()
+    starts = [0] + ends[:-1]
     group = Group(
         **strings,
         policy_version=pv,
         created_at=ts,
         prompt_ids=prompt,
         temperature=temperature,
-        completion_ids=tuple(np.split(tok, bounds)),
-        logp_gen=tuple(np.split(lp, bounds)),
+        completion_ids=tuple(tok[a:b] for a, b in zip(starts, ends)),
+        logp_gen=tuple(lp[a:b] for a, b in zip(starts, ends)),
         version=version,
     )
-    if encode_group(group) != data:
-        raise WireError("buffer is not the canonical encoding of its content")
     group._id.append(content_id(data))
     return group
 
