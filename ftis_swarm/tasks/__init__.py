@@ -1,1 +1,58 @@
-"""(being built)"""
+"""Tasks and rewards: problems with stable ids, prompts, and binary rewards recomputed locally.
+
+The learner never trusts a reward from the wire (METHOD.md): it looks the item up by the
+id a peer sent (`task.item`) and scores the decoded completion itself (`task.score`).
+
+    from ftis_swarm.tasks import get_task
+    task = get_task("arith")
+    items = task.sample(4, seed=0)                   # split="train" | "test"
+    ids = task.render_prompt(tokenizer, items[0])    # chat template + generation prompt
+    scores = task.score(items, completions)          # [Score(reward, correct, reason)]
+
+Files (one file a task, each holding its source, prompt, answer extraction and reward):
+
+- registry.py      `get_task`, `list_tasks`: names to task classes, imported on demand
+- base.py          `TaskItem`, `Score`, reasons, errors, and the `Task` base: prompts, batched scoring
+- generated.py     tasks generated from (seed, index): the id scheme, content-disjoint splits
+- dataset.py       tasks over fixed rows: local JSONL (FTIS_DATA_DIR) or the HF hub, ids, sampling
+- answers.py       pulling the final answer out of a completion (`\\boxed{}`, `#### N`, last number)
+- verifier.py      the worker-process pool with a hard timeout per answer (math-verify needs
+                   `signal.alarm`, hence processes; a hung or dead worker is replaced)
+- mathcheck.py     the check a worker runs: math-verify on one extracted answer
+- arith.py         the embedded default: small sums; answer = the reply's last number
+- gsm_symbolic.py  GSM-style problems from reasoning-gym templates, offline; `\\boxed{}`
+- gsm8k.py         GSM8K (local JSONL or hub); `\\boxed{}` or `#### N`
+- math500.py       MATH-500 (local JSONL or hub), evaluation only; `\\boxed{}`
+- champ.py         CHAMP (offline package), out-of-distribution evaluation only; `\\boxed{}`
+
+This package imports only `ftis_swarm.config` below it, and neither torch nor transformers
+(`render_prompt` takes any tokenizer with `apply_chat_template` or `encode`). docs/tasks.md
+documents each task's prompt, answer form, reward and id scheme, and the measured figures.
+"""
+
+from ftis_swarm.tasks.base import (
+    REASONS,
+    MalformedItemIdError,
+    Score,
+    Task,
+    TaskItem,
+    UnknownItemError,
+    UnknownSplitError,
+    UnknownTaskError,
+    reason_counts,
+)
+from ftis_swarm.tasks.registry import get_task, list_tasks
+
+__all__ = [
+    "REASONS",
+    "MalformedItemIdError",
+    "Score",
+    "Task",
+    "TaskItem",
+    "UnknownItemError",
+    "UnknownSplitError",
+    "UnknownTaskError",
+    "get_task",
+    "list_tasks",
+    "reason_counts",
+]

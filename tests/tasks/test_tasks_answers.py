@@ -71,6 +71,10 @@ SMOLLM2_REPLIES = [
     ("Although the prompt left no solution so far, a clickblender error could investigate", "7", 0.0),
     ("The answer is \\boxed{16}.", "16", 1.0),
     ("Once again, for 1 + 6, resulting in the equitive 1 + 6 equals the same answer", "7", 0.0),
+    ("The answer to the equation 8 + 9 is 17.", "17", 1.0),
+    ("To solve this, we need to find the sum of 4 and 2. \n\n4 + 2 = 6\n\nSo the answer is 6.", "6", 1.0),
+    ("Asked: 5 + 8 = 13\nDid You Get It: A NUMBER!\nHarness the Power on the answer for 5 + 8 and", "13", 0.0),
+    ("The short answer to this classic math problem is 9, but you should avoid fractions", "7", 0.0),
 ]
 
 

@@ -94,6 +94,19 @@ def test_ids_of_another_version_or_generator_are_unknown():
         task.item(item.item_id.split(":")[0] + ":00000000")
 
 
+def test_draws_arith_passes_over_are_no_items():
+    task = get_task("arith")
+
+    def indices(split):
+        return {int(i.item_id.split("/")[3].split(":")[0]) for i in task.sample(40, seed=0, split=split)}
+
+    train, test = indices("train"), indices("test")
+    passed_over = sorted(set(range(min(max(train), max(test)))) - train - test)
+    assert passed_over  # about a third of reasoning-gym's draws have a term of 0 or 10
+    with pytest.raises(UnknownItemError, match=f"index {passed_over[0]} of seed 0 is no arith item"):
+        task.item(f"arith/v1/s0/{passed_over[0]}")
+
+
 def test_evaluation_tasks_have_no_train_split():
     champ = get_task("champ")
     assert champ.splits == ("test",)
@@ -118,7 +131,8 @@ def test_messages_carry_the_answer_format_instruction():
     arith = get_task("arith")
     item = arith.sample(1, seed=0)[0]
     assert arith.messages(item) == [{"role": "user", "content": item.prompt}]
-    assert item.prompt == f"{item.question} End your reply with the result as a number."
+    assert item.prompt == f"{item.question} Answer with a single number."
+    assert item.question == "What is 3 + 4?" and item.answer == "7"
     sym = get_task("gsm_symbolic")
     assert sym.sample(1, seed=0)[0].prompt.endswith("put your final answer within \\boxed{}.")
 

@@ -1,0 +1,35 @@
+"""Task names to task classes, imported on demand so that naming one task loads no other."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from ftis_swarm.tasks.base import Task, UnknownTaskError
+
+_TASKS: dict[str, str] = {
+    "arith": "ftis_swarm.tasks.arith:ArithTask",
+    "gsm_symbolic": "ftis_swarm.tasks.gsm_symbolic:GSMSymbolicTask",
+    "gsm8k": "ftis_swarm.tasks.gsm8k:GSM8KTask",
+    "math500": "ftis_swarm.tasks.math500:Math500Task",
+    "champ": "ftis_swarm.tasks.champ:ChampTask",
+}
+
+
+def list_tasks() -> list[str]:
+    """The names `get_task` knows, the embedded default (`arith`) first."""
+    return list(_TASKS)
+
+
+def get_task(name: str, *, data_dir: Path | None = None, verify_timeout: float = 5.0) -> Task:
+    """A fresh task object by name.
+
+    `data_dir`: where gsm8k/math500 read their JSONL files (default: `FTIS_DATA_DIR`; without
+    either they load from the hub through `datasets`). `verify_timeout`: seconds one answer's
+    check may take before it scores 0 with reason `timeout`.
+    """
+    target = _TASKS.get(name)
+    if target is None:
+        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(_TASKS)}")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)(data_dir=data_dir, verify_timeout=verify_timeout)
