@@ -175,6 +175,8 @@ class NodeConfig(_Strict):
     """Complete checkpoints kept; older ones are deleted."""
     backend: Literal["auto", "transformers", "vllm"] = "auto"
     """Rollout backend: auto = vLLM where CUDA is present, else transformers sharing the learner's model."""
+    vllm_gpu_memory_utilization: float = Field(0.35, gt=0, lt=1)
+    """Share of the GPU's memory vLLM may take; the rest is the learner's (both live on one GPU)."""
     seed: int = 0
     """Seeds prompt sampling (per round), generation and torch."""
     threads: Optional[int] = Field(None, ge=1, le=1024)

@@ -1,1 +1,14 @@
-"""(being built)"""
+"""Benchmarks and the paper's experiment in miniature (`ftis-node bench ...`, `ftis-node experiment`).
+
+Every benchmark measures a baseline in the same process and prints ratios against it.
+
+- wire_bench.py      bytes per completion token; encode/decode throughput against a memory copy
+- learner_bench.py   an F-TIS step against a NoIS step; the loss alone; TRL's GRPO loss as the anchor
+- logprob_memory.py  chunked vs naive per-token log-probs at a 150k vocabulary (fresh processes)
+- rollout_bench.py   tokens/s of each installed rollout backend and log-prob parity with the learner
+- swarm_bench.py     publish-to-visible latency and groups/s for N nodes (swarm_worker.py: one node)
+- experiment*.py     two heterogeneous learners, alone and together, per mode; vertical vs horizontal
+
+The end-to-end bench (a swarm round against a solo round) runs real node processes and lives
+in `ftis_swarm/node/e2e.py`.
+"""

@@ -112,7 +112,8 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
 
-    model, tokenizer = load_model(cfg.model, dtype="fp32")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model(cfg.model, dtype="fp32", device=device)
     model = apply_lora(model, cfg.learner)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     learner = Learner(model, cfg=cfg.learner, pad_id=pad_id)
@@ -122,13 +123,15 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
                                        vocab_size=vocab)
     model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
     header = GroupHeader(run_id=cfg.swarm.run_id, sender=swarm.peer_id, model_id=model_id[:256])
-    shares = cfg.backend in ("auto", "transformers") and not torch.cuda.is_available()
-    if shares:
+    shares = pick_kind(cfg.backend) == "transformers"
+    if shares:  # one model object for learning and sampling, on whichever device it lives
         backend = TransformersBackend(model=learner.model, tokenizer=tokenizer, header=header)
     else:
-        options = {}
-        if cfg.learner.lora is not None and pick_kind(cfg.backend) == "vllm":
-            options = {"enable_lora": True, "max_lora_rank": cfg.learner.lora.rank}
+        options: dict[str, Any] = {}
+        if device == "cuda":
+            options["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+        if cfg.learner.lora is not None:
+            options.update(enable_lora=True, max_lora_rank=cfg.learner.lora.rank)
         backend = make_backend(cfg.backend, cfg.model, header=header, **options)
     sinks: list[MetricsSink] = [JsonlSink(cfg.run_dir / "metrics.jsonl")]
     if cfg.metrics_port is not None:

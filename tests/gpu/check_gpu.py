@@ -187,8 +187,8 @@ def run(args: argparse.Namespace) -> Checks:
     checks.record("transformers.serves_stepped_weights", fresh < SAME_DEVICE_TOL and stale > 10 * SAME_DEVICE_TOL,
                   fresh_max_abs_diff=fresh, stale_max_abs_diff=stale, policy_version=after[0].policy_version)
 
-    if importlib.util.find_spec("vllm") is None:
-        checks.record("vllm", True, status="not installed: skipped")
+    if args.skip_vllm or importlib.util.find_spec("vllm") is None:
+        checks.record("vllm", True, status="skipped" if args.skip_vllm else "not installed: skipped")
         return checks
     stepped_dir = work / "stepped"
     model.save_pretrained(stepped_dir)
@@ -196,7 +196,9 @@ def run(args: argparse.Namespace) -> Checks:
     from ftis_swarm.rollout import make_backend
 
     t0 = time.perf_counter()
-    options = dict(max_model_len=2048, enforce_eager=not args.vllm_compile)
+    options: dict = dict(max_model_len=2048, enforce_eager=not args.vllm_compile)
+    if args.vllm_attention:
+        options["engine_options"] = {"attention_backend": args.vllm_attention}
     if device.type == "cuda":
         options["gpu_memory_utilization"] = args.vllm_memory
     vllm = make_backend("vllm", str(model_dir), header=header, dtype="fp32", **options)
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--vllm-memory", type=float, default=0.35, help="vLLM's share of GPU memory")
     parser.add_argument("--vllm-compile", action="store_true", help="let vLLM compile and capture graphs (slower start)")
+    parser.add_argument("--skip-vllm", action="store_true", help="leave the vLLM backend out")
+    parser.add_argument("--vllm-attention", default=None, help="vLLM attention backend, e.g. FLEX_ATTENTION (default: vLLM's pick)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()

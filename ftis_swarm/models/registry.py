@@ -1,0 +1,67 @@
+"""Model names a user may give `--model`, and what each one resolves to.
+
+Three kinds of name: a short name of ours (`smollm2-135m`, the embedded default converted
+once into the cache; `smollm2-mini`, its smaller sibling; the Qwen2.5 family by its short
+name, `Qwen2.5-1.5B` -> `Qwen/Qwen2.5-1.5B`), a local checkpoint folder, or a hub id
+(`owner/name`), which passes through untouched for transformers to fetch on machines that
+reach the hub. Anything else is refused here with one sentence, before anything loads.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+from ftis_swarm.models import smollm2
+
+
+class ModelNotFoundError(LookupError):
+    """A model name that is neither a short name, an existing folder, nor a loadable hub id."""
+
+
+_LOCAL: dict[str, Callable[[], Path]] = {
+    "smollm2-135m": smollm2.converted_smollm2,
+    "smollm2-mini": smollm2.mini_smollm2,
+}
+_QWEN_SIZES = {
+    "Qwen2.5": ("0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B"),
+    "Qwen2.5-Coder": ("0.5B", "1.5B", "3B", "7B", "14B", "32B"),
+    "Qwen2.5-Math": ("1.5B", "7B", "72B"),
+}
+QWEN_SHORT_NAMES: dict[str, str] = {
+    f"{family}-{size}{suffix}".lower(): f"Qwen/{family}-{size}{suffix}"
+    for family, sizes in _QWEN_SIZES.items()
+    for size in sizes
+    for suffix in ("", "-Instruct")
+}
+"""Lower-cased short name -> hub id, for every Qwen2.5 base/Instruct/Coder/Math size."""
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+
+
+def short_names() -> list[str]:
+    """Our short names, for help texts and error messages."""
+    return sorted(_LOCAL) + ["Qwen2.5-<size>[-Instruct]", "Qwen2.5-Coder-<size>[-Instruct]", "Qwen2.5-Math-<size>[-Instruct]"]
+
+
+def resolve_model(name: str) -> str:
+    """A local checkpoint folder or a hub id for `name`; converts the embedded models on first use."""
+    raw = name.strip()
+    key = raw.lower()
+    if key in _LOCAL:
+        return str(_LOCAL[key]())
+    if key in QWEN_SHORT_NAMES:
+        return QWEN_SHORT_NAMES[key]
+    path = Path(raw).expanduser()
+    if raw and path.is_dir():
+        return str(path)
+    if raw and path.exists():
+        raise ModelNotFoundError(f"model {raw!r} is a file, not a checkpoint folder (config.json and weights)")
+    if raw.startswith(("/", "./", "../", "~")):
+        raise ModelNotFoundError(f"model folder {raw!r} does not exist")
+    if _HUB_ID.match(raw):
+        return raw
+    raise ModelNotFoundError(
+        f"unknown model {raw!r}: give a hub id (owner/name), a local checkpoint folder, or one of "
+        f"{', '.join(short_names())}"
+    )

@@ -1,0 +1,164 @@
+"""The rollout interface every backend implements, and the checks they share.
+
+A backend turns already-rendered prompts (token ids, from `ftis_swarm.tasks`) into wire
+`Group`s: G completions per prompt, all from the policy version the backend serves when
+the call starts, with the fp32 log-probs of the sampled tokens under softmax(z / T), the
+distribution actually sampled from (METHOD.md; top-p and top-k stay off). Bad input is
+refused before any compute, with one sentence (`RolloutInputError`), so a caller can skip
+the item and count the reason instead of losing the worker.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from ftis_swarm.config import SamplingConfig
+from ftis_swarm.wire import Group
+
+
+class RolloutInputError(ValueError):
+    """A prompt the backend cannot serve (too long for the context, empty, ids out of range)."""
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """One prompt to sample a group for: ids as rendered by the task (chat template included)."""
+
+    task_id: str
+    item_id: str
+    prompt_ids: list[int]
+
+
+@dataclass(frozen=True)
+class GroupHeader:
+    """The Group fields a backend cannot know itself (the tokenizer fingerprint it computes)."""
+
+    run_id: str
+    sender: str
+    model_id: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion: token ids and their fp32 log-probs, equal lengths, at least one."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+def call_seed(seed: int | None, call_index: int) -> int | None:
+    """The seed of a backend's `call_index`-th generate call: reproducible runs, no repeats across calls."""
+    if seed is None:
+        return None
+    return (int(seed) * 1_000_003 + call_index) % (1 << 62)
+
+
+def check_prompts(prompts: Sequence[PromptRequest], *, context_len: int, vocab_size: int) -> None:
+    """Raises RolloutInputError, naming the item, for a prompt no backend could complete."""
+    for p in prompts:
+        n = len(p.prompt_ids)
+        if n == 0:
+            raise RolloutInputError(f"prompt of item {p.task_id}/{p.item_id} is empty")
+        if n >= context_len:
+            raise RolloutInputError(
+                f"prompt of item {p.task_id}/{p.item_id} has {n} tokens, but the model's context is "
+                f"{context_len} tokens and at least one must be left for the completion"
+            )
+        bad = [t for t in p.prompt_ids if not 0 <= int(t) < vocab_size]
+        if bad:
+            raise RolloutInputError(
+                f"prompt of item {p.task_id}/{p.item_id} has token id {bad[0]} outside the model's "
+                f"vocabulary of {vocab_size}"
+            )
+
+
+def completion_budget(prompt_len: int, max_new_tokens: int, context_len: int) -> int:
+    """Most tokens a completion may have: max_new_tokens, cut where the context ends (>= 1)."""
+    return max(1, min(max_new_tokens, context_len - prompt_len))
+
+
+class RolloutBackend(abc.ABC):
+    """Samples vertical groups from one policy, which `load_weights`/`set_adapter` replace.
+
+    `policy_version` starts at 0 and advances by one on each weight or adapter change; every
+    group of one `generate` call carries the version that produced it.
+    """
+
+    def __init__(self, *, header: GroupHeader, tokenizer_fp: str) -> None:
+        self.header = header
+        self.tokenizer_fp = tokenizer_fp
+        self._version = 0
+        self._calls = 0
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def bump_policy_version(self) -> int:
+        """Records that the served weights changed (in place, by whoever shares them); returns the new version."""
+        self._version += 1
+        return self._version
+
+    @abc.abstractmethod
+    def generate(self, prompts: Sequence[PromptRequest], G: int, sampling: SamplingConfig) -> list[Group]:
+        """One Group per prompt, in order, each with G completions from `policy_version`."""
+
+    @abc.abstractmethod
+    def load_weights(self, path: str) -> None:
+        """Serve the full model whose safetensors lie in the directory `path`; advances the version."""
+
+    @abc.abstractmethod
+    def set_adapter(self, path: str) -> None:
+        """Serve the base model with the LoRA adapter saved (peft format) in `path`; advances the version."""
+
+    def close(self) -> None:
+        """Frees what the backend holds (engine, caches); the default holds nothing to free."""
+
+    def _next_seed(self, sampling: SamplingConfig) -> int | None:
+        seed = call_seed(sampling.seed, self._calls)
+        self._calls += 1
+        return seed
+
+    def _groups(
+        self, prompts: Sequence[PromptRequest], completions: Sequence[Sequence[Completion]], sampling: SamplingConfig,
+        version: int,
+    ) -> list[Group]:
+        now = time.time()
+        return [
+            Group.build(
+                run_id=self.header.run_id,
+                sender=self.header.sender,
+                model_id=self.header.model_id,
+                policy_version=version,
+                created_at=now,
+                tokenizer_fp=self.tokenizer_fp,
+                task_id=p.task_id,
+                item_id=p.item_id,
+                prompt_ids=p.prompt_ids,
+                temperature=sampling.temperature,
+                completion_ids=[c.token_ids for c in group],
+                logp_gen=[c.logprobs for c in group],
+            )
+            for p, group in zip(prompts, completions)
+        ]
+
+
+def eos_token_ids(tokenizer: object, *configs: object) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS plus each config's `eos_token_id` (int or list).
+
+    Instruct checkpoints often list two (Qwen2.5: `<|im_end|>` and `<|endoftext|>`); both
+    backends stop on the same set so that they sample the same distribution over lengths.
+    """
+    ids: set[int] = set()
+    for source in (tokenizer, *configs):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    if not ids:
+        raise ValueError("the model names no EOS token (tokenizer, config and generation config all lack one)")
+    return sorted(ids)
