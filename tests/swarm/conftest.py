@@ -120,7 +120,7 @@ class Swarm:
     def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None) -> list[str]:
         """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file)."""
         maddrs_file = self.tmp_path / f"bootstrap{len(self.procs)}.maddrs"
-        argv = [sys.executable, "-m", "ftis_swarm.cli.main", "bootstrap", "--host", LOOPBACK,
+        argv = [sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", LOOPBACK,
                 "--maddrs-file", str(maddrs_file), "--ttl", str(ttl), "--max-clock-skew", str(max_clock_skew)]
         if identity is not None:
             argv += ["--identity", str(identity)]

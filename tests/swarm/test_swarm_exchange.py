@@ -21,7 +21,7 @@ def test_three_nodes_exchange_groups_bit_for_bit(swarm, tmp_path):
 
     nodes = [swarm.node(swarm.config(run_id="exchange", peers=peers, client_mode=(i == 2))) for i in range(3)]
     # meanwhile, a second process on the same identity refuses to start: one sentence, exit status 2
-    twin = swarm.proc([sys.executable, "-m", "ftis_swarm.cli.main", "bootstrap", "--host", "127.0.0.1",
+    twin = swarm.proc([sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", "127.0.0.1",
                        "--identity", str(identity)], name="twin")
     for node in nodes:
         node.joined()
