@@ -199,18 +199,12 @@ class Node:
 
     def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
         lc = self.cfg.learner
-        per_peer: Counter = Counter()
-        out = []
-        for g in groups:
-            if g.group_id in self.state.consumed:
-                counts["peer_already_consumed"] += 1
-            elif len(out) >= lc.max_peer_groups or per_peer[g.sender] >= lc.max_groups_per_peer:
-                counts["peer_over_cap"] += 1
-            else:
-                per_peer[g.sender] += 1
-                out.append(g)
+        context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
+        kept, dropped = select_peer_groups(groups, self.state.consumed, max_total=lc.max_peer_groups,
+                                           max_per_peer=lc.max_groups_per_peer, context=context)
+        counts.update(dropped)
         counts["gathered"] += len(groups)
-        return out
+        return kept
 
     def _source(self, g: Group, mine: bool) -> int:
         if mine:
@@ -224,6 +218,29 @@ class Node:
             base, at, src = key.partition("@")
             out[f"{base}@{names.get(int(src), src)}" if at else key] = value
         return out
+
+
+def select_peer_groups(groups: list[Group], consumed: Any, *, max_total: int, max_per_peer: int,
+                       context: int) -> tuple[list[Group], Counter]:
+    """The peers' groups this update takes, in arrival order, and why the others were dropped.
+
+    Dropped: already in a persisted update (`peer_already_consumed`), longer than this model's
+    context (`peer_too_long`), or over the caps on the total and per peer (`peer_over_cap`).
+    """
+    per_peer: Counter = Counter()
+    dropped: Counter = Counter()
+    kept = []
+    for g in groups:
+        if g.group_id in consumed:
+            dropped["peer_already_consumed"] += 1
+        elif g.prompt_ids.size + max(g.completion_lengths) > context:
+            dropped["peer_too_long"] += 1
+        elif len(kept) >= max_total or per_peer[g.sender] >= max_per_peer:
+            dropped["peer_over_cap"] += 1
+        else:
+            per_peer[g.sender] += 1
+            kept.append(g)
+    return kept, dropped
 
 
 def drop_rounds_after(path: Path, last_round: int) -> None:
