@@ -1,0 +1,246 @@
+"""The paper's experiment in miniature: two heterogeneous learners, alone and together, on CPU.
+
+Two learners share one process per run (by default A is SmolLM2-135M fully fine-tuned and
+B the same checkpoint training a LoRA adapter; any two models with one tokenizer work, e.g.
+`smollm2-mini`, the smaller sibling). Each run is one *arm* and one seed:
+
+- `solo`: each learner trains on its own vertical groups only (plain on-policy GRPO; the
+  loss mode does not matter, since own samples have weight 1 and are never filtered);
+- `vertical-<mode>`: each learner also trains on the other's groups, which cross through
+  the real wire codec (`encode_group` -> bytes -> `decode_group`), as off-policy samples
+  corrected by `<mode>` (nois, vis, tis, filter, fvis, ftis);
+- `horizontal-<mode>`: each group's G completions are split across the two models (G/2
+  each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
+  group; the learner is called with `allow_mixed=True` (an experiment-only setting).
+
+Every arm sees the same prompt schedule for the same seed: in `solo` and `vertical` learner
+i draws its own P prompts of round r; in `horizontal` both learners take the union of those
+2P prompts and generate G/2 completions each, so each learner samples P x G completions and
+updates on 2P groups of G, as in `vertical`. Held-out accuracy is greedy pass@1 on a fixed
+set of the task's test items, the same for every arm; it is measured once for the initial
+weights (identical in every run: the same checkpoint, and a fresh LoRA adapter changes
+nothing until its first step), then after the rounds in `eval_rounds` (by default the last) of each run.
+
+Files: experiment.py (this: settings, plan, the pool that runs it), experiment_run.py (one
+run), experiment_eval.py (held-out accuracy), experiment_report.py (table and plots).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+log = logging.getLogger(__name__)
+
+MODES = ("nois", "vis", "tis", "filter", "fvis", "ftis")
+FULL_ARMS = ("solo", "vertical-nois", "vertical-tis", "vertical-filter", "vertical-fvis", "vertical-ftis",
+             "horizontal-ftis")
+QUICK_ARMS = ("solo", "vertical-nois", "vertical-ftis", "horizontal-ftis")
+
+
+def parse_arm(arm: str) -> tuple[str, str]:
+    """`(kind, mode)` of an arm name: `solo`, `vertical-<mode>` or `horizontal-<mode>`."""
+    if arm == "solo":
+        return "solo", "ftis"
+    kind, _, mode = arm.partition("-")
+    if kind not in ("vertical", "horizontal") or mode not in MODES:
+        raise ValueError(f"arm {arm!r} is not solo, vertical-<mode> or horizontal-<mode> with a mode of "
+                         f"{', '.join(MODES)}")
+    return kind, mode
+
+
+class LearnerSpec(BaseModel):
+    """One of the two learners."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    """Short name, folder or hub id (both learners must share a tokenizer)."""
+    lr: float = Field(gt=0, le=1)
+    lora_rank: Optional[int] = Field(None, ge=1, le=1024)
+    """Train a LoRA adapter of this rank instead of the full model."""
+
+
+class ExperimentConfig(BaseModel):
+    """Everything a run depends on; written to the output folder and checked on resume."""
+
+    model_config = ConfigDict(extra="forbid")
+    learners: tuple[LearnerSpec, LearnerSpec] = (
+        LearnerSpec(model="smollm2-135m", lr=2e-5),
+        LearnerSpec(model="smollm2-135m", lr=2e-4, lora_rank=16),
+    )
+    """A, then B. Default: SmolLM2-135M fully fine-tuned, and its LoRA twin (see docs/experiment.md
+    for why not the smaller sibling `smollm2-mini`, which never scored in the pilot)."""
+    task: str = "arith"
+    arms: list[str] = Field(default_factory=lambda: list(FULL_ARMS))
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    rounds: int = Field(6, ge=1)
+    prompts_per_round: int = Field(2, ge=1)
+    """Own prompts per learner per round (P)."""
+    group_size: int = Field(6, ge=4)
+    """G; even, since horizontal groups take G/2 completions from each learner."""
+    temperature: float = Field(0.7, gt=0, le=10)
+    max_new_tokens: int = Field(16, ge=1)
+    dtype: Literal["fp32", "bf16"] = "bf16"
+    """The learner's autocast (rollout and evaluation stay fp32)."""
+    micro_batch: int = Field(32, ge=1)
+    eval_items: int = Field(40, ge=1)
+    """Held-out test items for greedy pass@1 (the same items in every arm)."""
+    eval_seed: int = Field(0, ge=0)
+    eval_max_new_tokens: int = Field(16, ge=1)
+    eval_rounds: list[int] = Field(default_factory=list)
+    """Rounds after which held-out accuracy is measured; empty: the last only."""
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one arm is needed")
+        for arm in v:
+            parse_arm(arm)
+        return list(dict.fromkeys(v))
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v):
+            raise ValueError("seeds must be a non-empty list of non-negative integers")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ExperimentConfig":
+        if self.group_size % 2:
+            raise ValueError(f"group_size must be even (horizontal groups split it in two), got {self.group_size}")
+        if not self.eval_rounds:
+            self.eval_rounds = [self.rounds]
+        if any(not 1 <= r <= self.rounds for r in self.eval_rounds):
+            raise ValueError(f"eval_rounds must lie in 1..{self.rounds}, got {self.eval_rounds}")
+        return self
+
+    @property
+    def learner_names(self) -> tuple[str, str]:
+        return ("A", "B")
+
+
+QUICK_LEARNERS = (LearnerSpec(model="smollm2-135m", lr=2e-5), LearnerSpec(model="smollm2-mini", lr=2e-5))
+"""The quick setting pairs A with the smaller sibling: its samples are off-policy for A from the
+first round (a LoRA twin starts identical to A), so one round exercises weights and filter."""
+
+
+def quick_config(**overrides: Any) -> ExperimentConfig:
+    """The `--quick` setting: every arm kind once, one round, small groups; a couple of minutes."""
+    base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], rounds=1,
+                                prompts_per_round=2, group_size=4, eval_items=8)
+    base.update(overrides)
+    return ExperimentConfig(**base)
+
+
+def run_path(out: Path, arm: str, seed: int) -> Path:
+    return out / "runs" / f"{arm}_seed{seed}.json"
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out: Path,
+    *,
+    workers: int = 1,
+    threads: int = 1,
+    resume: bool = True,
+    on_done: Optional[Callable[[str, dict[str, Any]], None]] = None,
+) -> dict[str, Any]:
+    """Runs the start evaluation and every (arm, seed), `workers` processes at a time.
+
+    Each result is written to `out/runs/<arm>_seed<k>.json` as it finishes; with `resume`, a
+    result already there from the same config is reused instead of rerun. `on_done(label,
+    result)` is called in this process as each job finishes. Returns every result.
+    """
+    from ftis_swarm.bench.experiment_run import run_arm, start_evaluation
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_json = cfg.model_dump_json()
+    (out / "config.json").write_text(json.dumps(json.loads(cfg_json), indent=2))
+    key = run_key(cfg)
+    t0 = time.perf_counter()
+    jobs: list[tuple[str, Path, Callable[..., dict[str, Any]], tuple]] = [
+        ("start", out / "start_eval.json", start_evaluation, (cfg_json,)),
+    ] + [(f"{arm} seed {seed}", run_path(out, arm, seed), run_arm, (cfg_json, arm, seed))
+         for seed in cfg.seeds for arm in cfg.arms]
+    results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for label, path, fn, args in jobs:
+        done = _reuse(path, key) if resume else None
+        if done is None:
+            todo.append((label, path, fn, args))
+            continue
+        results[label] = done
+        if on_done:
+            on_done(f"{label} (reused)" if label != "start" else label, done)
+
+    def finished(i: int, res: dict[str, Any]) -> None:
+        label, path = todo[i][0], todo[i][1]
+        _write(path, res, key)
+        results[label] = res
+        if on_done:
+            on_done(label, res)
+
+    _in_pool([(fn, args) for _, _, fn, args in todo], workers=workers, threads=threads, on_result=finished)
+    return {
+        "config": json.loads(cfg_json),
+        "start": results["start"],
+        "runs": [results[label] for label, *_ in jobs[1:]],
+        "wall_seconds": time.perf_counter() - t0,
+    }
+
+
+def _init_worker(threads: int) -> None:
+    """A pool process: `threads` torch threads, no download progress bars on the console."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()
+
+
+def _in_pool(calls: list[tuple[Callable[..., dict[str, Any]], tuple]], *, workers: int, threads: int,
+             on_result: Callable[[int, dict[str, Any]], None]) -> None:
+    """`fn(*args)` for each call, in spawned processes; `on_result(i, result)` here as each finishes.
+
+    Calls are submitted in order, so the first (the start evaluation) starts first.
+    """
+    if not calls:
+        return
+    n = max(1, min(workers, len(calls)))
+    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"), initializer=_init_worker,
+                             initargs=(threads,)) as pool:
+        futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(calls)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            on_result(i, fut.result())
+
+
+def run_key(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The settings one run depends on (all but the list of arms and seeds): what resume compares."""
+    return cfg.model_dump(mode="json", exclude={"arms", "seeds"})
+
+
+def _write(path: Path, result: dict[str, Any], key: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"config": key, "result": result}))
+    tmp.replace(path)
+
+
+def _reuse(path: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text())
+    if saved.get("config") != key:
+        log.info("%s was made with another config; running it again", path)
+        return None
+    return saved["result"]

@@ -1,0 +1,131 @@
+"""`ftis-node experiment`: the paper's experiment in miniature (see ftis_swarm.bench.experiment).
+
+Flags are validated (one sentence, exit 2) before torch is imported. Progress is one line
+per finished run; at the end the table is printed and written with the plots and JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ftis_swarm.cli.main import app, fail
+
+
+def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts:
+        fail(f"{flag} needs a comma-separated list")
+    return parts
+
+
+@app.command()
+def experiment(
+    quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 2 rounds, 4 arms): a couple of minutes."),
+    out: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
+    figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <out>/figures)."),
+    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, vertical-<mode>, horizontal-<mode> (modes: nois, vis, tis, filter, fvis, ftis)."),
+    seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds, e.g. 0,1,2."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds per run."),
+    prompts_per_round: Optional[int] = typer.Option(None, help="Own prompts per learner per round (P)."),
+    group_size: Optional[int] = typer.Option(None, help="Completions per prompt, G (even)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per sampled completion."),
+    model_a: Optional[str] = typer.Option(None, help="Learner A's model (default smollm2-135m)."),
+    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-135m with a LoRA adapter; same tokenizer as A)."),
+    lr_a: Optional[float] = typer.Option(None, help="Learner A's learning rate."),
+    lr_b: Optional[float] = typer.Option(None, help="Learner B's learning rate."),
+    lora_rank_a: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank for A (default 0: the full model)."),
+    lora_rank_b: Optional[int] = typer.Option(None, help="B's LoRA rank (default 16); 0 trains B's full model."),
+    dtype: Optional[str] = typer.Option(None, help="Learner autocast: fp32 or bf16."),
+    eval_items: Optional[int] = typer.Option(None, help="Held-out test items for greedy pass@1."),
+    workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
+    threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <out>/runs."),
+) -> None:
+    """Two heterogeneous learners alone and together (nois/tis/ftis, vertical vs horizontal), several seeds."""
+    from pydantic import ValidationError
+
+    from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec, quick_config
+
+    if not 1 <= workers <= 64 or not 1 <= threads <= 256:
+        fail("--workers must be 1 to 64 and --threads 1 to 256")
+    out = out or Path("runs/experiment-quick" if quick else "runs/experiment")
+    if out.exists() and not out.is_dir():
+        fail(f"--out: {out} is not a folder")
+    if figures is not None and figures.exists() and not figures.is_dir():
+        fail(f"--figures: {figures} is not a folder")
+    overrides: dict = {}
+    arm_list, seed_list = _pair(arms, "--arms"), _pair(seeds, "--seeds")
+    if arm_list is not None:
+        overrides["arms"] = arm_list
+    if seed_list is not None:
+        if not all(s.isdigit() for s in seed_list):
+            fail(f"--seeds must be non-negative integers, got {seeds!r}")
+        overrides["seeds"] = [int(s) for s in seed_list]
+    for key, value in dict(rounds=rounds, prompts_per_round=prompts_per_round, group_size=group_size,
+                           temperature=temperature, max_new_tokens=max_new_tokens, dtype=dtype,
+                           eval_items=eval_items).items():
+        if value is not None:
+            overrides[key] = value
+    try:
+        base = quick_config() if quick else ExperimentConfig()
+        learners = []
+        for spec, model, lr, rank in zip(base.learners, (model_a, model_b), (lr_a, lr_b), (lora_rank_a, lora_rank_b)):
+            changes = {k: v for k, v in dict(model=model, lr=lr, lora_rank=rank).items() if v is not None}
+            if changes.get("lora_rank") == 0:
+                changes["lora_rank"] = None
+            learners.append(LearnerSpec(**{**spec.model_dump(), **changes}))
+        data = {**base.model_dump(), **overrides, "learners": learners}
+        if rounds is not None:
+            data["eval_rounds"] = []
+        cfg = ExperimentConfig(**data)
+    except (ValidationError, ValueError) as exc:
+        fail(_one_sentence(exc))
+
+    import json
+    import logging
+
+    from ftis_swarm.bench.experiment import run_experiment
+    from ftis_swarm.bench.experiment_report import format_table, plot_all
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    t0 = time.perf_counter()
+    total = len(cfg.arms) * len(cfg.seeds)
+    done = [0]
+
+    def progress(label: str, res: dict) -> None:
+        if label == "start":
+            accs = ", ".join(f"{n} {res[n]['accuracy']:.2f}" for n in cfg.learner_names)
+            typer.echo(f"[{time.perf_counter() - t0:6.0f} s] start held-out accuracy: {accs}")
+            return
+        done[0] += 1
+        end = res["evals"][-1]
+        accs = ", ".join(f"{n} {end[n]['accuracy']:.2f}" for n in cfg.learner_names)
+        typer.echo(f"[{time.perf_counter() - t0:6.0f} s] {done[0]}/{total} {label}: held-out {accs} "
+                   f"({res['seconds']:.0f} s)")
+
+    result = run_experiment(cfg, out, workers=workers, threads=threads, resume=resume, on_done=progress)
+    result["wall_seconds"] = time.perf_counter() - t0
+    result["workers"], result["threads"] = workers, threads
+    table = format_table(result)
+    (out / "summary.json").write_text(json.dumps(result))
+    (out / "table.md").write_text(table + "\n")
+    paths = plot_all(result, figures or out / "figures")
+    typer.echo(table)
+    typer.echo(f"wall time {result['wall_seconds']:.0f} s; results in {out}; plots: {', '.join(map(str, paths))}")
+
+
+def _one_sentence(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        return f"{where}: {err['msg']}".replace("Value error, ", "")
+    return str(exc)
