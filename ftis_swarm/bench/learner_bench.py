@@ -2,8 +2,9 @@
 
 - **F-TIS vs NoIS**, one full update (logp_old, loss, backward, AdamW) on the same model and
   the same batch of own on-policy groups, so both modes push exactly the same rows through
-  the gradient pass and the difference is the weight/filter machinery. Interleaved repeats,
-  median.
+  the gradient pass and the difference is the weight/filter machinery. Interleaved
+  repeats (ABBA); the overhead is the median of the back-to-back pairs' ratios, in wall
+  time and again in process CPU time (which time stolen by other tenants does not inflate).
 - **The loss alone**: `ftis_loss` against the `nois` mode on the same `[N, T]` tensors.
 - **A peer batch**: the same groups marked off-policy and slightly shifted; F-TIS filters the
   samples with A <= 0 and skips them in the gradient pass, NoIS does not.
@@ -47,6 +48,9 @@ class LearnerFigures:
     step_nois_s: float = 0.0
     step_ftis_s: float = 0.0
     ftis_overhead: float = 0.0
+    step_nois_cpu_s: float = 0.0
+    step_ftis_cpu_s: float = 0.0
+    ftis_overhead_cpu: float = 0.0
     loss_nois_ms: float = 0.0
     loss_ftis_ms: float = 0.0
     peer_step_nois_s: float = 0.0
@@ -101,14 +105,27 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+def _interleaved_runs(fns: dict[str, Callable[[], Any]], repeats: int,
+                      clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Each function once per repeat, the order reversed every other repeat (ABBA), so drift and
+    whatever one call leaves behind for the next weigh on every function alike."""
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    names = list(fns)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            t0 = clock()
+            fns[name]()
+            times[name].append(clock() - t0)
+    return times
+
+
+def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    return {k: statistics.median(v) for k, v in _interleaved_runs(fns, repeats).items()}
+
+
+def _paired_ratio(a: list[float], b: list[float]) -> float:
+    """Median over repeats of a_i / b_i: each pair ran back to back, on the same machine state."""
+    return statistics.median(x / y for x, y in zip(a, b))
 
 
 def run_learner_bench(*, model_name: str = "smollm2-135m", n_groups: int = 2, G: int = 8, prompt_len: int = 48,
@@ -128,11 +145,16 @@ def run_learner_bench(*, model_name: str = "smollm2-135m", n_groups: int = 2, G:
                            pad_id=0) for m in ("nois", "ftis")}
 
     progress("update steps: F-TIS vs NoIS on own groups")
-    learners["ftis"].update(own)  # warm-up (allocator, threads)
-    t = _interleaved({m: (lambda m=m: learners[m].update(own)) for m in learners}, repeats)
-    fig.step_nois_s, fig.step_ftis_s = t["nois"], t["ftis"]
-    fig.ftis_overhead = t["ftis"] / t["nois"] - 1.0
-    fig.tokens_per_s = fig.sequences * (prompt_len + comp_len) / t["ftis"]
+    for m in learners:  # warm-up: allocator, threads, each optimizer's state
+        learners[m].update(own)
+    steps = {m: (lambda m=m: learners[m].update(own)) for m in learners}
+    runs = _interleaved_runs(steps, repeats)
+    fig.step_nois_s, fig.step_ftis_s = statistics.median(runs["nois"]), statistics.median(runs["ftis"])
+    fig.ftis_overhead = _paired_ratio(runs["ftis"], runs["nois"]) - 1.0
+    cpu = _interleaved_runs(steps, repeats, clock=time.process_time)  # CPU time: blind to time stolen by neighbours
+    fig.step_nois_cpu_s, fig.step_ftis_cpu_s = statistics.median(cpu["nois"]), statistics.median(cpu["ftis"])
+    fig.ftis_overhead_cpu = _paired_ratio(cpu["ftis"], cpu["nois"]) - 1.0
+    fig.tokens_per_s = fig.sequences * (prompt_len + comp_len) / fig.step_ftis_s
 
     progress("the loss alone")
     batch = build_batch(own, pad_id=0, micro_batch=n_groups * G)
@@ -213,7 +235,10 @@ def format_learner(f: LearnerFigures) -> str:
         f"completion) tokens; {f.threads} threads",
         f"update step, own groups   NoIS {f.step_nois_s:.3f} s   F-TIS {f.step_ftis_s:.3f} s   "
         f"overhead {100 * f.ftis_overhead:+.2f}%",
-        f"loss + backward alone     NoIS {f.loss_nois_ms:.3f} ms  F-TIS {f.loss_ftis_ms:.3f} ms",
+        f"  same, process CPU time  NoIS {f.step_nois_cpu_s:.3f} s   F-TIS {f.step_ftis_cpu_s:.3f} s   "
+        f"overhead {100 * f.ftis_overhead_cpu:+.2f}%",
+        f"loss + backward alone     NoIS {f.loss_nois_ms:.3f} ms  F-TIS {f.loss_ftis_ms:.3f} ms   "
+        f"(the difference is {100 * (f.loss_ftis_ms - f.loss_nois_ms) / 1e3 / f.step_nois_s:+.4f}% of a step)",
         f"update step, peer groups  NoIS {f.peer_step_nois_s:.3f} s   F-TIS {f.peer_step_ftis_s:.3f} s   "
         f"({f.peer_rows_with_gradient_ftis} of {f.sequences} rows need a gradient under F-TIS)",
         f"learner throughput        {f.tokens_per_s:.0f} tokens/s (F-TIS step, prompt + completion tokens)",

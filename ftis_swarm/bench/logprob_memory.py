@@ -1,9 +1,11 @@
 """Peak memory and time of chunked vs naive per-token log-probs, each in a fresh process.
 
-Peak resident memory is read from the child's `ru_maxrss` (the high-water mark), minus the
-resident size after the model and inputs are built, so what is compared is the memory the
-log-prob computation itself adds. A fresh process per measurement keeps one run's freed
-memory from hiding the next one's peak.
+Peak resident memory is the child's `VmHWM` (the high-water mark of its own address space,
+reset once the model and inputs are built where the kernel allows it), minus the resident
+size at that moment, so what is compared is the memory the log-prob computation itself
+adds. Not `ru_maxrss`: Linux carries that across `fork` and `execve`, so a child of a large
+process would report its parent's size. A fresh process per measurement keeps one run's
+freed memory from hiding the next one's peak.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from dataclasses import dataclass
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from ftis_swarm.core.logprobs import token_logprobs
@@ -26,10 +28,15 @@ cfg = Qwen2Config(vocab_size=a["vocab"], hidden_size=a["hidden"], intermediate_s
                   max_position_embeddings=a["seq"], tie_word_embeddings=True)
 model = Qwen2ForCausalLM(cfg)
 ids = torch.randint(0, a["vocab"], (a["batch"], a["seq"]))
-def rss_kib():
+def status_kib(key):
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
-base = rss_kib()
+        return next(int(l.split()[1]) for l in f if l.startswith(key + ":"))
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident size
+except OSError:
+    pass
+base = status_kib("VmRSS")
 t0 = time.perf_counter()
 with torch.set_grad_enabled(a["grad"]):
     if a["naive"]:
@@ -40,7 +47,7 @@ with torch.set_grad_enabled(a["grad"]):
     if a["grad"]:
         out.sum().backward()
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status_kib("VmHWM")
 print(json.dumps({"peak_bytes": (peak - base) * 1024, "seconds": seconds, "checksum": float(out.sum())}))
 """
 
