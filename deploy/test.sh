@@ -9,6 +9,6 @@ if [ -n "${VIRTUAL_ENV:-}" ]; then py="$VIRTUAL_ENV/bin/python"; else py="$PWD/.
 [ -x "$py" ] || { echo "[test] no environment: run 'bash deploy/setup.sh' first" >&2; exit 2; }
 export FTIS_DATA_DIR="${FTIS_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 echo "[test] stage 1: fast tests"
-"$py" -m pytest -m "not slow" "$@"
+"$py" -m pytest -m "not slow" --durations=5 "$@"
 echo "[test] stage 2: slow tests"
-"$py" -m pytest -m slow "$@"
+"$py" -m pytest -m slow --durations=10 "$@"

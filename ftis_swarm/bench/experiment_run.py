@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -178,15 +178,23 @@ def solo_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed: int, 
     return out
 
 
-def vertical_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed: int, r: int) -> list[dict[str, Any]]:
+def _generate_and_encode(peers: list[Peer], items_of: Callable[[int], list[TaskItem]], task: Task,
+                         cfg: ExperimentConfig, seed: int, n: int) -> tuple[list, list, list[float]]:
+    """Each learner generates `n` completions for each of `items_of(i)` and encodes the groups
+    once, as a sender would: `(groups per learner, encoded bytes per learner, seconds per learner)`."""
     own, sent, t_gen = [], [], []
     for i, p in enumerate(peers):
         t0 = time.perf_counter()
-        groups = p.backend.generate(_prompts(p, task, round_items(task, cfg, seed, r, i)), cfg.group_size,
-                                    _sampling(cfg, seed, i, cfg.group_size))
+        groups = p.backend.generate(_prompts(p, task, items_of(i)), n, _sampling(cfg, seed, i, n))
         t_gen.append(time.perf_counter() - t0)
         own.append(groups)
         sent.append([encode_group(g) for g in groups])
+    return own, sent, t_gen
+
+
+def vertical_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed: int, r: int) -> list[dict[str, Any]]:
+    own, sent, t_gen = _generate_and_encode(
+        peers, lambda i: round_items(task, cfg, seed, r, i), task, cfg, seed, cfg.group_size)
     out = []
     for i, p in enumerate(peers):
         received = [p.receive(b) for b in sent[1 - i]]
@@ -216,14 +224,8 @@ def horizontal_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed:
                      r: int) -> list[dict[str, Any]]:
     shared = [it for i in range(len(peers)) for it in round_items(task, cfg, seed, r, i)]
     half = cfg.group_size // 2
-    own, sent, gens, t_gen = [], [], [], []
-    for i, p in enumerate(peers):
-        t0 = time.perf_counter()
-        gens.append(p.generator)
-        groups = p.backend.generate(_prompts(p, task, shared), half, _sampling(cfg, seed, i, half))
-        t_gen.append(time.perf_counter() - t0)
-        own.append(groups)
-        sent.append([encode_group(g) for g in groups])
+    gens = [p.generator for p in peers]  # the policies that generate this round
+    own, sent, t_gen = _generate_and_encode(peers, lambda i: shared, task, cfg, seed, half)
     out = []
     for i, p in enumerate(peers):
         received = [p.receive(b) for b in sent[1 - i]]

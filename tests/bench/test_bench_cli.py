@@ -38,7 +38,7 @@ def test_bench_learner_on_a_tiny_model(tmp_path):
     model = build_tiny_qwen2(tmp_path / "tiny")
     out = tmp_path / "learner.json"
     flags = ["--model", str(model), "--groups", "2", "--group-size", "4", "--prompt-tokens", "8",
-             "--completion-tokens", "8", "--repeats", "2", "--threads", "1", "--no-memory", "--json", str(out)]
+             "--completion-tokens", "8", "--repeats", "1", "--threads", "1", "--no-memory", "--json", str(out)]
     proc = subprocess.run(CLI + ["learner"] + flags, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     fig = json.loads(out.read_text())

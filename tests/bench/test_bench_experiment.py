@@ -103,7 +103,7 @@ def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
 @pytest.mark.slow
 def test_quick_experiment_end_to_end(tmp_path):
     out, figures = tmp_path / "exp", tmp_path / "fig"
-    proc = subprocess.run(CLI + ["--quick", "--out", str(out), "--figures", str(figures)],
+    proc = subprocess.run(CLI + ["--quick", "--workers", "2", "--out", str(out), "--figures", str(figures)],
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| vertical-ftis | A |" in proc.stdout
