@@ -26,7 +26,7 @@ def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
 
 @app.command()
 def experiment(
-    quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 2 rounds, 4 arms): a couple of minutes."),
+    quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, 4 arms, learner B the smaller sibling): a couple of minutes."),
     out: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
     figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <out>/figures)."),
     arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, vertical-<mode>, horizontal-<mode> (modes: nois, vis, tis, filter, fvis, ftis)."),
