@@ -4,7 +4,8 @@
   the same batch of own on-policy groups, so both modes push exactly the same rows through
   the gradient pass and the difference is the weight/filter machinery. Interleaved
   repeats (ABBA); the overhead is the median of the back-to-back pairs' ratios, in wall
-  time and again in process CPU time (which time stolen by other tenants does not inflate).
+  time and in process CPU time, both read on the same calls (CPU time is not inflated by
+  time stolen by other tenants).
 - **The loss alone**: `ftis_loss` against the `nois` mode on the same `[N, T]` tensors.
 - **A peer batch**: the same groups marked off-policy and slightly shifted; F-TIS filters the
   samples with A <= 0 and skips them in the gradient pass, NoIS does not.
@@ -96,31 +97,25 @@ def _shifted(g: Group, rng: np.random.Generator) -> Group:
     return Group.build(**{**fields, "sender": "peer"}, logp_gen=lp)
 
 
-def _median_time(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _interleaved_runs(fns: dict[str, Callable[[], Any]], repeats: int,
-                      clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+def _interleaved_runs(fns: dict[str, Callable[[], Any]],
+                      repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Each function once per repeat, the order reversed every other repeat (ABBA), so drift and
-    whatever one call leaves behind for the next weigh on every function alike."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
+    whatever one call leaves behind for the next weigh on every function alike. Returns each
+    call's wall time and its process CPU time (which time stolen by neighbours does not inflate)."""
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
-            t0 = clock()
+            w0, c0 = time.perf_counter(), time.process_time()
             fns[name]()
-            times[name].append(clock() - t0)
-    return times
+            wall[name].append(time.perf_counter() - w0)
+            cpu[name].append(time.process_time() - c0)
+    return wall, cpu
 
 
 def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    return {k: statistics.median(v) for k, v in _interleaved_runs(fns, repeats).items()}
+    return {k: statistics.median(v) for k, v in _interleaved_runs(fns, repeats)[0].items()}
 
 
 def _paired_ratio(a: list[float], b: list[float]) -> float:
@@ -148,10 +143,9 @@ def run_learner_bench(*, model_name: str = "smollm2-135m", n_groups: int = 2, G:
     for m in learners:  # warm-up: allocator, threads, each optimizer's state
         learners[m].update(own)
     steps = {m: (lambda m=m: learners[m].update(own)) for m in learners}
-    runs = _interleaved_runs(steps, repeats)
+    runs, cpu = _interleaved_runs(steps, repeats)
     fig.step_nois_s, fig.step_ftis_s = statistics.median(runs["nois"]), statistics.median(runs["ftis"])
     fig.ftis_overhead = _paired_ratio(runs["ftis"], runs["nois"]) - 1.0
-    cpu = _interleaved_runs(steps, repeats, clock=time.process_time)  # CPU time: blind to time stolen by neighbours
     fig.step_nois_cpu_s, fig.step_ftis_cpu_s = statistics.median(cpu["nois"]), statistics.median(cpu["ftis"])
     fig.ftis_overhead_cpu = _paired_ratio(cpu["ftis"], cpu["nois"]) - 1.0
     fig.tokens_per_s = fig.sequences * (prompt_len + comp_len) / fig.step_ftis_s
