@@ -130,9 +130,15 @@ class SwarmConfig(_Strict):
     max_clock_skew: float = Field(30.0, ge=0)
     """Seconds two peers' clocks may differ: a record may expire at most ttl + this far ahead."""
     window: float = Field(30.0, gt=0)
-    """Seconds per time window of the DHT key scheme."""
+    """Seconds per time window of the DHT key scheme (the same on every peer of a run)."""
+    member_shards: Literal[1, 2, 4, 8, 16] = 1
+    """Membership keys per window (the same on every peer of a run); 4 or more past ~1,000 peers."""
     max_record_bytes: int = Field(4096, ge=256)
-    """Most bytes in one signed DHT record (a pointer, about 600 bytes); larger records are refused."""
+    """Most bytes in one signed DHT record (a pointer, about 700 bytes); larger records are refused."""
+    max_stored_records: int = Field(16384, ge=64)
+    """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
+    max_records_per_peer: int = Field(2048, ge=16)
+    """Most records this node stores that one peer sent, and that one owner signed."""
     max_groups_per_peer_per_gather: int = Field(32, ge=1)
     """Most groups one peer may contribute to one gather; its further groups wait for the next one."""
     poll_interval: float = Field(1.0, gt=0, le=60)
@@ -141,8 +147,16 @@ class SwarmConfig(_Strict):
     """Seconds to fetch one group body from its publisher before the attempt counts as failed."""
     max_fetch_attempts: int = Field(3, ge=1)
     """Failed fetches of one body before it is rejected as `fetch_failed`."""
-    max_concurrent_fetches: int = Field(8, ge=1, le=256)
-    """Bodies fetched at once."""
+    max_concurrent_fetches: int = Field(8, ge=2, le=256)
+    """Bodies fetched at once, from all publishers together (half of them at most from unproven ones)."""
+    max_fetches_per_peer: int = Field(2, ge=1, le=255)
+    """Bodies fetched at once from one publisher; below max_concurrent_fetches, so no one holds every slot."""
+    first_byte_timeout: float = Field(3.0, gt=0)
+    """Seconds from asking for a body to its header (and between two reads of it): longer is a stall."""
+    min_body_rate: int = Field(256 * 1024, ge=1024)
+    """Bytes per second a body must at least arrive at; slower is a stall (`fetch_timeout` bounds it too)."""
+    max_streams_per_peer: int = Field(4, ge=1, le=64)
+    """Body streams this node serves at once to one requester; further requests are answered busy."""
     num_replicas: int = Field(5, ge=1, le=64)
     """Peers nearest to a key that are asked to store each pointer."""
     min_replicas: int = Field(1, ge=1, le=64)
@@ -152,6 +166,15 @@ class SwarmConfig(_Strict):
     join_timeout: float = Field(30.0, gt=0)
     """Seconds to start the libp2p daemon and reach the --peers."""
     wire: WireConfig = Field(default_factory=WireConfig)
+
+    @model_validator(mode="after")
+    def _fetch_slots(self) -> "SwarmConfig":
+        if self.max_fetches_per_peer >= self.max_concurrent_fetches:
+            raise ValueError(
+                f"max_fetches_per_peer={self.max_fetches_per_peer} must be below "
+                f"max_concurrent_fetches={self.max_concurrent_fetches}"
+            )
+        return self
 
 
 class NodeConfig(_Strict):

@@ -4,9 +4,10 @@ The client owns an in-process DHT peer on a background event loop (`runtime`), t
 of its own bodies with the stream handler that serves them (`bodies`), and the background
 gatherer (`gatherer`). All calls are synchronous and safe from the node's main thread:
 
-    client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V)   # blocks until joined
-    result = client.publish(group)          # PublishResult: ok only if a peer holds the pointer
+    client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V, policy=ledger)  # blocks until joined
+    result = client.publish(group)          # PublishResult: ok only if peers hold the pointer and membership
     groups = client.gather(deadline=10.0)   # whatever arrived by then; never waits for a count
+    client.drain_peer_faults()              # {peer id: Counter(reason)} since the last call, for the ledger
     client.counters(); client.shutdown()
 """
 
@@ -16,6 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from typing import Optional
 
 from hivemind.utils.timed_storage import get_dht_time
@@ -24,8 +26,11 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.bodies import BodyStore, serve_bodies
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.gatherer import Gatherer
-from ftis_swarm.swarm.publishing import store_pointer
-from ftis_swarm.swarm.records import make_pointer, make_subkey, window_key
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, member_key, member_shard, pointer_key, window_of
+from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.swarm.publishing import Record, store_records
+from ftis_swarm.swarm.reading import KeyReader
+from ftis_swarm.swarm.records import RECORD_VERSION, MemberRecord, make_pointer, make_subkey
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
 
@@ -34,7 +39,8 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PublishResult:
-    """The outcome of one publish. `ok` is True only when `replicas >= cfg.min_replicas`."""
+    """The outcome of one publish. `ok` is True only when the pointer and the membership record
+    each reached `cfg.min_replicas` peers."""
 
     ok: bool
     reason: str
@@ -53,28 +59,37 @@ class PublishResult:
 class SwarmClient:
     """A node's membership in the swarm. Create with `SwarmClient.start`; end with `shutdown`."""
 
-    def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle):
+    def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle,
+                 policy: PeerPolicy):
         self._cfg, self._tokenizer_fp, self._vocab_size = cfg, tokenizer_fp, vocab_size
         self._peer, self._loop, self._node = peer, peer.loop, peer.node
         self.peer_id: str = peer.peer_id
         """The `sender` every published group must carry."""
         self.visible_maddrs: list[str] = peer.visible_maddrs
         """Multiaddrs other peers can pass to `--peers` to join through this node."""
-        self._counters = SwarmCounters()
+        self._counters = peer.counters
         self._bodies = BodyStore()
-        self._gatherer = Gatherer(node=self._node, cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp,
-                                  vocab_size=vocab_size, counters=self._counters)
+        self._gatherer = Gatherer(reader=KeyReader(self._node, peer.checker, self._counters), p2p=self._node.p2p,
+                                  cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
+                                  counters=self._counters, policy=policy)
+        self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
+        self._member_updated = 0.0
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
-        self._loop.run(serve_bodies(self._node.p2p, self._bodies, request_timeout=cfg.fetch_timeout,
+        self._loop.run(serve_bodies(self._node.p2p, self._bodies, first_byte_timeout=cfg.first_byte_timeout,
+                                    min_rate=cfg.min_body_rate, max_streams_per_peer=cfg.max_streams_per_peer,
+                                    policy=policy, counters=self._counters,
                                     on_served=lambda n: self._counters.add("served_bytes", n)), timeout=10.0)
         self._poller = self._loop.submit(self._gatherer.run())
 
     @classmethod
-    def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None) -> "SwarmClient":
+    def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,
+              policy: PeerPolicy = ALLOW_ALL) -> "SwarmClient":
         """Starts p2pd and the DHT peer, joins through `cfg.peers`, and starts gathering.
 
+        `policy` (the node's peer ledger; by default everyone allowed, nobody scored) says
+        whom to fetch from, store for and serve, and whose records to keep first.
         Raises SwarmError (one sentence) for a bad address, an identity already in use, or
         peers that do not answer within `cfg.join_timeout`.
         """
@@ -82,9 +97,9 @@ class SwarmClient:
             raise ValueError("tokenizer_fp must be 1 to 64 characters")
         if vocab_size is not None and vocab_size < 1:
             raise ValueError("vocab_size must be positive")
-        peer = open_peer(cfg, thread_name="ftis-swarm")
+        peer = open_peer(cfg, thread_name="ftis-swarm", policy=policy, counters=SwarmCounters())
         try:
-            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer)
+            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy)
         except BaseException:
             peer.close()
             raise
@@ -93,7 +108,12 @@ class SwarmClient:
         return client
 
     def publish(self, group: Group) -> PublishResult:
-        """Makes `group` available to every peer; `ok` is False, with a reason, when it is not."""
+        """Makes `group` available to every peer; `ok` is False, with a reason, when it is not.
+
+        Stores the group's pointer under this node's key of the current window and, at the
+        same time, this node's membership record of the window (the count of its pointers).
+        Never raises for what the swarm does: every failure is a result with a reason.
+        """
         started = time.monotonic()
         reason = self._refusal(group)
         if reason:
@@ -105,23 +125,23 @@ class SwarmClient:
         group_id = content_id(body)
         expiration = group.created_at + self._cfg.ttl
         self._bodies.put(group_id, body, until=expiration + self._cfg.max_clock_skew)
-        pointer = make_pointer(group, body, group_id)
+        records, window = self._records(group, body, group_id, expiration)
         try:
-            outcome = self._loop.run(store_pointer(
-                self._node,
-                key=window_key(self._cfg.run_id, get_dht_time(), self._cfg.window),
-                subkey=make_subkey(self._peer.identity.identity.public_key, group_id),
-                value=pointer.dict(),
-                expiration=expiration,
-            ), timeout=self._cfg.publish_timeout)
+            pointer, member = self._loop.run(store_records(self._node, records), timeout=self._cfg.publish_timeout)
         except TimeoutError as exc:
             return self._failed(str(exc), started, group_id=group_id, size=len(body))
-        ok = outcome.accepted >= self._cfg.min_replicas
+        except Exception as exc:  # p2pd, hivemind or this node's own checks: a failed publish, not a crash
+            logger.exception("publishing group %s failed", group_id)
+            return self._failed(f"storing the pointer failed: {exc!r}", started, group_id=group_id, size=len(body))
+        if pointer.accepted >= self._cfg.min_replicas:
+            self._window_groups[window] += 1
+        ok = min(pointer.accepted, member.accepted) >= self._cfg.min_replicas
         result = PublishResult(
             ok=ok,
-            reason="" if ok else (f"the pointer reached {outcome.accepted} of {outcome.asked} peers asked, "
-                                  f"fewer than min_replicas={self._cfg.min_replicas}"),
-            group_id=group_id, replicas=outcome.accepted, asked=outcome.asked, size=len(body),
+            reason="" if ok else (f"the pointer reached {pointer.accepted} and the membership record "
+                                  f"{member.accepted} of {pointer.asked} peers asked, fewer than "
+                                  f"min_replicas={self._cfg.min_replicas}"),
+            group_id=group_id, replicas=pointer.accepted, asked=pointer.asked, size=len(body),
             seconds=time.monotonic() - started,
         )
         if ok:
@@ -130,6 +150,24 @@ class SwarmClient:
             self._counters.add("publish_failed")
             logger.warning("publish of %s failed: %s", group_id, result.reason)
         return result
+
+    def _records(self, group: Group, body: bytes, group_id: str, expiration: float) -> tuple[list[Record], int]:
+        """The pointer of `group` and this node's membership record of the current window, unsigned."""
+        cfg, now = self._cfg, get_dht_time()
+        window = window_of(now, cfg.window)
+        for old in [w for w in self._window_groups if w < window - 1]:
+            del self._window_groups[old]
+        self._member_updated = max(now, self._member_updated + 1e-3)  # each update must expire later
+        member = MemberRecord(v=RECORD_VERSION, publisher=self.peer_id, run_id=cfg.run_id, window=window,
+                              shards=cfg.member_shards, groups=self._window_groups[window] + 1,
+                              updated_at=self._member_updated)
+        public_key = self._peer.identity.identity.public_key
+        return [
+            Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, group_id),
+                   make_pointer(group, body, group_id, window=window).dict(), expiration),
+            Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
+                   make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl),
+        ], window
 
     def gather(self, deadline: float) -> list[Group]:
         """Peers' groups accepted since the last call, returned `deadline` seconds from now.
@@ -145,10 +183,19 @@ class SwarmClient:
         return self._gatherer.drain()
 
     def counters(self) -> dict:
-        """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able."""
+        """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
+        `serving_bodies` (own bodies served now) and `stored_records` (records held for the DHT)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
+        snapshot["stored_records"] = self._node.protocol.storage.held
         return snapshot
+
+    def drain_peer_faults(self) -> dict[str, Counter[str]]:
+        """{peer id: Counter(reason)}: the rejections and faults each peer caused since the last call.
+
+        Reasons are those of `counters` (`rejected` and `faults`); the node charges them to its ledger.
+        """
+        return self._counters.drain_peer_faults()
 
     def shutdown(self) -> None:
         """Stops gathering, closes the DHT peer and p2pd, releases the identity. Idempotent."""

@@ -1,26 +1,41 @@
-"""Cumulative counts of a swarm client, as one JSON-able dict for the node's metrics sink.
+"""Cumulative counts of a swarm peer, as one JSON-able dict for the node's metrics sink.
 
-Rejection reasons (each counted in `rejected` and in `rejected_by_peer[peer]`):
+Rejections: a pointer or group refused, each counted once in `rejected` and in
+`rejected_by_peer[publisher]`:
 
 - before download: `run_id`, `tokenizer` (another run or tokenizer), `stale` (signed
   creation time older than the TTL; also checked again when `gather` hands groups out),
   `future` (created further ahead than the clock skew), `oversize` (larger than
-  `wire.max_bytes`);
-- on download: `fetch_failed` (publisher unreachable or without the body after
-  `max_fetch_attempts` tries), `size_mismatch`, `hash_mismatch` (body differs from the
-  signed pointer);
+  `wire.max_bytes`), `denied` (the peer policy refuses the publisher);
+- on download: `fetch_failed` (publisher unreachable, without the body, or its stream
+  broke, `max_fetch_attempts` times in a row), `stalled` (no header within
+  `first_byte_timeout`, or the body slower than `min_body_rate`, as many times),
+  `size_mismatch`, `hash_mismatch` (body differs from the signed pointer), `fetch_error`
+  (an unexpected error, logged with its traceback; never retried);
 - on decode: `malformed` (the wire decoder refused it), `sender_mismatch` (the group's
   sender is not the peer whose key signed the pointer), `pointer_mismatch` (run id,
   tokenizer or creation time differ between body and pointer).
 
+Faults: every other error a peer caused, in `faults` {reason: n}: records it asked this
+peer to store and that were refused (`storage.REFUSALS`), bad DHT replies (`reading`),
+failed body fetches before the pointer is rejected, and misbehaving body requests
+(`bodies`). `drain_peer_faults()` hands rejections and faults out per peer, since the
+last call, for the node's ledger.
+
 `deferred` counts groups held back once because their peer had reached
 `max_groups_per_peer_per_gather`; they are fetched for a later gather, not rejected.
+Per-peer maps hold at most `MAX_PEERS` peers; the rest are counted under `OTHERS`.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import Counter, defaultdict
+
+MAX_PEERS = 4096
+OTHERS = "<others>"
 
 
 class SwarmCounters:
@@ -33,6 +48,8 @@ class SwarmCounters:
         self._plain: Counter[str] = Counter({name: 0 for name in self._PLAIN})
         self._rejected: Counter[str] = Counter()
         self._by_peer: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._faults: Counter[str] = Counter()
+        self._undrained: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
     def add(self, name: str, n: int = 1) -> None:
         if name not in self._PLAIN:
@@ -41,9 +58,23 @@ class SwarmCounters:
             self._plain[name] += n
 
     def reject(self, peer: str, reason: str) -> None:
+        """A pointer or group from `peer` refused for `reason`."""
         with self._lock:
             self._rejected[reason] += 1
-            self._by_peer[peer][reason] += 1
+            self._by_peer[_slot(self._by_peer, peer)][reason] += 1
+            self._undrained[_slot(self._undrained, peer)][reason] += 1
+
+    def fault(self, peer: str, reasons: Counter[str]) -> None:
+        """Any other errors `peer` caused, by reason."""
+        with self._lock:
+            self._faults.update(reasons)
+            self._undrained[_slot(self._undrained, peer)].update(reasons)
+
+    def drain_peer_faults(self) -> dict[str, Counter[str]]:
+        """Rejections and faults per peer since the last call."""
+        with self._lock:
+            drained, self._undrained = dict(self._undrained), defaultdict(Counter)
+        return drained
 
     def snapshot(self) -> dict:
         with self._lock:
@@ -51,4 +82,37 @@ class SwarmCounters:
                 **{name: int(self._plain[name]) for name in self._PLAIN},
                 "rejected": dict(self._rejected),
                 "rejected_by_peer": {peer: dict(c) for peer, c in self._by_peer.items()},
+                "faults": dict(self._faults),
             }
+
+
+def _slot(table: dict, peer: str) -> str:
+    return peer if peer in table or len(table) < MAX_PEERS else OTHERS
+
+
+class ThrottledLog:
+    """At most one log line per peer per `interval` seconds, with the counts since the last line.
+
+    A flood of refused records or requests then costs one line, not one per item.
+    """
+
+    def __init__(self, log: logging.Logger, what: str, *, interval: float = 10.0, level: int = logging.WARNING):
+        self._log, self._what, self._interval, self._level = log, what, interval, level
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[float, Counter[str]]] = {}
+
+    def note(self, peer: str, reasons: Counter[str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._held.get(peer, (float("-inf"), Counter()))
+            held = held + reasons
+            if now - last < self._interval:
+                if peer in self._held or len(self._held) < MAX_PEERS:
+                    self._held[peer] = (last, held)
+                return
+            self._held[peer] = (now, Counter())
+            if len(self._held) > MAX_PEERS:  # forget the quiet ones
+                for stale in [p for p, (t, c) in self._held.items() if now - t >= self._interval and not c]:
+                    del self._held[stale]
+        summary = ", ".join(f"{reason} x{n}" for reason, n in held.most_common())
+        self._log.log(self._level, "%s from %s: %s", self._what, peer, summary)

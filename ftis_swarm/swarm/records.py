@@ -1,17 +1,17 @@
-"""What the DHT holds: small signed pointers to group bodies, one subkey per group.
+"""What the DHT holds: small signed records, of two kinds, each bound to its owner and key.
 
-Key scheme (no coordinator needed): `ftis/<run_id>/groups/<w>`, where
-`w = floor(publish_time / window)`. Every peer knows which keys to read from the clock
-alone. Subkey: `[owner:<ssh-rsa public key>]/<group id>` as msgpack bytes; hivemind's
-`RSASignatureValidator` then accepts a change to that subkey only when it is signed by
-that key, so nobody can overwrite or forge another peer's pointer.
+- `GroupPointer`, under the publisher's own pointer key (`keys.pointer_key`), subkey
+  `[owner:<ssh-rsa public key>]/<group id>`: the group id, the body's size and sha256, the
+  publisher's peer id (the peer id of the owner key), the signed creation time, run id,
+  tokenizer fingerprint and the window it was published in. The last four let a receiver
+  drop a group without downloading it.
+- `MemberRecord`, under a membership key (`keys.member_key`), subkey
+  `[owner:<key>]/member`: "this peer published `groups` pointers in window w". One per
+  peer and window; each publish re-signs it with a later expiry, which replaces it.
 
-Value (`GroupPointer`, a msgpack map, strict pydantic.v1 schema): the group id, the body's
-size and sha256, the publisher's peer id (which must be the peer id of the owner key), the
-signed creation time, the run id and the tokenizer fingerprint. The last three let a
-receiver drop a group without downloading it. The body itself never enters the DHT: a
-`get` returns all subkeys of a key in one message under p2pd's 4 MiB cap, so whole groups
-(about 50 KB each, 96 per round at the paper's batch) would not fit.
+The owner marker makes hivemind's `RSASignatureValidator` accept a change to a subkey
+only when signed by that key. Bodies never enter the DHT: a `get` returns all subkeys of
+a key in one message under p2pd's 4 MiB cap.
 """
 
 from __future__ import annotations
@@ -26,17 +26,43 @@ import pydantic.v1 as pydantic
 from ftis_swarm.config import WireConfig
 from ftis_swarm.wire import Group, WireError, decode_group
 
-POINTER_VERSION = 1
+RECORD_VERSION = 2
+"""Version of both record schemas (1 was the shared window key of the first layout)."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
+MAX_GROUPS_PER_WINDOW = 1 << 16
 
-_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/([0-9a-f]{32})$")
+_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/([0-9a-f]{32}|member)$")
+_PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
+_RUN_ID = r"^[A-Za-z0-9._-]{1,64}$"
 
 
-class GroupPointer(pydantic.BaseModel):
+class _StrictRecord(pydantic.BaseModel):
+    class Config:
+        extra = pydantic.Extra.forbid
+        allow_mutation = False
+
+    @classmethod
+    def parse_strict(cls, obj: object):
+        """Parses a deserialized value; raises ValueError unless it matches the schema exactly."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"a record is a map, got {type(obj).__name__}")
+        record = cls.parse_obj(obj)  # pydantic.ValidationError is a ValueError
+        if record.dict() != obj:
+            raise ValueError("record needed a type conversion to match the schema")
+        return record
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("times must be finite")
+    return value
+
+
+class GroupPointer(_StrictRecord):
     """The signed DHT value that announces one group; every field is checked without coercion."""
 
-    v: pydantic.conint(strict=True, ge=POINTER_VERSION, le=POINTER_VERSION)
+    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
     """Pointer schema version."""
     group_id: pydantic.constr(strict=True, regex=r"^[0-9a-f]{32}$")
     """The group's content id (first 32 hex digits of the body's sha256); also in the subkey."""
@@ -44,54 +70,46 @@ class GroupPointer(pydantic.BaseModel):
     """Bytes of the encoded body."""
     sha256: pydantic.constr(strict=True, regex=r"^[0-9a-f]{64}$")
     """Hex sha256 of the body; a fetched body with another hash is dropped."""
-    publisher: pydantic.constr(strict=True, regex=r"^[1-9A-HJ-NP-Za-km-z]{32,128}$")
+    publisher: pydantic.constr(strict=True, regex=_PEER_ID)
     """Base58 peer id that serves the body: the peer id of the subkey's owner key."""
     created_at: pydantic.confloat(strict=True, ge=0)
     """The group's creation time (unix seconds); equal to the body's."""
-    run_id: pydantic.constr(strict=True, regex=r"^[A-Za-z0-9._-]{1,64}$")
+    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
     """The body's run id."""
     tokenizer_fp: pydantic.constr(strict=True, min_length=1, max_length=64)
     """The body's tokenizer fingerprint."""
+    window: pydantic.conint(strict=True, ge=0)
+    """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
 
-    class Config:
-        extra = pydantic.Extra.forbid
-        allow_mutation = False
-
-    @pydantic.validator("created_at")
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("created_at must be finite")
-        return value
-
-    @classmethod
-    def parse_strict(cls, obj: object) -> "GroupPointer":
-        """Parses a deserialized value; raises ValueError unless it matches the schema exactly."""
-        if not isinstance(obj, dict):
-            raise ValueError(f"a pointer is a map, got {type(obj).__name__}")
-        pointer = cls.parse_obj(obj)  # pydantic.ValidationError is a ValueError
-        if pointer.dict() != obj:
-            raise ValueError("pointer needed a type conversion to match the schema")
-        return pointer
+    _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
 
-def window_key(run_id: str, timestamp: float, window: float) -> str:
-    """The DHT key of the time window that holds pointers published at `timestamp`."""
-    return f"ftis/{run_id}/groups/{math.floor(timestamp / window)}"
+class MemberRecord(_StrictRecord):
+    """The signed DHT value saying that a peer published pointers in a window (its membership)."""
+
+    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
+    publisher: pydantic.constr(strict=True, regex=_PEER_ID)
+    """The peer id of the subkey's owner key."""
+    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
+    window: pydantic.conint(strict=True, ge=0)
+    """The window: its pointers are under `pointer_key(run_id, publisher, window)`."""
+    shards: pydantic.conint(strict=True, ge=1, le=16)
+    """The run's membership shard count; the key is `member_key(run_id, window, member_shard(publisher, shards))`."""
+    groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_WINDOW)
+    """Pointers the publisher stored in the window so far: a reader reads its key again when this grows."""
+    updated_at: pydantic.confloat(strict=True, ge=0)
+    """When it was signed; its expiry is `updated_at + ttl`, so each update replaces the last."""
+
+    _updated_finite = pydantic.validator("updated_at", allow_reuse=True)(_finite)
 
 
-def window_keys(run_id: str, start: float, end: float, window: float) -> list[str]:
-    """Keys of every window that overlaps [start, end], oldest first."""
-    first, last = math.floor(start / window), math.floor(end / window)
-    return [f"ftis/{run_id}/groups/{w}" for w in range(first, last + 1)]
-
-
-def make_subkey(public_key: bytes, group_id: str) -> bytes:
-    """`[owner:<key>]/<group id>`: the owner marker makes the record protected by that key."""
-    return b"[owner:" + public_key + b"]/" + group_id.encode()
+def make_subkey(public_key: bytes, name: str) -> bytes:
+    """`[owner:<key>]/<name>` (a group id, or "member"): the owner marker protects the record."""
+    return b"[owner:" + public_key + b"]/" + name.encode()
 
 
 def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
-    """(owner public key, group id), or None when `subkey` is not of the pointer form."""
+    """(owner public key, group id or "member"), or None when `subkey` is not of either form."""
     if not isinstance(subkey, bytes):
         return None
     match = _SUBKEY_RE.match(subkey)
@@ -100,10 +118,10 @@ def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
     return match.group(1), match.group(2).decode()
 
 
-def make_pointer(group: Group, body: bytes, group_id: str) -> GroupPointer:
-    """The pointer this node stores for one of its own encoded groups."""
+def make_pointer(group: Group, body: bytes, group_id: str, *, window: int) -> GroupPointer:
+    """The pointer this node stores for one of its own encoded groups, published in `window`."""
     return GroupPointer(
-        v=POINTER_VERSION,
+        v=RECORD_VERSION,
         group_id=group_id,
         size=len(body),
         sha256=hashlib.sha256(body).hexdigest(),
@@ -111,6 +129,7 @@ def make_pointer(group: Group, body: bytes, group_id: str) -> GroupPointer:
         created_at=float(group.created_at),
         run_id=group.run_id,
         tokenizer_fp=group.tokenizer_fp,
+        window=window,
     )
 
 

@@ -4,6 +4,12 @@ Why not `hivemind.DHT`: its process wrapper sends values through a pipe that bre
 values over about 16 KiB. Here a `DHTNode` and its `P2P` daemon live in this process, on
 an event loop in a daemon thread; the node's main thread (torch training) calls in through
 `LoopThread.run`, which waits on a future with a timeout.
+
+The DHT peer is guarded before it answers anyone: it is created as a client (so hivemind
+registers no handlers of its own), then given `GuardedStorage`, the strict
+`BoundedSerializer`, and `DHTServicer`'s handlers under hivemind's names, and only then
+announced to its peers with a lookup of its own id. hivemind's local cache is off: a
+peer keeps no unbounded copy of what it reads.
 """
 
 from __future__ import annotations
@@ -17,14 +23,19 @@ from pathlib import Path
 from typing import Awaitable, Optional, TypeVar
 
 from hivemind.dht.node import DHTNode
-from hivemind.dht.validation import RecordValidatorBase
-from hivemind.p2p import P2P, P2PDaemonError
+from hivemind.p2p import P2P, P2PDaemonError, PeerID
+from hivemind.proto import dht_pb2
 from hivemind.utils.multiaddr import Multiaddr
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.dhtcodec import BoundedSerializer
 from ftis_swarm.swarm.errors import SwarmError
+from ftis_swarm.swarm.guard import DHTServicer
 from ftis_swarm.swarm.identity import NodeIdentity
-from ftis_swarm.swarm.validators import make_record_validator
+from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.swarm.storage import GuardedStorage
+from ftis_swarm.swarm.validators import RecordChecker
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,8 +106,9 @@ def check_maddrs(maddrs: list[str], *, what: str, need_peer_id: bool) -> None:
             raise SwarmError(f"{what} {item!r} is not a multiaddr{suffix}: {exc}") from None
 
 
-async def start_dht(cfg: SwarmConfig, *, identity_path: Path, validator: RecordValidatorBase) -> DHTNode:
-    """Starts p2pd with this identity and joins the DHT through `cfg.peers` (if any)."""
+async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChecker, policy: PeerPolicy,
+                    counters: SwarmCounters) -> DHTNode:
+    """Starts p2pd with this identity, joins the DHT through `cfg.peers` (if any), and guards it."""
     try:
         p2p = await P2P.create(
             initial_peers=cfg.peers or None,
@@ -113,22 +125,49 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, validator: RecordV
             raise SwarmError(f"none of the --peers could be reached ({', '.join(cfg.peers)})") from exc
         raise SwarmError(f"the libp2p daemon did not start on {cfg.host}:{cfg.port}: {exc}") from exc
     try:
-        return await DHTNode.create(
+        node = await DHTNode.create(
             p2p=p2p,
             initial_peers=cfg.peers or None,
-            client_mode=cfg.client_mode,
-            record_validator=validator,
+            client_mode=True,  # no hivemind handlers: `guard_node` registers the guarded ones
+            record_validator=checker,
             num_replicas=cfg.num_replicas,
-            cache_nearest=0,  # no unasked-for copies of whole windows to other peers
-            cache_refresh_before_expiry=0,  # a window is read when wanted, not kept warm
+            cache_locally=False,  # no unbounded local copy of what this peer reads
+            cache_nearest=0,  # no unasked-for copies of whole keys to other peers
+            cache_refresh_before_expiry=0,
             bootstrap_timeout=min(cfg.join_timeout, 5.0),
         )
+        await guard_node(node, cfg, checker=checker, policy=policy, counters=counters)
+        return node
     except RuntimeError as exc:
         await p2p.shutdown()
         raise SwarmError(f"none of the --peers answered ({', '.join(cfg.peers)}): {exc}") from exc
     except BaseException:
         await p2p.shutdown()
         raise
+
+
+async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker, policy: PeerPolicy,
+                     counters: SwarmCounters) -> None:
+    """Gives a client-mode DHTNode its guarded storage and, unless `cfg.client_mode`, its guarded handlers."""
+    protocol = node.protocol
+    protocol.serializer = BoundedSerializer
+    routing = protocol.routing_table
+
+    def is_dht_peer(peer_id: str) -> bool:
+        return routing.get(peer_id=PeerID.from_base58(peer_id)) is not None
+
+    protocol.storage = GuardedStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
+                                      max_records=cfg.max_stored_records,
+                                      max_records_per_peer=cfg.max_records_per_peer)
+    if cfg.client_mode:
+        return
+    protocol.client_mode = False
+    protocol.node_info = dht_pb2.NodeInfo(node_id=node.node_id.to_bytes())
+    servicer = DHTServicer(protocol=protocol, storage=protocol.storage, checker=checker, policy=policy,
+                           counters=counters)
+    await protocol.add_p2p_handlers(node.p2p, servicer)
+    if cfg.peers:  # now as a server: every peer this lookup visits adds this one to its routing table
+        await node.find_nearest_nodes([node.node_id])
 
 
 @dataclasses.dataclass
@@ -139,6 +178,8 @@ class PeerHandle:
     loop: LoopThread
     node: DHTNode
     visible_maddrs: list[str]
+    checker: RecordChecker
+    counters: SwarmCounters
 
     @property
     def peer_id(self) -> str:
@@ -160,7 +201,8 @@ async def _close_node(node: DHTNode) -> None:
     await node.p2p.shutdown()
 
 
-def open_peer(cfg: SwarmConfig, *, thread_name: str) -> PeerHandle:
+def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_ALL,
+              counters: Optional[SwarmCounters] = None) -> PeerHandle:
     """Checks addresses, takes the identity, starts p2pd and the DHT peer, and joins `cfg.peers`.
 
     Raises SwarmError (one sentence) for a bad address, a busy identity, or peers that do
@@ -169,12 +211,13 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str) -> PeerHandle:
     check_maddrs(cfg.peers, what="peer", need_peer_id=True)
     check_maddrs(cfg.announce, what="announce address", need_peer_id=False)
     identity = NodeIdentity(cfg.identity)
+    counters = counters if counters is not None else SwarmCounters()
     loop = LoopThread(name=thread_name)
     try:
-        validator = make_record_validator(identity.identity.private_key, max_record_bytes=cfg.max_record_bytes,
-                                          ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew)
-        node = loop.run(start_dht(cfg, identity_path=identity.identity.path, validator=validator),
-                        timeout=cfg.join_timeout + 10.0)
+        checker = RecordChecker(identity.identity.private_key, max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl,
+                                max_clock_skew=cfg.max_clock_skew)
+        node = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
+                                  counters=counters), timeout=cfg.join_timeout + 10.0)
         maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
     except TimeoutError as exc:
         loop.stop()
@@ -184,4 +227,5 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str) -> PeerHandle:
         loop.stop()
         identity.close()
         raise
-    return PeerHandle(identity=identity, loop=loop, node=node, visible_maddrs=maddrs)
+    return PeerHandle(identity=identity, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
+                      counters=counters)

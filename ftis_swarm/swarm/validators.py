@@ -1,159 +1,175 @@
-"""The record validators every peer runs, on each record it is asked to store and each it reads.
+"""The checks every peer runs on each record it is asked to store and each it reads.
 
-hivemind applies them highest priority first, each on the value the previous one stripped:
+`RecordChecker` runs them cheapest first and names the first that fails:
 
-1. `EnvelopeValidator` (priority 20, cheap checks before any signature work): the record
-   sits under a subkey of the pointer form `[owner:<key>]/<group id>` whose key is RSA;
-   the signed value is at most `max_record_bytes`; its expiry lies no further ahead than
-   `ttl + max_clock_skew` (nobody can squat a key, or keep a record alive for good).
-2. hivemind's `RSASignatureValidator` (priority 10): the value carries exactly one valid
-   signature by the owner key over (key, subkey, value, expiry). An overwrite of another
-   peer's subkey, a forged signature and a replay with a changed expiry all fail here.
-3. `PointerValidator` (priority 0): the stripped value is a `GroupPointer` (strict
-   pydantic.v1 schema, no coercion, no extra fields), its group id is the subkey's, its
-   sha256 starts with that id, and its publisher is the peer id of the owner key.
+1. envelope: the signed value is at most `max_record_bytes` (`oversize_record`); its
+   expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
+   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/<group
+   id>` or `[owner:<rsa key>]/member` (`not_pointer_form`).
+2. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
+   (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
+   a forged signature and a replay with a changed expiry or under another key fail here.
+3. content: the stripped value is a `GroupPointer` or `MemberRecord` (strict schema, no
+   coercion, no extra fields; `bad_schema`) whose publisher is the owner's peer id and
+   whose group id is the subkey's (`owner_mismatch`), stored under exactly the key the
+   layout gives for its owner, run and window (`unbound_key`, see `keys`).
 
-`RememberingValidator` runs the chain and remembers what it accepted, so that the pointers
-read again at every poll are not verified again.
-
-Everything in this DHT is a pointer: a regular (subkey-less) value, or any record of
-another shape, is refused. hivemind refuses a whole dictionary a peer returns when one of
-its records fails, so a peer that serves forged records is simply not read from.
+The checker remembers the records it accepted (by a length-prefixed sha256), so records
+read again at every poll skip the signature. Only acceptances are remembered: a record
+that passes once passes later too (the one time-dependent check, an expiry too far ahead,
+only gets easier as time passes). hivemind itself calls `validate` (a bool) on the records
+of its own searches; the swarm's storage guard and reader call `examine` for the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections import OrderedDict
-from typing import Optional
+from typing import Optional, Union
 
 import msgpack
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.protocol import DHTProtocol
-from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.swarm.identity import peer_id_from_public_key
-from ftis_swarm.swarm.records import GroupPointer, parse_subkey
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
+from ftis_swarm.swarm.records import GroupPointer, MemberRecord, parse_subkey
 
 logger = logging.getLogger(__name__)
 
-_MAX_SUBKEY_BYTES = 2048
+MAX_SUBKEY_BYTES = 2048
+Content = Union[GroupPointer, MemberRecord]
 
 
-def _unpack(data: bytes, *, max_bytes: int) -> object:
-    """msgpack without ext types or pickle, and with every length bounded by the record size."""
+def unpack_strict(data: bytes, *, max_bytes: int) -> object:
+    """msgpack without ext types or pickle, and with every length bounded by `max_bytes`."""
     return msgpack.unpackb(
         data, raw=False, strict_map_key=True, max_bin_len=max_bytes, max_str_len=max_bytes,
         max_array_len=64, max_map_len=64, max_ext_len=0,
     )
 
 
-def owner_of(subkey_bytes: bytes) -> Optional[tuple[bytes, str, str]]:
-    """(owner public key, group id, owner peer id) of a serialized pointer subkey, else None."""
-    if len(subkey_bytes) > _MAX_SUBKEY_BYTES or subkey_bytes in DHTProtocol.RESERVED_SUBKEYS:
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """Who a record's subkey says owns it, and what it names (a group id, or "member")."""
+
+    public_key: bytes
+    name: str
+    peer_id: str
+
+
+def owner_of(subkey_bytes: bytes) -> Optional[Owner]:
+    """The owner of a serialized record subkey, or None when it is not of the swarm's two forms."""
+    if len(subkey_bytes) > MAX_SUBKEY_BYTES or subkey_bytes in DHTProtocol.RESERVED_SUBKEYS:
         return None
     try:
-        parsed = parse_subkey(_unpack(subkey_bytes, max_bytes=_MAX_SUBKEY_BYTES))
+        parsed = parse_subkey(unpack_strict(subkey_bytes, max_bytes=MAX_SUBKEY_BYTES))
         if parsed is None:
             return None
-        public_key, group_id = parsed
-        return public_key, group_id, peer_id_from_public_key(public_key)
+        return Owner(public_key=parsed[0], name=parsed[1], peer_id=peer_id_from_public_key(parsed[0]))
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        logger.debug("subkey is not a pointer subkey: %s", exc)
+        logger.debug("subkey is not a record subkey: %s", exc)
         return None
 
 
-class EnvelopeValidator(RecordValidatorBase):
-    """Shape of the subkey, size of the signed value and the farthest expiry allowed."""
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The outcome of checking one record: `reason` is empty when it is accepted."""
 
-    def __init__(self, *, max_record_bytes: int, ttl: float, max_clock_skew: float):
+    reason: str
+    owner: Optional[Owner] = None
+    content: Optional[Content] = None
+
+
+class RecordChecker(RecordValidatorBase):
+    """The swarm's whole record check (see the module docstring); `private_key` signs this peer's records."""
+
+    def __init__(self, private_key: RSAPrivateKey, *, max_record_bytes: int, ttl: float, max_clock_skew: float,
+                 capacity: int = 1 << 14):
         self.max_record_bytes = max_record_bytes
         self.max_lifetime = ttl + max_clock_skew
-
-    def validate(self, record: DHTRecord) -> bool:
-        if len(record.value) > self.max_record_bytes:
-            logger.debug("refused a record of %d bytes (limit %d)", len(record.value), self.max_record_bytes)
-            return False
-        if record.expiration_time > get_dht_time() + self.max_lifetime:
-            logger.debug("refused a record expiring %.0f s ahead", record.expiration_time - get_dht_time())
-            return False
-        if owner_of(record.subkey) is None:
-            logger.debug("refused a record whose subkey is not [owner:<rsa key>]/<group id>")
-            return False
-        return True
-
-    @property
-    def priority(self) -> int:
-        return 20
-
-
-class PointerValidator(RecordValidatorBase):
-    """The stripped value is a `GroupPointer` bound to its subkey and to its owner's peer id."""
-
-    def __init__(self, *, max_record_bytes: int):
-        self.max_record_bytes = max_record_bytes
-
-    def validate(self, record: DHTRecord) -> bool:
-        owner = owner_of(record.subkey)
-        if owner is None:
-            return False
-        _, group_id, owner_peer_id = owner
-        try:
-            pointer = GroupPointer.parse_strict(_unpack(record.value, max_bytes=self.max_record_bytes))
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            logger.debug("refused a record that is not a group pointer: %s", exc)
-            return False
-        if pointer.group_id != group_id or not pointer.sha256.startswith(group_id):
-            logger.debug("refused a pointer whose group id differs from its subkey or hash")
-            return False
-        if pointer.publisher != owner_peer_id:
-            logger.debug("refused a pointer naming %s but owned by %s", pointer.publisher, owner_peer_id)
-            return False
-        return True
-
-    @property
-    def priority(self) -> int:
-        return 0
-
-
-class RememberingValidator(CompositeValidator):
-    """A validator chain that remembers the records it accepted (the last `capacity` of them).
-
-    Every poll reads the same pointers again, from every peer that holds them; without a
-    memory each read would verify each RSA signature again. Remembering only acceptances
-    is safe: a record that passes once passes later too (the one time-dependent check, an
-    expiry too far ahead, only gets easier as time passes).
-    """
-
-    def __init__(self, validators: list[RecordValidatorBase], *, capacity: int = 1 << 16):
-        super().__init__(validators)
+        self._rsa = RSASignatureValidator(private_key)
         self._accepted: OrderedDict[bytes, None] = OrderedDict()
         self._capacity = capacity
 
-    def validate(self, record: DHTRecord) -> bool:
-        hasher = hashlib.sha256()
-        for part in (record.key, record.subkey, record.value, repr(record.expiration_time).encode()):
-            hasher.update(len(part).to_bytes(8, "big") + part)  # length-prefixed: no two records collide
-        digest = hasher.digest()
-        if digest in self._accepted:
-            self._accepted.move_to_end(digest)
-            return True
-        if not super().validate(record):
-            return False
+    def examine(self, record: DHTRecord) -> Verdict:
+        """The verdict on `record`, with its owner and parsed content when it is accepted."""
+        digest = _digest(record)
+        remembered = digest in self._accepted
+        if not remembered:
+            reason = self._envelope(record)
+            if reason:
+                return Verdict(reason)
+        owner = owner_of(record.subkey)
+        if owner is None:
+            return Verdict("not_pointer_form")
+        if not remembered and not self._rsa.validate(record):
+            return Verdict("bad_signature", owner)
+        reason, content = self._content(record, owner)
+        if reason:
+            return Verdict(reason, owner)
         self._accepted[digest] = None
+        self._accepted.move_to_end(digest)
         if len(self._accepted) > self._capacity:
             self._accepted.popitem(last=False)
-        return True
+        return Verdict("", owner, content)
+
+    def validate(self, record: DHTRecord) -> bool:
+        verdict = self.examine(record)
+        if verdict.reason:
+            logger.debug("refused a record: %s", verdict.reason)
+        return not verdict.reason
+
+    def sign_value(self, record: DHTRecord) -> bytes:
+        return self._rsa.sign_value(record)
+
+    def strip_value(self, record: DHTRecord) -> bytes:
+        return self._rsa.strip_value(record)
+
+    @property
+    def priority(self) -> int:
+        return 10
+
+    def merge_with(self, other: RecordValidatorBase) -> bool:
+        return False
+
+    def _envelope(self, record: DHTRecord) -> str:
+        if len(record.value) > self.max_record_bytes:
+            return "oversize_record"
+        if record.expiration_time > get_dht_time() + self.max_lifetime:
+            return "far_expiry"
+        return ""
+
+    def _content(self, record: DHTRecord, owner: Owner) -> tuple[str, Optional[Content]]:
+        try:
+            value = unpack_strict(self._rsa.strip_value(record), max_bytes=self.max_record_bytes)
+            schema = MemberRecord if owner.name == MEMBER_SUBKEY_NAME else GroupPointer
+            content = schema.parse_strict(value)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            logger.debug("refused a record that is not a pointer or membership record: %s", exc)
+            return "bad_schema", None
+        if content.publisher != owner.peer_id:
+            return "owner_mismatch", None
+        if isinstance(content, GroupPointer):
+            if content.group_id != owner.name or not content.sha256.startswith(owner.name):
+                return "owner_mismatch", None
+            key = pointer_key(content.run_id, owner.peer_id, content.window)
+        else:
+            if content.shards not in SHARD_COUNTS:
+                return "bad_schema", None
+            key = member_key(content.run_id, content.window, member_shard(owner.peer_id, content.shards))
+        if key_id(key).to_bytes() != record.key:
+            return "unbound_key", None
+        return "", content
 
 
-def make_record_validator(private_key: RSAPrivateKey, *, max_record_bytes: int, ttl: float,
-                          max_clock_skew: float) -> RememberingValidator:
-    """The validator chain of one peer; `private_key` signs this peer's own records."""
-    return RememberingValidator([
-        EnvelopeValidator(max_record_bytes=max_record_bytes, ttl=ttl, max_clock_skew=max_clock_skew),
-        RSASignatureValidator(private_key),
-        PointerValidator(max_record_bytes=max_record_bytes),
-    ])
+def _digest(record: DHTRecord) -> bytes:
+    hasher = hashlib.sha256()
+    for part in (record.key, record.subkey, record.value, repr(record.expiration_time).encode()):
+        hasher.update(len(part).to_bytes(8, "big") + part)  # length-prefixed: no two records collide
+    return hasher.digest()
