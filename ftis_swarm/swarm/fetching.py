@@ -5,8 +5,8 @@ of them from one publisher (below the slot count), and at most half of them from
 strangers (publishers with no body accepted yet and no positive policy score). A fetch
 starts only when a slot is free, so its whole time (dial, header, body) runs inside its
 own timeouts (`bodies.fetch_body`). Publishers take turns: scored ones first, then proven
-ones, then strangers, each in the order it last had a turn; each publisher's freshest
-pointer first, and never more than its room in the current gather (`room(publisher)`,
+ones, then strangers, each in the order it last had a turn; each publisher's least-tried,
+then freshest pointer first, and never more than its room in the current gather (`room(publisher)`,
 what `max_groups_per_peer_per_gather` leaves it); pointers held back for that are counted
 once as `deferred`.
 
@@ -111,7 +111,8 @@ class FetchScheduler:
                 stranger = not state.proven and self._policy.score(publisher) <= 0
                 if stranger and self._strangers_in_flight >= half:
                     continue
-                pointer = max(state.pending.values(), key=lambda p: (p.created_at, p.group_id))
+                pointer = min(state.pending.values(),
+                              key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
                 self._start(pointer, state, stranger)
                 started = True
                 if self._in_flight >= self._cfg.max_concurrent_fetches:

@@ -7,6 +7,7 @@ the `swarm` fixture SIGKILLs every group it started when the test ends, pass or 
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import os
 import queue
@@ -24,6 +25,9 @@ from ftis_swarm.config import SwarmConfig, WireConfig
 
 HERE = Path(__file__).parent
 LOOPBACK = "127.0.0.1"
+_spec = importlib.util.spec_from_file_location("node_proc", HERE / "node_proc.py")
+node_proc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(node_proc)  # the honest node's script: its tokenizer and vocabulary are the swarm's
 
 
 class Proc:
@@ -110,6 +114,14 @@ class Node(Proc):
         return self.request({"op": "counters"})
 
 
+class Hostile(Proc):
+    """The hostile peer (ftis_swarm.swarm.hostile): its own peer id, its signing identities, its body servers."""
+
+    peer_id: str
+    identities: list[str]
+    body_peers: dict[str, str]
+
+
 class Swarm:
     """Starts processes for one test and kills them all at its end."""
 
@@ -141,6 +153,19 @@ class Swarm:
         node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log")
         self.procs.append(node)
         return node
+
+    def hostile(self, peers: list[str], cfg: SwarmConfig, *, identities: int) -> "Hostile":
+        """Starts `python -m ftis_swarm.swarm.hostile` against this swarm and waits for its hello."""
+        settings = dict(peers=peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
+                        window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
+                        tokenizer_fp=node_proc.TOKENIZER_FP, vocab_size=node_proc.VOCAB_SIZE,
+                        identities=identities)
+        proc = Hostile([sys.executable, "-m", "ftis_swarm.swarm.hostile", json.dumps(settings)],
+                       log=self.tmp_path / f"hostile{len(self.procs)}.log")
+        self.procs.append(proc)
+        hello = proc.read(120.0)
+        proc.peer_id, proc.identities, proc.body_peers = hello["peer_id"], hello["identities"], hello["body_peers"]
+        return proc
 
     def proc(self, argv: list[str], name: str) -> Proc:
         proc = Proc(argv, log=self.tmp_path / f"{name}{len(self.procs)}.log")

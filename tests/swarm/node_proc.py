@@ -15,34 +15,23 @@ Bodies are base64 of the canonical wire encoding, so the test compares them bit 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import sys
 import time
 
-import numpy as np
-
 from ftis_swarm.config import SwarmConfig
-from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.swarm import SwarmClient, hostile_floods
 from ftis_swarm.wire import Group, encode_group
 
 TOKENIZER_FP = "test-tokenizer"
 VOCAB_SIZE = 1000
 
 
-def make_group(*, sender: str, run_id: str, item: str, tokens: int, created_at: float | None = None,
-               tokenizer_fp: str = TOKENIZER_FP, max_token: int = VOCAB_SIZE) -> Group:
+def make_group(*, sender: str, run_id: str, item: str, tokens: int) -> Group:
     """A valid 4-completion group whose content depends on (sender, item, tokens)."""
-    seed = hashlib.sha256(f"{sender}/{item}/{tokens}".encode()).digest()
-    rng = np.random.default_rng(int.from_bytes(seed[:8], "big"))
-    return Group.build(
-        run_id=run_id, sender=sender, model_id="test-model", policy_version=3,
-        created_at=time.time() if created_at is None else created_at, tokenizer_fp=tokenizer_fp,
-        task_id="arith", item_id=item, prompt_ids=rng.integers(0, VOCAB_SIZE, 12), temperature=0.7,
-        completion_ids=[rng.integers(0, max_token, tokens) for _ in range(4)],
-        logp_gen=[-rng.random(tokens, dtype=np.float32) for _ in range(4)],
-    )
+    return hostile_floods.make_group(sender=sender, run_id=run_id, item=item, tokens=tokens,
+                                     tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE)
 
 
 def b64(data: bytes) -> str:

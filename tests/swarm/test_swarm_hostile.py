@@ -1,21 +1,19 @@
 """A hostile peer with its validators off, in its own process: nothing it forges is accepted.
 
 Raw record stores (overwrites of an honest subkey, forged signatures, replays with a
-changed expiry or under another key, far-future expiries, oversize, malformed and
-schema-breaking records) are refused by every honest peer, the honest record stays
-byte-identical everywhere, and a node that joins afterwards still reads it. Pointers that
-are validly signed but lead to bad bodies (wrong hash, wrong size, garbage, another
-sender, another tokenizer or run, stale, too big, never served) are each rejected and
-counted under their reason, and the hostile peer gets no more than its per-gather cap.
+changed expiry or under another key, its own record under the victim's key, far-future
+expiries, oversize, malformed and schema-breaking records, whole dictionaries) are refused
+by every honest peer, the honest record stays byte-identical everywhere, and a node that
+joins afterwards still reads it. Pointers that are validly signed but lead to bad bodies
+(wrong hash, wrong size, garbage, another sender, another tokenizer, stale, too big, never
+served) are each rejected and counted under their reason, one of another run is refused
+at store time, and the hostile peer gets no more than its per-gather cap.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,7 +25,7 @@ CAP = 3
 TTL, SKEW = 60.0, 5.0
 EXPECTED_REJECTIONS = {
     "hash_mismatch": 1, "size_mismatch": 1, "malformed": 2, "sender_mismatch": 2, "pointer_mismatch": 1,
-    "tokenizer": 1, "run_id": 1, "stale": 1, "future": 1, "oversize": 1, "fetch_failed": 1,
+    "tokenizer": 1, "stale": 1, "future": 1, "oversize": 1, "fetch_failed": 1,
 }
 
 
@@ -44,21 +42,18 @@ def test_hostile_records_and_bodies_are_refused(swarm):
     peers = swarm.bootstrap(ttl=TTL, max_clock_skew=SKEW)
     cfg = dict(run_id="hostile", peers=peers, ttl=TTL, max_clock_skew=SKEW, max_groups_per_peer_per_gather=CAP)
     honest = swarm.node(swarm.config(**cfg))
-    settings = dict(peers=peers, run_id="hostile", ttl=TTL, max_clock_skew=SKEW, window=2.0,
-                    max_bytes=swarm.config(**cfg).wire.max_bytes)
-    hostile = swarm.proc([sys.executable, str(Path(__file__).parent / "hostile_proc.py"), json.dumps(settings)],
-                         name="hostile")
+    hostile = swarm.hostile(peers, swarm.config(**cfg), identities=1)
     honest.joined()
-    hostile_id = hostile.read(90.0)["peer_id"]
+    hostile_id = hostile.peer_id
 
     [victim] = honest.publish(["victim-item"])
     assert victim["ok"]
-    attack = hostile.request({"op": "attack_records", "group_id": victim["group_id"]})
+    attack = hostile.request({"op": "attack_records", "victim": honest.peer_id, "group_id": victim["group_id"]})
     assert set(attack["asked"]) >= {honest.peer_id}  # the bootstrap and the honest node
     assert len(attack["asked"]) == 2
     answers = attack["answers"]
     assert answers.pop("valid_control") == [[True]] * 2  # the same peers take a well-formed record
-    assert len(answers) == 13
+    assert len(answers) == 14
     for name, per_peer in answers.items():
         assert len(per_peer) == 2 and all(a is None or a == [False] for a in per_peer), (name, per_peer)
 
@@ -70,6 +65,7 @@ def test_hostile_records_and_bodies_are_refused(swarm):
 
     bad = hostile.request({"op": "publish_bad", "victim": honest.peer_id,
                            "victim_body": base64.b64encode(victim["body"]).decode(), "cap": CAP})
+    assert bad["stored"].pop("another_run") == [[False]] * 2  # under this run's key: `unbound_key`
     assert all(per_peer == [[True]] * 2 for per_peer in bad["stored"].values()), bad["stored"]
     good = set(bad["good"])
 
