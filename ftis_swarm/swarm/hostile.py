@@ -19,7 +19,7 @@ JSON line per command:
         valid pointers (its own key) to bad bodies it serves, plus cap + 2 good groups
         -> {"good": [group ids], "stored": {case: [store_ok per peer]}}
     {"op": "flood", "attack": name, "n": count}   start a flood in the background -> {"started": name}
-        pointers: n pointers in one window, spread over the signing identities
+        pointers: n pointers spread over the signing identities (each in the current window)
         random_keys: n pointer-form records under random keys
         dictionary: one whole-dictionary store holding n unknown msgpack extension types
         bodies: n pointers per bad body server (stall, header then silence, dribble, endless)

@@ -1,6 +1,6 @@
 """The hostile peer's floods and bad body servers (see `hostile`), run in the background.
 
-- `pointers`: n valid, signed pointers in one window, spread over identities that only
+- `pointers`: n valid, signed pointers, spread over identities that only
   sign (their peer ids have no daemon behind them: every body is unreachable), each with
   its membership record claiming them all.
 - `random_keys`: n pointer-form records of the hostile's own key under random keys.
@@ -112,18 +112,18 @@ class Floods:
                                         now + s["ttl"])])
 
     async def pointers(self, n: int) -> dict:
-        w = window_of(time.time(), self.h.s["window"])
         per = max(1, n // len(self.signers))
         accepted: dict[str, int] = {}
-        for signer in self.signers:
+        for signer in self.signers:  # each identity's pointers in the window current when it publishes them
+            w = window_of(time.time(), self.h.s["window"])
             _add(accepted, await self._publish(signer, w, per, size=BODY_SIZE))
             _add(accepted, await self.announce(signer, w, per))
         return {"sent": per * len(self.signers) + len(self.signers), "accepted": accepted}
 
     async def bodies(self, n: int) -> dict:
-        w = window_of(time.time(), self.h.s["window"])
         accepted: dict[str, int] = {}
         for _, signer in self.body_peers.values():
+            w = window_of(time.time(), self.h.s["window"])
             _add(accepted, await self._publish(signer, w, n, size=BODY_SIZE))
             _add(accepted, await self.announce(signer, w, n))
         return {"sent": (n + 1) * len(self.body_peers), "accepted": accepted}

@@ -1,24 +1,28 @@
 """The checks every peer runs on each record it is asked to store and each it reads.
 
-`RecordChecker` runs them cheapest first and names the first that fails:
+`RecordChecker.examine` runs them cheapest first and names the first that fails:
 
 1. envelope: the signed value is at most `max_record_bytes` (`oversize_record`); its
    expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
    squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/<group
    id>` or `[owner:<rsa key>]/member` (`not_pointer_form`).
-2. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
+2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`)
+   and names the run, window (and shard count) whose key, for this owner, is the one the
+   record is stored under (`unbound_key`, see `keys`). A flood under random keys is
+   refused here, before any RSA work.
+3. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
    (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
-   a forged signature and a replay with a changed expiry or under another key fail here.
-3. content: the stripped value is a `GroupPointer` or `MemberRecord` (strict schema, no
-   coercion, no extra fields; `bad_schema`) whose publisher is the owner's peer id and
-   whose group id is the subkey's (`owner_mismatch`), stored under exactly the key the
-   layout gives for its owner, run and window (`unbound_key`, see `keys`).
+   a forged signature and a replay with a changed expiry fail here.
+4. content: the value is a `GroupPointer` or `MemberRecord` (strict schema, no coercion,
+   no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose group
+   id is the subkey's (`owner_mismatch`).
 
-The checker remembers the records it accepted (by a length-prefixed sha256), so records
-read again at every poll skip the signature. Only acceptances are remembered: a record
-that passes once passes later too (the one time-dependent check, an expiry too far ahead,
-only gets easier as time passes). hivemind itself calls `validate` (a bool) on the records
-of its own searches; the swarm's storage guard and reader call `examine` for the reason.
+The checker remembers the verdicts on the records it accepted (by a length-prefixed
+sha256), so records read again at every poll cost one hash. Only acceptances are
+remembered: a record that passes once passes later too (the one time-dependent check, an
+expiry too far ahead, only gets easier as time passes). hivemind itself calls `validate`
+(a bool) on the records of its own searches; the swarm's storage guard and reader call
+`examine` for the reason.
 """
 
 from __future__ import annotations
@@ -94,29 +98,52 @@ class RecordChecker(RecordValidatorBase):
         self.max_record_bytes = max_record_bytes
         self.max_lifetime = ttl + max_clock_skew
         self._rsa = RSASignatureValidator(private_key)
-        self._accepted: OrderedDict[bytes, None] = OrderedDict()
+        self._accepted: OrderedDict[bytes, Verdict] = OrderedDict()
         self._capacity = capacity
 
     def examine(self, record: DHTRecord) -> Verdict:
         """The verdict on `record`, with its owner and parsed content when it is accepted."""
         digest = _digest(record)
-        remembered = digest in self._accepted
-        if not remembered:
-            reason = self._envelope(record)
-            if reason:
-                return Verdict(reason)
+        remembered = self._accepted.get(digest)
+        if remembered is not None:
+            self._accepted.move_to_end(digest)
+            return remembered
+        verdict = self._check(record)
+        if not verdict.reason:
+            self._accepted[digest] = verdict
+            if len(self._accepted) > self._capacity:
+                self._accepted.popitem(last=False)
+        return verdict
+
+    def _check(self, record: DHTRecord) -> Verdict:
+        if len(record.value) > self.max_record_bytes:
+            return Verdict("oversize_record")
+        if record.expiration_time > get_dht_time() + self.max_lifetime:
+            return Verdict("far_expiry")
         owner = owner_of(record.subkey)
         if owner is None:
             return Verdict("not_pointer_form")
-        if not remembered and not self._rsa.validate(record):
+        try:
+            value = unpack_strict(self._rsa.strip_value(record), max_bytes=self.max_record_bytes)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            logger.debug("refused a record that does not decode: %s", exc)
+            return Verdict("bad_schema", owner)
+        key = _bound_key(value, owner)  # before the signature: a record under a key not its own costs no RSA
+        if key is None:
+            return Verdict("bad_schema", owner)
+        if key_id(key).to_bytes() != record.key:
+            return Verdict("unbound_key", owner)
+        if not self._rsa.validate(record):
             return Verdict("bad_signature", owner)
-        reason, content = self._content(record, owner)
-        if reason:
-            return Verdict(reason, owner)
-        self._accepted[digest] = None
-        self._accepted.move_to_end(digest)
-        if len(self._accepted) > self._capacity:
-            self._accepted.popitem(last=False)
+        try:
+            content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else GroupPointer).parse_strict(value)
+        except ValueError as exc:
+            logger.debug("refused a record that is not a pointer or membership record: %s", exc)
+            return Verdict("bad_schema", owner)
+        if content.publisher != owner.peer_id or (
+                isinstance(content, GroupPointer)
+                and (content.group_id != owner.name or not content.sha256.startswith(owner.name))):
+            return Verdict("owner_mismatch", owner)
         return Verdict("", owner, content)
 
     def validate(self, record: DHTRecord) -> bool:
@@ -138,34 +165,20 @@ class RecordChecker(RecordValidatorBase):
     def merge_with(self, other: RecordValidatorBase) -> bool:
         return False
 
-    def _envelope(self, record: DHTRecord) -> str:
-        if len(record.value) > self.max_record_bytes:
-            return "oversize_record"
-        if record.expiration_time > get_dht_time() + self.max_lifetime:
-            return "far_expiry"
-        return ""
 
-    def _content(self, record: DHTRecord, owner: Owner) -> tuple[str, Optional[Content]]:
-        try:
-            value = unpack_strict(self._rsa.strip_value(record), max_bytes=self.max_record_bytes)
-            schema = MemberRecord if owner.name == MEMBER_SUBKEY_NAME else GroupPointer
-            content = schema.parse_strict(value)
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            logger.debug("refused a record that is not a pointer or membership record: %s", exc)
-            return "bad_schema", None
-        if content.publisher != owner.peer_id:
-            return "owner_mismatch", None
-        if isinstance(content, GroupPointer):
-            if content.group_id != owner.name or not content.sha256.startswith(owner.name):
-                return "owner_mismatch", None
-            key = pointer_key(content.run_id, owner.peer_id, content.window)
-        else:
-            if content.shards not in SHARD_COUNTS:
-                return "bad_schema", None
-            key = member_key(content.run_id, content.window, member_shard(owner.peer_id, content.shards))
-        if key_id(key).to_bytes() != record.key:
-            return "unbound_key", None
-        return "", content
+def _bound_key(value: object, owner: Owner) -> Optional[str]:
+    """The only key a record with this (unchecked) value and owner may be stored under; None if it names none."""
+    if not isinstance(value, dict):
+        return None
+    run_id, window = value.get("run_id"), value.get("window")
+    if not isinstance(run_id, str) or type(window) is not int or window < 0:
+        return None
+    if owner.name != MEMBER_SUBKEY_NAME:
+        return pointer_key(run_id, owner.peer_id, window)
+    shards = value.get("shards")
+    if type(shards) is not int or shards not in SHARD_COUNTS:
+        return None
+    return member_key(run_id, window, member_shard(owner.peer_id, shards))
 
 
 def _digest(record: DHTRecord) -> bytes:

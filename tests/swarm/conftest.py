@@ -63,9 +63,11 @@ class Proc:
         self.send(obj)
         return self.read(timeout)
 
-    def tail(self) -> str:
+    def tail(self, limit: Optional[int] = 3000) -> str:
+        """The end of its log (all of it for `limit=None`)."""
         self._log_file.flush()
-        return self.log.read_text()[-3000:]
+        text = self.log.read_text()
+        return text if limit is None else text[-limit:]
 
     def kill(self) -> None:
         """SIGKILL the whole process group (the node and its p2pd)."""
