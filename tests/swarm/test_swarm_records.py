@@ -1,0 +1,220 @@
+"""The record checks, the strict DHT decoding and the guarded storage, on real records (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import time
+from collections import Counter
+from types import SimpleNamespace
+
+import msgpack
+import pytest
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DictionaryDHTValue
+from hivemind.dht.validation import DHTRecord
+from hivemind.p2p import P2PContext, PeerID
+from hivemind.proto import dht_pb2
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.serializer import MSGPackSerializer
+
+from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.dhtcodec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
+from ftis_swarm.swarm.guard import DHTServicer
+from ftis_swarm.swarm.identity import peer_id_from_public_key
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
+from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
+from ftis_swarm.swarm.storage import GuardedStorage
+from ftis_swarm.swarm.validators import RecordChecker
+
+SER = DHTProtocol.serializer
+TTL, SKEW, RUN, W = 600.0, 30.0, "run", 7
+
+
+class Peer:
+    """An identity that signs records, as an honest publisher would."""
+
+    def __init__(self) -> None:
+        self.key = RSAPrivateKey()
+        self.public_key = self.key.get_public_key().to_bytes()
+        self.peer_id = peer_id_from_public_key(self.public_key)
+        self.checker = RecordChecker(self.key, max_record_bytes=4096, ttl=TTL, max_clock_skew=SKEW)
+
+    def pointer(self, **changes: object) -> DHTRecord:
+        gid = secrets.token_hex(16)
+        value = {"v": RECORD_VERSION, "group_id": gid, "size": 100, "sha256": gid + "0" * 32,
+                 "publisher": self.peer_id, "created_at": time.time(), "run_id": RUN, "tokenizer_fp": "tok",
+                 "window": W}
+        key = changes.pop("key", pointer_key(RUN, self.peer_id, W))
+        return self.sign(key, make_subkey(self.public_key, gid), {**value, **changes})
+
+    def member(self, **changes: object) -> DHTRecord:
+        value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "window": W, "shards": 4,
+                 "groups": 3, "updated_at": time.time()}
+        key = changes.pop("key", member_key(RUN, W, member_shard(self.peer_id, 4)))
+        return self.sign(key, make_subkey(self.public_key, MEMBER_SUBKEY_NAME), {**value, **changes})
+
+    def sign(self, key: str, subkey: bytes, value: object, expiration: float | None = None) -> DHTRecord:
+        record = DHTRecord(key_id(key).to_bytes(), SER.dumps(subkey), SER.dumps(value),
+                           time.time() + TTL if expiration is None else expiration)
+        return dataclasses.replace(record, value=self.checker.sign_value(record))
+
+
+@pytest.fixture(scope="module")
+def alice() -> Peer:
+    return Peer()
+
+
+@pytest.fixture(scope="module")
+def bob() -> Peer:
+    return Peer()
+
+
+def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, bob):
+    checker = bob.checker
+    for record in (alice.pointer(), alice.member()):
+        verdict = checker.examine(record)
+        assert verdict.reason == "" and verdict.owner.peer_id == alice.peer_id
+        assert checker.examine(record) is verdict  # remembered
+    mine = alice.pointer()
+    refusals = {
+        "unbound_key": alice.pointer(key=pointer_key(RUN, bob.peer_id, W)),  # under another peer's key
+        "bad_schema": alice.pointer(size=100.0),
+        "owner_mismatch": alice.pointer(publisher=bob.peer_id, key=pointer_key(RUN, alice.peer_id, W)),
+        "far_expiry": alice.sign(pointer_key(RUN, alice.peer_id, W), SER.loads(mine.subkey),
+                                 SER.loads(checker.strip_value(mine)), time.time() + 10 * TTL),
+        "oversize_record": dataclasses.replace(mine, value=mine.value + b"x" * 5000),
+        "not_pointer_form": dataclasses.replace(mine, subkey=SER.dumps(b"plain")),
+        "bad_signature": dataclasses.replace(mine, expiration_time=mine.expiration_time + 1),  # a replay, moved
+    }
+    unsigned_overwrite = bob.sign(pointer_key(RUN, alice.peer_id, W), SER.loads(mine.subkey),
+                                  SER.loads(checker.strip_value(mine)))  # bob signs alice's subkey
+    assert checker.examine(unsigned_overwrite).reason == "bad_signature"
+    assert checker.examine(alice.member(key=member_key(RUN, W + 1, 0))).reason == "unbound_key"
+    assert {name: checker.examine(record).reason for name, record in refusals.items()} == {
+        name: name for name in refusals}
+
+
+def test_strict_decoding_refuses_extension_types_at_once(alice):
+    record = alice.pointer()
+    dictionary = DictionaryDHTValue()
+    dictionary.store(SER.loads(record.subkey), record.value, record.expiration_time)
+    wire = MSGPackSerializer.dumps(dictionary)
+    assert value_items(wire) == [(record.subkey, record.value, record.expiration_time)]
+    decoded = BoundedSerializer.loads(wire)
+    assert dict(decoded.items()) == dict(dictionary.items())
+
+    items = [[msgpack.ExtType(1 + i % 31, b"x"), b"v", 1.0] for i in range(20000)]
+    hostile = msgpack.packb(msgpack.ExtType(DICTIONARY_EXT, msgpack.packb([None, 1.0, items])))
+    with pytest.raises(NotPointerForm):
+        value_items(hostile)
+    with pytest.raises(NotPointerForm):
+        BoundedSerializer.loads(hostile)
+    with pytest.raises(NotPointerForm):
+        BoundedSerializer.loads(msgpack.packb(msgpack.ExtType(0x40, b"\x90")))  # hivemind's tuples: not ours
+
+
+class Scores:
+    def __init__(self) -> None:
+        self.scores: dict[str, float] = {}
+        self.denied: set[str] = set()
+
+    def allows(self, peer_id: str) -> bool:
+        return peer_id not in self.denied
+
+    def score(self, peer_id: str) -> float:
+        return self.scores.get(peer_id, 0.0)
+
+
+def _storage(policy: Scores, **limits: int) -> GuardedStorage:
+    return GuardedStorage(self_id="me", policy=policy, is_dht_peer=lambda peer: False,
+                          **{"max_records": 1000, "max_records_per_peer": 1000, **limits})
+
+
+def _admit(storage: GuardedStorage, record: DHTRecord, owner: str, requester: str) -> str:
+    return storage.admit(key_id_from(record), SER.loads(record.subkey), record.value, record.expiration_time,
+                         owner=owner, requester=requester)
+
+
+def key_id_from(record: DHTRecord) -> DHTID:
+    return DHTID.from_bytes(record.key)
+
+
+def test_storage_quotas_per_owner_requester_and_total(alice, bob):
+    policy = Scores()
+    storage = _storage(policy, max_records_per_peer=3, max_records=5)
+    assert [_admit(storage, alice.pointer(), alice.peer_id, "relay") for _ in range(4)] == ["", "", "", "owner_quota"]
+    assert _admit(storage, bob.pointer(), bob.peer_id, "relay") == "requester_quota"  # relay sent 3 already
+    assert [_admit(storage, bob.pointer(), bob.peer_id, bob.peer_id) for _ in range(2)] == ["", ""]
+    assert _admit(storage, Peer().pointer(), "carol", "another relay") == "storage_full"  # strangers evict nobody
+    assert _admit(storage, bob.pointer(), bob.peer_id, bob.peer_id) == ""  # bob's own store evicts a relayed one
+    assert storage.held == 5
+    assert Counter(entry.owner for entry in storage._entries.values()) == {alice.peer_id: 2, bob.peer_id: 3}
+    policy.denied.add(bob.peer_id)
+    assert _admit(storage, bob.pointer(), bob.peer_id, bob.peer_id) == "denied"
+
+
+def test_storage_evicts_strangers_first_and_never_a_scored_peer(alice, bob):
+    policy = Scores()
+    stranger = Peer()
+    storage = _storage(policy, max_records=4)
+    assert _admit(storage, alice.pointer(), alice.peer_id, alice.peer_id) == ""  # stored by its owner: rank 1
+    policy.scores[bob.peer_id] = 1.0
+    assert _admit(storage, bob.pointer(), bob.peer_id, "relay") == ""  # scored: rank 2
+    assert [_admit(storage, stranger.pointer(), stranger.peer_id, "relay") for _ in range(3)] == [
+        "", "", "storage_full"]
+    assert storage.held == 4
+    # a peer that stores its own record evicts a stranger's (the newest), never alice's or bob's
+    assert _admit(storage, alice.pointer(), alice.peer_id, alice.peer_id) == ""
+    assert storage.held == 4
+    # strangers cannot evict each other, nor alice, nor bob
+    assert _admit(storage, stranger.pointer(), stranger.peer_id, "relay") == "storage_full"
+    # a record stored as a stranger's is kept once its owner is scored
+    policy.scores[stranger.peer_id] = 0.5
+    assert _admit(storage, Peer().pointer(), "someone", "someone") == "storage_full"
+    owners = Counter(entry.owner for entry in storage._entries.values())
+    assert owners == {alice.peer_id: 2, bob.peer_id: 1, stranger.peer_id: 1}
+
+
+def test_storage_bounds_bytes_per_key_and_replaces_only_newer(alice):
+    first = alice.pointer()
+    storage = _storage(Scores(), max_key_bytes=3 * (len(first.subkey) + len(first.value)) + 10)
+    assert [_admit(storage, alice.pointer(), alice.peer_id, alice.peer_id) for _ in range(4)] == [
+        "", "", "", "key_full"]
+    member = alice.member()
+    assert _admit(storage, member, alice.peer_id, alice.peer_id) == ""  # another key
+    assert _admit(storage, member, alice.peer_id, "relay") == "not_newer"  # a replay
+    newer = alice.member(groups=4)  # signed later: it expires later
+    assert newer.expiration_time > member.expiration_time
+    assert _admit(storage, newer, alice.peer_id, alice.peer_id) == ""
+    assert _admit(storage, member, alice.peer_id, "relay") == "not_newer"  # the old version cannot come back
+    held = storage.get(key_id_from(member)).value
+    assert held.get(SER.loads(member.subkey)).value == newer.value
+    assert storage.held == 4
+
+
+def test_servicer_refuses_what_is_not_a_pointer_with_one_count_each(alice, bob):
+    policy, counters = Scores(), SwarmCounters()
+    storage = _storage(policy)
+    protocol = SimpleNamespace(node_info=dht_pb2.NodeInfo())  # all the servicer reads when no peer is named
+    servicer = DHTServicer(protocol=protocol, storage=storage, checker=bob.checker, policy=policy, counters=counters)
+    good = alice.pointer()
+    forged = alice.pointer(key=pointer_key(RUN, bob.peer_id, W))
+    items = [[msgpack.ExtType(5, b"x"), b"v", 1.0] for _ in range(20000)]
+    hostile = msgpack.packb(msgpack.ExtType(DICTIONARY_EXT, msgpack.packb([None, 1.0, items])))
+    request = dht_pb2.StoreRequest(
+        keys=[good.key, forged.key, good.key, good.key, good.key],
+        subkeys=[good.subkey, forged.subkey, DHTProtocol.IS_DICTIONARY, DHTProtocol.IS_REGULAR_VALUE, good.subkey],
+        values=[good.value, forged.value, hostile, good.value, good.value],
+        expiration_time=[good.expiration_time] * 5, in_cache=[False, False, False, False, True])
+    context = P2PContext(handle_name="DHTProtocol.rpc_store", local_id=PeerID(b"me"),
+                         remote_id=PeerID.from_base58(alice.peer_id))
+    response = asyncio.run(servicer.rpc_store(request, context))
+    assert list(response.store_ok) == [True, False, False, False, False]
+    assert counters.snapshot()["faults"] == {"unbound_key": 1, "bad_encoding": 1, "regular_value": 1,
+                                             "cache_store": 1}
+    assert counters.drain_peer_faults() == {alice.peer_id: Counter(unbound_key=1, bad_encoding=1,
+                                                                   regular_value=1, cache_store=1)}
+    assert storage.held == 1
