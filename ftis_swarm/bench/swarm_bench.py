@@ -50,22 +50,21 @@ class SwarmBenchRow:
     groups_per_s: float
 
 
-class _Worker:
-    """One node process; killed with its p2pd (its own process group) by `kill`."""
+class JsonProcess:
+    """A child process speaking JSON lines; killed with its children (its own process group) by `kill`."""
 
-    def __init__(self, cfg: SwarmConfig, *, log: Path):
+    def __init__(self, argv: list[str], *, log: Path):
         self.log = log
         with open(log, "w") as stderr:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ftis_swarm.bench.swarm_worker", cfg.model_dump_json()],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True,
-            )
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                         text=True, start_new_session=True)
         self.peer_id = ""
         self.maddrs: list[str] = []
 
-    def joined(self) -> "_Worker":
+    def joined(self) -> "JsonProcess":
         hello = self.read()
         self.peer_id, self.maddrs = hello["peer_id"], hello["maddrs"]
+        self.hello = hello
         return self
 
     def send(self, obj: dict) -> None:
@@ -77,8 +76,12 @@ class _Worker:
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
             tail = self.log.read_text()[-2000:]
-            raise RuntimeError(f"swarm bench worker {self.proc.pid} exited with status {self.proc.wait()}:\n{tail}")
+            raise RuntimeError(f"bench process {self.proc.pid} exited with status {self.proc.wait()}:\n{tail}")
         return json.loads(line)
+
+    def request(self, obj: dict) -> dict:
+        self.send(obj)
+        return self.read()
 
     def kill(self) -> None:
         try:
@@ -88,12 +91,17 @@ class _Worker:
         self.proc.wait()
 
 
-def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[_Worker]:
-    workers = [_Worker(base, log=logs / "node0.log")]
+def start_worker(cfg: SwarmConfig, *, log: Path) -> JsonProcess:
+    """A `swarm_worker` node process (call `.joined()` on it to wait for its hello)."""
+    return JsonProcess([sys.executable, "-m", "ftis_swarm.bench.swarm_worker", cfg.model_dump_json()], log=log)
+
+
+def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[JsonProcess]:
+    workers = [start_worker(base, log=logs / "node0.log")]
     try:
         workers[0].joined()
         peers = workers[0].maddrs
-        rest = [_Worker(base.model_copy(update={"peers": peers}), log=logs / f"node{i}.log") for i in range(1, n)]
+        rest = [start_worker(base.model_copy(update={"peers": peers}), log=logs / f"node{i}.log") for i in range(1, n)]
         workers.extend(rest)
         for worker in rest:
             worker.joined()
@@ -104,7 +112,7 @@ def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[_Worker]:
     return workers
 
 
-def _round(workers: list[_Worker], *, size: int, count: int, timeout: float) -> tuple[list, list[dict]]:
+def _round(workers: list[JsonProcess], *, size: int, count: int, timeout: float) -> tuple[list, list[dict]]:
     start_at = time.time() + 1.0
     expect = count * (len(workers) - 1)
     for worker in workers:

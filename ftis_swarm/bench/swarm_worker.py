@@ -7,6 +7,10 @@ command read from stdin with one line.
         publishes k synthetic groups of about `size` bytes from `start_at`, while a watcher
         thread gathers every 20 ms until n peers' groups arrived or `timeout` passed; answers
         {"published": [[group id, publish start, ok, seconds, reason], ...], "arrivals": {group id: time}}
+    {"op": "exchange", "size": bytes, "count": k, "deadline": s}
+        one node round: publishes k groups, then gathers once with `deadline`; answers
+        {"published": [[group id, ok]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
+    {"op": "counters"}  the client's counters
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 """
 
@@ -67,6 +71,19 @@ def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> di
     return {"published": published, "arrivals": arrivals}
 
 
+def _exchange(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> dict:
+    started = time.monotonic()
+    published = []
+    for i in range(cmd["count"]):
+        group = synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
+        published.append([group.group_id, client.publish(group).ok])
+    gather_started = time.monotonic()
+    received = [[group.group_id, group.sender] for group in client.gather(cmd["deadline"])]
+    ended = time.monotonic()
+    return {"published": published, "received": received, "round_s": ended - started,
+            "gather_s": ended - gather_started}
+
+
 def main() -> None:
     cfg = SwarmConfig.model_validate_json(sys.argv[1])
     client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE)
@@ -78,7 +95,12 @@ def main() -> None:
             if cmd["op"] == "quit":
                 break
             seed_base += 1000
-            _send(_round(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
+            if cmd["op"] == "counters":
+                _send(client.counters())
+            elif cmd["op"] == "exchange":
+                _send(_exchange(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
+            else:
+                _send(_round(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
     finally:
         client.shutdown()
     _send({"ok": True})

@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|e2e`: benchmark commands (rollout and swarm live in main.py)."""
+"""`ftis-node bench wire|learner|e2e|hostile`: benchmark commands (rollout and swarm live in main.py)."""
 
 from __future__ import annotations
 
@@ -95,3 +95,31 @@ def bench_e2e(
                       rounds=rounds, deadline=deadline, progress=lambda s: typer.echo(f"  ... {s}", err=True))
     typer.echo(format_e2e(figures))
     _write_json(json_path, figures.as_dict())
+
+
+@bench_app.command("hostile")
+def bench_hostile(
+    rounds: int = typer.Option(5, help="Rounds per phase at least (a phase lasts until its attack is over)."),
+    groups: int = typer.Option(2, help="Groups of 32 KiB each node publishes per round."),
+    deadline: float = typer.Option(2.0, help="Seconds each gather waits."),
+    identities: int = typer.Option(50, help="Identities of the attacker that only sign."),
+    pointers: int = typer.Option(5000, help="Pointers in the pointer flood, spread over the identities."),
+    random_keys: int = typer.Option(10000, help="Records under random keys."),
+    dictionary_items: int = typer.Option(20000, help="Unknown msgpack extension types in one dictionary store."),
+    bad_bodies: int = typer.Option(16, help="Pointers per bad body server (stall, silence, dribble, endless)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """A 3-node testnet under each attack of a hostile peer: round times, delivery and every process's peak RSS."""
+    if min(rounds, groups, identities, pointers, random_keys, dictionary_items, bad_bodies) < 1 or deadline <= 0:
+        fail("--rounds, --groups, --identities, --pointers, --random-keys, --dictionary-items and --bad-bodies "
+             "must be >= 1 and --deadline > 0")
+    if identities > 1000 or pointers > 100_000 or random_keys > 100_000 or dictionary_items > 1_000_000:
+        fail("at most 1,000 identities, 100,000 pointers or random keys and 1,000,000 dictionary items")
+    _check_json_path(json_path)
+    from ftis_swarm.bench.hostile_bench import format_hostile, run_hostile_bench
+
+    bench = run_hostile_bench(rounds=rounds, groups=groups, deadline=deadline, identities=identities,
+                              pointers=pointers, random_keys=random_keys, dictionary_items=dictionary_items,
+                              bad_bodies=bad_bodies, progress=lambda s: typer.echo(f"  ... {s}", err=True))
+    typer.echo(format_hostile(bench))
+    _write_json(json_path, bench.as_dict())

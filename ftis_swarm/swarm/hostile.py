@@ -25,6 +25,7 @@ JSON line per command:
         bodies: n pointers per bad body server (stall, header then silence, dribble, endless)
         replays: n re-sends of every honest record it can read (old and current versions)
     {"op": "results"}  waits for the floods -> {name: {"sent": n, "accepted": {peer id: n}}}
+    {"op": "done"}  whether every flood started has finished -> {"done": bool}
     {"op": "quit"}
 """
 
@@ -256,6 +257,8 @@ async def amain() -> None:
             _send({"started": cmd["attack"]})
         elif cmd["op"] == "results":
             _send(await hostile.floods.results())
+        elif cmd["op"] == "done":
+            _send({"done": hostile.floods.done()})
         else:
             break
     await hostile.floods.stop()

@@ -93,7 +93,17 @@ class Floods:
         self._tasks[name] = asyncio.create_task(attack(n))
 
     async def results(self) -> dict:
-        return {name: await task for name, task in self._tasks.items()}
+        out = {}
+        for name, task in self._tasks.items():
+            try:
+                out[name] = await task
+            except Exception as exc:  # reported to the driver, which decides what a failed flood means
+                logger.exception("flood %s failed", name)
+                out[name] = {"error": repr(exc)}
+        return out
+
+    def done(self) -> bool:
+        return all(task.done() for task in self._tasks.values())
 
     async def stop(self) -> None:
         for task in self._tasks.values():
