@@ -146,7 +146,8 @@ class SwarmConfig(_Strict):
     fetch_timeout: float = Field(10.0, gt=0)
     """Seconds to fetch one group body from its publisher before the attempt counts as failed."""
     max_fetch_attempts: int = Field(3, ge=1)
-    """Failed fetches of one body before it is rejected as `fetch_failed`."""
+    """Failed fetches of one body, or failed fetches in a row from one publisher (then all its pending
+    bodies), before they are rejected as `fetch_failed` (or `stalled`)."""
     max_concurrent_fetches: int = Field(8, ge=2, le=256)
     """Bodies fetched at once, from all publishers together (half of them at most from unproven ones)."""
     max_fetches_per_peer: int = Field(2, ge=1, le=255)

@@ -185,7 +185,7 @@ def _phase(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, *,
     times, overruns = [], []
     while len(times) < rounds or (name not in ("baseline", "records") and not hostile.request({"op": "done"})["done"]):
         if len(times) >= rounds * _MAX_ROUNDS_FACTOR:
-            logger.warning("the %s attack still runs after %d rounds; ending the phase", name, len(times))
+            logger.warning("the %s attack still runs after %d rounds; waiting for it without rounds", name, len(times))
             break
         for answer in ledger.exchange(count=groups, deadline=deadline):
             times.append(answer["round_s"])

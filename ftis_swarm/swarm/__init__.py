@@ -2,20 +2,30 @@
 
 The only package that imports hivemind. docs/swarm.md describes the design as built.
 
-- client.py      SwarmClient (start / publish / gather / counters / shutdown), PublishResult
-- bootstrap.py   BootstrapPeer and run_bootstrap: the bare DHT peer behind `ftis-node bootstrap`
-- records.py     key scheme, pointer subkeys, the GroupPointer schema, pointer and body checks
-- validators.py  the record validators every peer runs (envelope, RSA signature, pointer schema)
-- publishing.py  store_pointer: a signed pointer on the nearest peers, counting who accepted it
-- gatherer.py    the background poller: read pointers, fetch and check bodies, hold them for gather
-- bodies.py      the body store and the `ftis.body.v1` stream protocol that serves and fetches bodies
-- identity.py    the RSA identity file (peer id = record signer) and its single-process lock
-- runtime.py     the in-process DHTNode on a background asyncio thread (LoopThread, open_peer)
-- counters.py    SwarmCounters: published, gathered, rejected by reason and by peer
-- errors.py      SwarmError: one sentence for the user
+- client.py         SwarmClient (start / publish / gather / drain_peer_faults / counters / shutdown), PublishResult
+- policy.py         PeerPolicy (the node's ledger, as the swarm sees it) and ALLOW_ALL
+- bootstrap.py      BootstrapPeer and run_bootstrap: the bare DHT peer behind `ftis-node bootstrap`
+- keys.py           the key layout: per-window membership keys, per-peer pointer keys
+- records.py        GroupPointer and MemberRecord schemas, subkeys, pointer and body checks
+- validators.py     RecordChecker: envelope, key binding, RSA signature, schema, with a reason per refusal
+- dhtcodec.py       strict decoding of peers' DHT values (no extension types but hivemind's dictionary)
+- guard.py          DHTServicer: the DHT calls other peers make on this one, screened and bounded
+- storage.py        GuardedStorage: what a peer keeps for others, with quotas and rank-ordered eviction
+- reading.py        KeyReader: a Kademlia lookup whose replies are decoded strictly and checked record by record
+- publishing.py     store_records: signed records on the nearest peers, counting who accepted each
+- gatherer.py       the background poller: membership, pointers, screening, the inbox of accepted groups
+- fetching.py       FetchScheduler: slots per publisher, stalls and back-off, which body to fetch next
+- bodies.py         the body store and the `ftis.body.v1` stream protocol (fetch with clocks, bounded serving)
+- identity.py       the RSA identity file (peer id = record signer) and its single-process lock
+- runtime.py        the in-process, guarded DHTNode on a background asyncio thread (LoopThread, open_peer)
+- counters.py       SwarmCounters (rejections, faults, drained per peer) and ThrottledLog
+- errors.py         SwarmError: one sentence for the user
+- hostile.py        a hostile peer (`python -m ftis_swarm.swarm.hostile`) for the tests and `bench hostile`
+- hostile_floods.py its floods and bad body servers
 """
 
 from ftis_swarm.swarm.client import PublishResult, SwarmClient
 from ftis_swarm.swarm.errors import SwarmError
+from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
 
-__all__ = ["PublishResult", "SwarmClient", "SwarmError"]
+__all__ = ["ALLOW_ALL", "PeerPolicy", "PublishResult", "SwarmClient", "SwarmError"]

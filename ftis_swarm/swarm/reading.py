@@ -102,8 +102,8 @@ class KeyReader:
             return nothing
         try:
             out = self._parse(peer, response, queries, found, faults, node_to_peer)
-        except (ValueError, TypeError, AssertionError, OverflowError) as exc:  # DHTID.from_bytes asserts its range
-            logger.debug("a bad find reply from %s: %r", peer, exc)
+        except Exception as exc:  # whatever a peer's reply makes fail (DHTID.from_bytes asserts its range) is its fault
+            logger.debug("a bad find reply from %s: %r", peer, exc, exc_info=True)
             faults["bad_reply"] += 1
             out = nothing
         if faults:
