@@ -1,5 +1,5 @@
-"""`ftis-node bench wire` and `bench learner` through the real CLI, and the memory probe that
-`bench learner --memory` relies on."""
+"""`ftis-node bench wire` and `bench learner` through the real CLI, the memory probe that
+`bench learner --memory` relies on, and `bench hostile`'s refusal of bad flags."""
 
 from __future__ import annotations
 
@@ -59,3 +59,10 @@ def test_memory_probe_does_not_inherit_the_parents_peak():
     small = measure_logprobs(naive=False, grad=False, vocab=1000, batch=2, seq=64, chunk=64, threads=1)
     assert ballast.sum() > 0
     assert small.peak_bytes < 200e6, small
+
+
+def test_bench_hostile_refuses_bad_flags_in_one_sentence():
+    for flags in (["--rounds", "0"], ["--deadline", "-1"], ["--identities", "5000"]):
+        proc = subprocess.run(CLI + ["hostile", *flags], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
