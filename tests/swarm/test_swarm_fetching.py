@@ -1,0 +1,155 @@
+"""The fetch scheduler's slots, stalls and unexpected errors, against stand-in body servers (no daemon).
+
+The stand-in is only the stream layer of `hivemind.P2P` (what a real daemon would hand
+back): real `asyncio.StreamReader`s that a publisher feeds a body, nothing, or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections import Counter
+from typing import Callable, Optional
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.fetching import FetchScheduler
+from ftis_swarm.swarm.policy import ALLOW_ALL
+from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
+
+BODY = b"b" * 64
+
+
+def peer(i: int) -> str:
+    return "Qm" + "abcdefghij"[i % 10] * 40 + f"{i:04d}".replace("0", "z")
+
+
+class Writer:
+    """The request side of a stream: swallows the group id, tells the server when it is closed."""
+
+    def __init__(self, on_close):
+        self._on_close = on_close
+
+    def write(self, data: bytes) -> None:
+        assert len(data) == 32
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self._on_close()
+
+
+class StandInP2P:
+    """Answers each stream as its publisher's behaviour says: "good", "hang" or "error"."""
+
+    def __init__(self, behaviour: dict[str, str]):
+        self.behaviour = behaviour
+        self.open: Counter[str] = Counter()
+        self.most_open: Counter[str] = Counter()
+        self.opened: Counter[str] = Counter()
+
+    async def call_binary_stream_handler(self, peer_id, name: str):
+        publisher = peer_id.to_base58()
+        reader = asyncio.StreamReader()
+        kind = self.behaviour[publisher]
+        if kind == "good":
+            reader.feed_data(b"\x00" + len(BODY).to_bytes(8, "big") + BODY)
+        elif kind == "error":
+            reader.set_exception(RuntimeError("a bug in the stream layer"))
+        self.opened[publisher] += 1
+        self.open[publisher] += 1
+        self.most_open[publisher] = max(self.most_open[publisher], self.open[publisher])
+
+        def closed() -> None:
+            self.open[publisher] -= 1
+
+        return None, reader, Writer(closed)
+
+
+def pointer(publisher: str) -> GroupPointer:
+    gid = secrets.token_hex(16)
+    return GroupPointer(v=RECORD_VERSION, group_id=gid, size=len(BODY), sha256=gid + "0" * 32, publisher=publisher,
+                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1)
+
+
+class Harness:
+    def __init__(self, behaviour: dict[str, str], **cfg: object):
+        self.p2p = StandInP2P(behaviour)
+        self.accepted: list[str] = []
+        self.rejected: Counter[tuple[str, str]] = Counter()
+        self.scheduler = FetchScheduler(
+            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=ALLOW_ALL, counters=SwarmCounters(),
+            room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject)
+
+    def _body(self, p: GroupPointer, body: bytes) -> bool:
+        self.accepted.append(p.publisher)
+        return True
+
+    def _reject(self, p: GroupPointer, reason: str, detail: str) -> None:
+        self.scheduler.settle(p)
+        self.rejected[(p.publisher, reason)] += 1
+
+    async def until(self, done: Callable[[], bool], *, add: Optional[list[GroupPointer]] = None,
+                    then: float = 0.2) -> None:
+        """Schedules (as polls would) until `done()`, 60 s at most, then `then` seconds more."""
+        for p in add or []:
+            self.scheduler.add(p)
+        stop_at = time.monotonic() + 60.0
+        while not done() and time.monotonic() < stop_at:
+            self.scheduler.schedule()
+            await asyncio.sleep(0.02)
+        stop_at = time.monotonic() + then
+        while time.monotonic() < stop_at:
+            self.scheduler.schedule()
+            await asyncio.sleep(0.02)
+
+
+def test_slots_per_publisher_and_for_strangers_leave_room_for_proven_peers():
+    strangers = [peer(i) for i in range(10)]
+    proven = peer(99)
+    harness = Harness({**{s: "hang" for s in strangers}, proven: "good"}, first_byte_timeout=30.0)
+
+    def strangers_open() -> int:
+        return sum(harness.p2p.open[s] for s in strangers)
+
+    async def run() -> None:
+        await harness.until(lambda: len(harness.accepted) == 1, add=[pointer(proven)])  # one body: proven
+        await harness.until(lambda: strangers_open() == 4, add=[pointer(s) for s in strangers for _ in range(5)])
+        assert strangers_open() == 4  # strangers: half of the 8 slots, and no more
+        await harness.until(lambda: len(harness.accepted) == 7, add=[pointer(proven) for _ in range(6)])
+        harness.scheduler.cancel()
+
+    asyncio.run(run())
+    assert len(harness.accepted) == 7  # the proven publisher's bodies came past the hanging strangers
+    assert max(harness.p2p.most_open[s] for s in strangers) <= 2  # max_fetches_per_peer, below the slots
+    assert harness.p2p.most_open[proven] <= 2
+
+
+def test_a_stalling_publisher_loses_its_slots_and_then_its_pointers():
+    staller, good = peer(1), peer(2)
+    harness = Harness({staller: "hang", good: "good"}, first_byte_timeout=0.1)
+
+    async def run() -> None:
+        await harness.until(lambda: sum(harness.rejected.values()) == 20 and len(harness.accepted) == 5,
+                            add=[pointer(staller) for _ in range(20)] + [pointer(good) for _ in range(5)], then=0.5)
+        harness.scheduler.cancel()
+
+    asyncio.run(run())
+    assert harness.rejected == {(staller, "stalled"): 20}  # all of them, after 3 failed fetches in a row
+    assert harness.p2p.opened[staller] == 3  # two at first, then one at a time: never more
+    assert sorted(harness.accepted) == [good] * 5
+
+
+def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_again():
+    buggy = peer(3)
+    harness = Harness({buggy: "error"})
+
+    async def run() -> None:
+        await harness.until(lambda: bool(harness.rejected), add=[pointer(buggy)], then=0.5)
+        harness.scheduler.cancel()
+
+    asyncio.run(run())
+    assert harness.rejected == {(buggy, "fetch_error"): 1}
+    assert harness.p2p.opened[buggy] == 1
