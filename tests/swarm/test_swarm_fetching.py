@@ -12,6 +12,9 @@ import time
 from collections import Counter
 from typing import Callable, Optional
 
+import pytest
+from pydantic import ValidationError
+
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetching import FetchScheduler
@@ -153,3 +156,9 @@ def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_aga
     asyncio.run(run())
     assert harness.rejected == {(buggy, "fetch_error"): 1}
     assert harness.p2p.opened[buggy] == 1
+
+
+def test_a_publisher_may_never_hold_every_slot():
+    with pytest.raises(ValidationError, match="max_fetches_per_peer=8 must be below max_concurrent_fetches=8"):
+        SwarmConfig(max_fetches_per_peer=8, max_concurrent_fetches=8)
+    assert SwarmConfig(max_fetches_per_peer=7, max_concurrent_fetches=8).max_fetches_per_peer == 7
