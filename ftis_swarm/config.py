@@ -341,11 +341,13 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     tree[leaf] = value
 
 
-def load_node_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> NodeConfig:
-    """A file (TOML, or the JSON a run directory holds), then dotted-key overrides from flags.
+def load_node_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None, *,
+                     keep_none: bool = False) -> NodeConfig:
+    """A file (TOML, or the JSON a run directory holds), then dotted-key overrides, in their order.
 
     `overrides` maps dotted paths (`"learner.lr"`) to values; None values are skipped, so
-    unset flags leave the file's value. Raises `ConfigError` with one sentence.
+    unset flags leave the file's value, unless `keep_none` (then None clears the key, as
+    `--set learner.lora=none` asks). Raises `ConfigError` with one sentence.
     """
     tree: dict = {}
     if path is not None:
@@ -358,7 +360,7 @@ def load_node_config(path: Optional[Path] = None, overrides: Optional[Mapping[st
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {path} does not parse: {exc}") from None
     for key, value in (overrides or {}).items():
-        if value is not None:
+        if value is not None or keep_none:
             _set_dotted(tree, key, value)
     try:
         return NodeConfig.model_validate(tree)

@@ -26,7 +26,11 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
                f"{cfg.rounds} rounds, run directory {cfg.run_dir}")
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging("warning", log_file=cfg.run_dir / "node.log")
+    from transformers.utils import logging as hf_logging
+
     from ftis_swarm.node.daemon import Node, RoundResult
+
+    hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
     from ftis_swarm.node.summary import format_summary, summarize_run
 
     with status(f"loading {cfg.model} and joining the swarm (a first use downloads or converts the model)"):

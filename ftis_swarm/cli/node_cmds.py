@@ -106,7 +106,7 @@ def join(
 
     flags = {key: values[name] for name, key in JOIN_FLAGS.items() if values[name] is not None}
     overrides = {**env_overrides(NodeConfig), **flags, **set_overrides(NodeConfig, sets)}
-    cfg = with_task_defaults(load_node_config(config, overrides))
+    cfg = with_task_defaults(load_node_config(config, overrides, keep_none=True))
     check_config(cfg)
     if print_config:
         typer.echo(dump_node_config(cfg))
@@ -166,7 +166,7 @@ def _check_node_settings(flags: dict[str, object], sets: list[str], sibling: Opt
 
     overrides = {**env_overrides(NodeConfig), **{JOIN_FLAGS[name]: value for name, value in flags.items()},
                  **set_overrides(NodeConfig, sets)}
-    check_config(load_node_config(None, overrides))
+    check_config(load_node_config(None, overrides, keep_none=True))
     if sibling is not None:
         check_model_name(sibling)
 

@@ -25,13 +25,13 @@ from ftis_swarm.node.testnet import NodeProc, preset, run_testnet
 def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_name: str, extra: tuple[str, ...],
                     sibling: Optional[str] = None, table: bool = True) -> int:
     typer.echo(f"testnet: {nodes} nodes, preset {preset_name}, run directories under {workdir}")
-    pre = preset(preset_name, workdir, sibling=sibling)
-    planned = rounds or pre.rounds
     with status("preparing the models (the first run converts the embedded SmolLM2 once, about a minute)"):
         from ftis_swarm.models import resolve_model
 
+        pre = preset(preset_name, workdir, sibling=sibling)
         for spec in pre.specs[:nodes]:  # once here, not in N nodes at the same time
             resolve_model(spec.model)
+    planned = rounds or pre.rounds
     history: dict[Path, list[dict]] = {}
     live = None
     if table and sys.stdout.isatty():
