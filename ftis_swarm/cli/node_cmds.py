@@ -130,6 +130,7 @@ def testnet(
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per completion (default 24)."),
     round_deadline: Optional[float] = typer.Option(None, help="Seconds each node gathers peers' groups a round (default 4)."),
     sibling: Optional[str] = typer.Option(None, help="Model of the default preset's third node (default smollm2-mini, the smaller SmolLM2)."),
+    seed: int = typer.Option(0, help="Seed of the run: node i gets seed 1000 x seed + i (prompts, sampling, init)."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="A config key of every node (see join --set); repeatable."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),
     old_workdir: Optional[Path] = typer.Option(None, "--workdir", hidden=True),
@@ -142,6 +143,8 @@ def testnet(
         fail("--rounds must be at least 1")
     if preset not in ("default", "tiny"):
         fail(f"--preset must be 'default' or 'tiny', not {preset!r}")
+    if seed < 0:
+        fail("--seed must be a non-negative integer")
     if sibling is not None and preset != "default":
         fail("--sibling sets the third node of the default preset; drop it with --preset tiny")
     node_flags = {"task": task, "mode": mode, "temperature": temperature, "group_size": group_size,
@@ -154,7 +157,7 @@ def testnet(
     from ftis_swarm.cli.testnet_run import run_testnet_cli
 
     raise typer.Exit(run_testnet_cli(workdir=workdir, nodes=nodes, rounds=rounds, preset_name=preset, extra=extra,
-                                     sibling=sibling, table=table))
+                                     sibling=sibling, table=table, seed=seed))
 
 
 def _check_node_settings(flags: dict[str, object], sets: list[str], sibling: Optional[str]) -> None:

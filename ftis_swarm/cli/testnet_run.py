@@ -23,7 +23,7 @@ from ftis_swarm.node.testnet import NodeProc, preset, run_testnet
 
 
 def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_name: str, extra: tuple[str, ...],
-                    sibling: Optional[str] = None, table: bool = True) -> int:
+                    sibling: Optional[str] = None, table: bool = True, seed: int = 0) -> int:
     typer.echo(f"testnet: {nodes} nodes, preset {preset_name}, run directories under {workdir}")
     with status("preparing the models (the first run converts the embedded SmolLM2 once, about a minute)"):
         from ftis_swarm.models import resolve_model
@@ -57,7 +57,7 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
     child_flags = ("--log-level", level) if level != "warning" else ()
     try:
         result = run_testnet(workdir=workdir, nodes=nodes, rounds=rounds, pre=pre, extra=extra,
-                             on_progress=progress, global_flags=child_flags)
+                             on_progress=progress, global_flags=child_flags, seed=seed)
     finally:
         if live is not None:
             live.stop()

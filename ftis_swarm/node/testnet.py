@@ -158,10 +158,11 @@ class TestnetResult:
 
 def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset, extra: tuple[str, ...] = (),
                 on_progress: Optional[Callable[[list[NodeProc]], None]] = None, poll: float = 1.0,
-                global_flags: tuple[str, ...] = ()) -> TestnetResult:
+                global_flags: tuple[str, ...] = (), seed: int = 0) -> TestnetResult:
     """Runs the testnet to the end; the nodes' run directories are `workdir/node-<i>-<name>`.
 
-    `global_flags` go before `join` on every node's command line (`--log-level debug`).
+    Node i runs with seed `1000 * seed + i`, so testnets of different seeds share no node
+    seed. `global_flags` go before `join` on every node's command line (`--log-level debug`).
     """
     t0 = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,7 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
         for i in range(nodes):
             spec = pre.specs[i % len(pre.specs)]
             run_dir = workdir / f"node-{i}-{spec.name}"
-            cmd = node_command(spec, index=i, run_dir=run_dir, peers=maddrs, run_id=run_id,
+            cmd = node_command(spec, index=1000 * seed + i, run_dir=run_dir, peers=maddrs, run_id=run_id,
                                rounds=rounds or pre.rounds, flags=pre.flags, extra=extra, global_flags=global_flags)
             procs.append(start_node(cmd, run_dir, spec))
         while any(p.proc.poll() is None for p in procs):
