@@ -175,5 +175,5 @@ from ftis_swarm.cli import experiment_cmd  # noqa: E402,F401  (registers experim
 
 
 def main() -> None:
-    """Entry point of the `ftis-node` script."""
-    app()
+    """Entry point of the `ftis-node` script (and of `python -m ftis_swarm.cli`, under the same name)."""
+    app(prog_name="ftis-node")

@@ -25,7 +25,9 @@ from ftis_swarm.node.testnet import NodeProc, preset, run_testnet
 def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_name: str, extra: tuple[str, ...],
                     sibling: Optional[str] = None, table: bool = True, seed: int = 0) -> int:
     typer.echo(f"testnet: {nodes} nodes, preset {preset_name}, run directories under {workdir}")
-    with status("preparing the models (the first run converts the embedded SmolLM2 once, about a minute)"):
+    doing = ("building the tiny models" if preset_name == "tiny"
+             else "preparing the models (the first run converts the embedded SmolLM2 once, about a minute)")
+    with status(doing):
         from ftis_swarm.models import resolve_model
 
         pre = preset(preset_name, workdir, sibling=sibling)
