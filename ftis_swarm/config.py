@@ -147,7 +147,7 @@ class SamplingConfig(_Strict):
     temperature: float = Field(1.0, gt=0, le=10)
     max_new_tokens: int = Field(64, ge=1, le=32768)
     """Most tokens per completion. Left unset, `ftis-node join` takes the task's own default
-    (64 for arith, 512 for the word problems: docs/tasks.md)."""
+    (64 for arith, 512 for GSM8K, 1024 for MATH-500: docs/tasks.md)."""
     group_size: int = Field(8, ge=2, le=4096)
     """G, the completions per prompt in a vertical group."""
     seed: Optional[int] = None

@@ -30,11 +30,11 @@ def task_class(name: str) -> type[Task]:
     return getattr(importlib.import_module(module), cls)
 
 
-def get_task(name: str, *, data_dir: Path | None = None, verify_timeout: float = 5.0) -> Task:
+def get_task(name: str, *, data_dir: Path | str | None = None, verify_timeout: float = 5.0) -> Task:
     """A fresh task object by name.
 
-    `data_dir`: where gsm8k/math500 read their JSONL files (default: `FTIS_DATA_DIR`; without
-    either they load from the hub through `datasets`). `verify_timeout`: seconds one answer's
-    check may take before it scores 0 with reason `timeout`.
+    `data_dir`: where gsm8k/math500 read their JSONL files (default: `FTIS_DATA_DIR`, else the
+    copies shipped in the package; `"hub"` loads them through `datasets`). `verify_timeout`:
+    seconds one answer's check may take before it scores 0 with reason `timeout`.
     """
     return task_class(name)(data_dir=data_dir, verify_timeout=verify_timeout)
