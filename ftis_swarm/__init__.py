@@ -13,7 +13,8 @@ Layers, each importing only those below it (held by import-linter contracts in p
 - metrics   the metrics sink interface (JSONL, Prometheus)
 - models    resolving and loading models (hub ids, local paths, the embedded SmolLM2)
 - core      pure tensor math: advantages, the F-TIS loss, chunked log-probs
-- config    pydantic settings
+- config    pydantic settings, ConfigError, the loss modes, the error formatter
+- errors    UserError, the base of every error a user can cause
 """
 
 __version__ = "0.1.0"

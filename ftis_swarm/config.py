@@ -1,19 +1,30 @@
 """Every setting of a node, as strict pydantic models (pydantic and the standard library only).
 
-A node's whole configuration is one `NodeConfig`: TOML file first, then CLI flags on top
-(`ftis_swarm.cli`). Each section is its own model so that the parts (core, wire, rollout,
-learner, swarm) take only what they use. Unknown keys are errors, not silently ignored:
-a typo in a config file must not fall back to a default without a word.
+A node's whole configuration is one `NodeConfig`: TOML file first, then `FTIS_*`
+environment variables, then CLI flags and `--set key=value` on top (`ftis_swarm.cli`).
+Each section is its own model so that the parts (core, wire, rollout, learner, swarm) take
+only what they use. Unknown keys are errors, not silently ignored: a typo in a config file
+must not fall back to a default without a word.
+
+Also here, low in the layering so that every layer can use them: `ConfigError` (a
+`UserError`, see ftis_swarm.errors), `format_validation_error` (the one way a pydantic
+error becomes one sentence), and `LOSS_MODES` (what each loss mode does; the config, the
+CLI help and the experiment read it from here).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ftis_swarm.errors import UserError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,16 +32,75 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
+class ConfigError(UserError, ValueError):
+    """A config file, environment variable or flag that does not validate, said in one sentence."""
+
+
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def format_validation_error(exc: ValidationError, *, as_flags: bool = False) -> str:
+    """The first problem of a pydantic error as one sentence: `where: what (got value)`.
+
+    `where` is the dotted key (`learner.ftis.mode`), or the flag (`--max-clock-skew`) with
+    `as_flags`; pydantic's "Value error, " prefixes are dropped, and further problems are
+    counted, not listed.
+    """
+    errors = exc.errors()
+    first = errors[0]
+    parts = [str(p) for p in first["loc"]]
+    if as_flags:
+        where = "--" + "-".join(parts).replace("_", "-") if parts else "options"
+    else:
+        where = ".".join(parts) or "config"
+    msg = first["msg"]
+    for prefix in _PYDANTIC_PREFIXES:
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    got = first.get("input")
+    plain = got is not None and not isinstance(got, (dict, list, tuple)) and first["type"] != "value_error"
+    shown = f" (got {got!r})" if plain else ""
+    more = len(errors) - 1
+    tail = f"; and {more} more problem{'s' * (more > 1)}" if more else ""
+    return f"{where}: {msg}{shown}{tail}"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+LossMode = Literal["nois", "vis", "tis", "filter", "fvis", "ftis"]
+"""METHOD.md's loss modes; what each does is in `LOSS_MODES`."""
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """What a loss mode does: its per-token importance weight, and whether it filters peers' samples."""
+
+    weight: Literal["one", "exp", "truncated"]
+    """`one`: 1; `exp`: exp(x); `truncated`: min(exp(x), C), with x = logp_old - logp_gen."""
+    filters: bool
+    summary: str
+
+
+LOSS_MODES: dict[str, ModeSpec] = {
+    "nois": ModeSpec("one", False, "weight 1, nothing filtered (plain GRPO on every sample)"),
+    "vis": ModeSpec("exp", False, "weight exp(x), untruncated, nothing filtered"),
+    "tis": ModeSpec("truncated", False, "weight min(exp(x), C), nothing filtered"),
+    "filter": ModeSpec("one", True, "weight 1, harmful peer samples filtered"),
+    "fvis": ModeSpec("exp", True, "weight exp(x), harmful peer samples filtered"),
+    "ftis": ModeSpec("truncated", True, "weight min(exp(x), C), harmful peer samples filtered (the default)"),
+}
+"""Mode -> what it does (METHOD.md's table); the one place the list of modes is spelled out."""
+assert tuple(LOSS_MODES) == LossMode.__args__  # type: ignore[attr-defined]
 
 
 class FTISConfig(_Strict):
     """The F-TIS loss (METHOD.md). The paper's baselines are modes, not test-only flags."""
 
-    mode: Literal["nois", "vis", "tis", "filter", "fvis", "ftis"] = "ftis"
-    """Importance weight and filter: nois/filter weight 1, vis/fvis exp(x), tis/ftis min(exp(x), C);
-    filter/fvis/ftis also drop harmful samples."""
+    mode: LossMode = "ftis"
+    """Importance weight and filter, see `LOSS_MODES`: nois/filter weight 1, vis/fvis exp(x),
+    tis/ftis min(exp(x), C); filter/fvis/ftis also drop harmful peer samples."""
     C: float = Field(2.0, gt=0)
     """Truncation cap of the importance weight."""
     g: float = Field(50.0, gt=0)
@@ -45,12 +115,17 @@ class FTISConfig(_Strict):
     """Per-token KL term: rlogr = r*x - r + 1 (proxy for KL(pi_theta||pi_gen)), k3 = r - 1 - x."""
 
     @property
+    def weighted(self) -> bool:
+        """The weight is exp(x) or its truncation (not 1)."""
+        return LOSS_MODES[self.mode].weight != "one"
+
+    @property
     def truncates(self) -> bool:
-        return self.mode in ("tis", "ftis")
+        return LOSS_MODES[self.mode].weight == "truncated"
 
     @property
     def filters(self) -> bool:
-        return self.mode in ("filter", "fvis", "ftis")
+        return LOSS_MODES[self.mode].filters
 
 
 class WireConfig(_Strict):
@@ -71,6 +146,8 @@ class SamplingConfig(_Strict):
 
     temperature: float = Field(1.0, gt=0, le=10)
     max_new_tokens: int = Field(64, ge=1, le=32768)
+    """Most tokens per completion. Left unset, `ftis-node join` takes the task's own default
+    (64 for arith, 512 for GSM8K, 1024 for MATH-500: docs/tasks.md)."""
     group_size: int = Field(8, ge=2, le=4096)
     """G, the completions per prompt in a vertical group."""
     seed: Optional[int] = None
@@ -85,8 +162,17 @@ class LoRAConfig(_Strict):
     )
 
 
+FULL_LR = 1e-6
+"""The paper's learning rate for a full fine-tune."""
+LORA_LR = 1e-5
+"""The default when a LoRA adapter is trained and no `lr` is given: ten times the full
+fine-tune's, the ratio at which LoRA matched full fine-tuning in RL ("LoRA Without Regret",
+Thinking Machines, 2025)."""
+
+
 class LearnerConfig(_Strict):
-    lr: float = Field(1e-6, gt=0, le=1)
+    lr: float = Field(FULL_LR, gt=0, le=1)
+    """AdamW learning rate; 1e-6 for a full fine-tune, 1e-5 when `lora` is set and no lr is given."""
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = Field(1.0, gt=0)
@@ -104,6 +190,33 @@ class LearnerConfig(_Strict):
     max_groups_per_peer: int = Field(16, ge=0)
     """Most groups one peer may contribute to one update."""
     ftis: FTISConfig = Field(default_factory=FTISConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lora_lr(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("lora") is not None and data.get("lr") is None:
+            return {**data, "lr": LORA_LR}
+        return data
+
+
+_MULTIADDR = re.compile(r"/(ip4|ip6|dns|dns4|dns6)/([^/\s]+)/(tcp|udp)/(\d{1,5})((?:/[^/\s]+)*)")
+
+
+def check_multiaddr(text: str) -> str:
+    """`text` when it reads as a multiaddr (`/ip4/<address>/tcp/<port>[/p2p/<peer id>]`), else ValueError."""
+    match = _MULTIADDR.fullmatch(text.strip())
+    example = "/ip4/203.0.113.7/tcp/31337/p2p/<peer id>"
+    if match is None:
+        raise ValueError(f"{text!r} is not a multiaddr like {example}")
+    proto, host, _, port, _ = match.groups()
+    if proto in ("ip4", "ip6"):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(f"{text!r}: {host!r} is not an {proto} address") from None
+    if not 0 < int(port) <= 65535:
+        raise ValueError(f"{text!r}: port {port} is outside 1-65535")
+    return text.strip()
 
 
 class SwarmConfig(_Strict):
@@ -177,6 +290,11 @@ class SwarmConfig(_Strict):
             )
         return self
 
+    @field_validator("peers", "announce")
+    @classmethod
+    def _multiaddrs(cls, v: list[str]) -> list[str]:
+        return [check_multiaddr(m) for m in v]
+
 
 class NodeConfig(_Strict):
     """Everything `ftis-node join` needs; written resolved to the run directory."""
@@ -209,6 +327,12 @@ class NodeConfig(_Strict):
     """Port of the Prometheus /metrics endpoint; None: no endpoint (0 picks a free port)."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint listens on (0.0.0.0 inside a container)."""
+    tensorboard: bool = False
+    """Also write each round's numbers as TensorBoard scalars under `<run_dir>/tensorboard`
+    (needs the `tensorboard` extra)."""
+    wandb_project: Optional[str] = Field(None, min_length=1, max_length=128)
+    """Also log each round to this Weights & Biases project (needs the `wandb` extra;
+    `WANDB_MODE=offline` logs without an account)."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
@@ -227,21 +351,9 @@ class NodeConfig(_Strict):
                 f"sampling.group_size={self.sampling.group_size} exceeds swarm.wire.max_group_size="
                 f"{self.swarm.wire.max_group_size}"
             )
+        if self.metrics_port and self.metrics_port == self.swarm.port:
+            raise ValueError(f"metrics_port and swarm.port are both {self.metrics_port}; give them different ports")
         return self
-
-
-class ConfigError(ValueError):
-    """A config file or flag that does not validate, said in one sentence."""
-
-
-def _one_sentence(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "config"
-    more = len(exc.errors()) - 1
-    tail = f"; and {more} more problem{'s' * (more > 1)}" if more else ""
-    got = first.get("input")
-    shown = f" (got {got!r})" if got is not None and not isinstance(got, (dict, list)) else ""
-    return f"{where}: {first['msg']}{shown}{tail}"
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -253,11 +365,13 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     tree[leaf] = value
 
 
-def load_node_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None) -> NodeConfig:
-    """A file (TOML, or the JSON a run directory holds), then dotted-key overrides from flags.
+def load_node_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None, *,
+                     keep_none: bool = False) -> NodeConfig:
+    """A file (TOML, or the JSON a run directory holds), then dotted-key overrides, in their order.
 
     `overrides` maps dotted paths (`"learner.lr"`) to values; None values are skipped, so
-    unset flags leave the file's value. Raises `ConfigError` with one sentence.
+    unset flags leave the file's value, unless `keep_none` (then None clears the key, as
+    `--set learner.lora=none` asks). Raises `ConfigError` with one sentence.
     """
     tree: dict = {}
     if path is not None:
@@ -270,12 +384,12 @@ def load_node_config(path: Optional[Path] = None, overrides: Optional[Mapping[st
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {path} does not parse: {exc}") from None
     for key, value in (overrides or {}).items():
-        if value is not None:
+        if value is not None or keep_none:
             _set_dotted(tree, key, value)
     try:
         return NodeConfig.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_one_sentence(exc)) from None
+        raise ConfigError(format_validation_error(exc)) from None
 
 
 def dump_node_config(cfg: NodeConfig) -> str:

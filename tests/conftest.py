@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from ftis_swarm.tasks.dataset import BUNDLED_DATA, HUB
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """FTIS_DATA_DIR, holding gsm8k/ and math500/ in their original formats.
-
-    Tests that use it carry the `data` marker and fail, never skip, when the files are missing.
+    """The GSM8K and MATH-500 files in their original formats: the package's own copies, or
+    the folder FTIS_DATA_DIR names. Tests that use it carry the `data` marker and fail, never
+    skip, when a file is missing.
     """
     raw = os.environ.get("FTIS_DATA_DIR")
-    if not raw:
-        pytest.fail("FTIS_DATA_DIR is not set: point it at a folder with gsm8k/ and math500/ (see README)")
-    path = Path(raw)
+    path = Path(raw) if raw and raw != HUB else BUNDLED_DATA
     for rel in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math500/test.jsonl"):
         if not (path / rel).is_file():
-            pytest.fail(f"FTIS_DATA_DIR={path} lacks {rel}")
+            pytest.fail(f"{path} lacks {rel}")
     return path

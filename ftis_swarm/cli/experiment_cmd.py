@@ -1,7 +1,8 @@
 """`ftis-node experiment`: the paper's experiment in miniature (see ftis_swarm.bench.experiment).
 
-Flags are validated (one sentence, exit 2) before torch is imported. Progress is one line
-per finished run; at the end the table is printed and written with the plots and JSON.
+Flags (and `--set key=value` for any `ExperimentConfig` key) are validated, one sentence and
+exit 2, before torch is imported. A bar counts the runs; a line is printed per finished run;
+at the end the table is printed and written with the plots and JSON.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import app, fail
+from ftis_swarm.cli.main import app, fail, renamed
 
 
 def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
@@ -27,13 +28,13 @@ def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
 @app.command()
 def experiment(
     quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, 4 arms, learner B the smaller sibling): a couple of minutes."),
-    out: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
-    figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <out>/figures)."),
-    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, vertical-<mode>, horizontal-<mode> (modes: nois, vis, tis, filter, fvis, ftis)."),
+    run_dir: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
+    figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <run-dir>/figures)."),
+    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, vertical-<mode>, horizontal-<mode> (modes: see join --help-modes)."),
     seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds, e.g. 0,1,2."),
     rounds: Optional[int] = typer.Option(None, help="Rounds per run."),
     prompts_per_round: Optional[int] = typer.Option(None, help="Own prompts per learner per round (P)."),
-    group_size: Optional[int] = typer.Option(None, help="Completions per prompt, G (even)."),
+    group_size: Optional[int] = typer.Option(None, "--group-size", "-G", help="Completions per prompt, G (even)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per sampled completion."),
     model_a: Optional[str] = typer.Option(None, help="Learner A's model (default smollm2-135m)."),
@@ -43,21 +44,28 @@ def experiment(
     lora_rank_a: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank for A (default 0: the full model)."),
     lora_rank_b: Optional[int] = typer.Option(None, help="B's LoRA rank (default 16); 0 trains B's full model."),
     dtype: Optional[str] = typer.Option(None, help="Learner autocast: fp32 or bf16."),
-    eval_items: Optional[int] = typer.Option(None, help="Held-out test items for greedy pass@1."),
+    limit: Optional[int] = typer.Option(None, help="Held-out test items for greedy pass@1 (the same in every arm)."),
     workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
     threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <out>/runs."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
+    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any ExperimentConfig key (task=gsm_symbolic, eval_max_new_tokens=32); repeatable; applied after the flags."),
+    old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
+    old_eval_items: Optional[int] = typer.Option(None, "--eval-items", hidden=True),
 ) -> None:
     """Two heterogeneous learners alone and together (nois/tis/ftis, vertical vs horizontal), several seeds."""
     from pydantic import ValidationError
 
     from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec, quick_config
+    from ftis_swarm.cli.overrides import set_overrides
+    from ftis_swarm.config import format_validation_error
 
+    out = renamed(run_dir, old_out, "--run-dir", "--out",
+                  Path("runs/experiment-quick" if quick else "runs/experiment"))
+    eval_items = renamed(limit, old_eval_items, "--limit", "--eval-items", None)
     if not 1 <= workers <= 64 or not 1 <= threads <= 256:
         fail("--workers must be 1 to 64 and --threads 1 to 256")
-    out = out or Path("runs/experiment-quick" if quick else "runs/experiment")
     if out.exists() and not out.is_dir():
-        fail(f"--out: {out} is not a folder")
+        fail(f"--run-dir: {out} is not a folder")
     if figures is not None and figures.exists() and not figures.is_dir():
         fail(f"--figures: {figures} is not a folder")
     overrides: dict = {}
@@ -84,33 +92,36 @@ def experiment(
         data = {**base.model_dump(), **overrides, "learners": learners}
         if rounds is not None:
             data["eval_rounds"] = []
-        cfg = ExperimentConfig(**data)
-    except (ValidationError, ValueError) as exc:
-        fail(_one_sentence(exc))
+        cfg = ExperimentConfig(**{**data, **set_overrides(ExperimentConfig, sets)})
+    except ValidationError as exc:
+        fail(format_validation_error(exc))
 
     import json
-    import logging
 
     from ftis_swarm.bench.experiment import run_experiment
     from ftis_swarm.bench.experiment_report import format_table, plot_all
+    from ftis_swarm.cli.main import setup_logging
+    from ftis_swarm.cli.progress import Bar
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    t0 = time.perf_counter()
     total = len(cfg.arms) * len(cfg.seeds)
-    done = [0]
+    typer.echo(f"experiment: {len(cfg.arms)} arms x {len(cfg.seeds)} seeds = {total} runs of {cfg.rounds} rounds, "
+               f"{workers} at a time; results in {out}")
+    setup_logging("warning")
+    t0 = time.perf_counter()
 
-    def progress(label: str, res: dict) -> None:
-        if label == "start":
-            accs = ", ".join(f"{n} {res[n]['accuracy']:.2f}" for n in cfg.learner_names)
-            typer.echo(f"[{time.perf_counter() - t0:6.0f} s] start held-out accuracy: {accs}")
-            return
-        done[0] += 1
-        end = res["evals"][-1]
-        accs = ", ".join(f"{n} {end[n]['accuracy']:.2f}" for n in cfg.learner_names)
-        typer.echo(f"[{time.perf_counter() - t0:6.0f} s] {done[0]}/{total} {label}: held-out {accs} "
-                   f"({res['seconds']:.0f} s)")
+    with Bar("runs", total=total) as bar:
 
-    result = run_experiment(cfg, out, workers=workers, threads=threads, resume=resume, on_done=progress)
+        def progress(label: str, res: dict) -> None:
+            if label == "start":
+                accs = ", ".join(f"{n} {res[n]['accuracy']:.2f}" for n in cfg.learner_names)
+                bar.say(f"[{time.perf_counter() - t0:6.0f} s] start held-out accuracy: {accs}")
+                return
+            bar.advance()
+            end = res["evals"][-1]
+            accs = ", ".join(f"{n} {end[n]['accuracy']:.2f}" for n in cfg.learner_names)
+            bar.say(f"[{time.perf_counter() - t0:6.0f} s] {label}: held-out {accs} ({res['seconds']:.0f} s)")
+
+        result = run_experiment(cfg, out, workers=workers, threads=threads, resume=resume, on_done=progress)
     result["wall_seconds"] = time.perf_counter() - t0
     result["workers"], result["threads"] = workers, threads
     table = format_table(result)
@@ -119,13 +130,3 @@ def experiment(
     paths = plot_all(result, figures or out / "figures")
     typer.echo(table)
     typer.echo(f"wall time {result['wall_seconds']:.0f} s; results in {out}; plots: {', '.join(map(str, paths))}")
-
-
-def _one_sentence(exc: Exception) -> str:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "settings"
-        return f"{where}: {err['msg']}".replace("Value error, ", "")
-    return str(exc)

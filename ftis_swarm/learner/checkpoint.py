@@ -3,7 +3,9 @@
 Layout of `<root>/ckpt-<round:08d>/`:
 
 - `model/` (full fine-tune: `save_pretrained`, loads with transformers unchanged) or
-  `adapter/` (LoRA: loads with peft unchanged), with the tokenizer beside it when given
+  `adapter/` (LoRA: loads with peft unchanged; its `adapter_config.json` names the base
+  model as the node was given it, a folder made absolute, so that `ftis-node eval` loads it
+  from any working directory), with the tokenizer beside it when given
 - `optimizer.pt`, `rng.pt`: the optimiser's and torch's RNG state (tensors only)
 - `state.json`: round, policy version, consumed group ids and whatever the node adds
 - `COMPLETE`: sha256 of every other file; written last
@@ -28,6 +30,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from ftis_swarm.errors import UserError
+
 log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
@@ -35,7 +39,7 @@ _PREFIX = "ckpt-"
 _TMP = ".tmp-"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be restored into this learner (one sentence)."""
 
 
@@ -71,13 +75,23 @@ class CheckpointManager:
         for tmp in self.root.glob(_TMP + "*"):
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def save(self, *, round_idx: int, learner: Any, state: dict, tokenizer: Any = None) -> Path:
-        """Writes checkpoint `round_idx` atomically and prunes old ones; returns its path."""
+    def save(self, *, round_idx: int, learner: Any, state: dict, tokenizer: Any = None,
+             base_model: str | None = None) -> Path:
+        """Writes checkpoint `round_idx` atomically and prunes old ones; returns its path.
+
+        `base_model`: for an adapter, the base model's name as it loads anywhere (a short name,
+        a hub id or an absolute folder), recorded in `adapter_config.json` in place of the
+        path the model was loaded from.
+        """
         final = self.root / f"{_PREFIX}{round_idx:08d}"
         tmp = self.root / f"{_TMP}{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         weights = tmp / ("adapter" if learner.is_lora else "model")
         learner.model.save_pretrained(weights, safe_serialization=True)
+        if learner.is_lora and base_model is not None:
+            adapter_cfg = weights / "adapter_config.json"
+            adapter_cfg.write_text(json.dumps({**json.loads(adapter_cfg.read_text()),
+                                               "base_model_name_or_path": base_model}, indent=2))
         if tokenizer is not None:
             tokenizer.save_pretrained(weights)
         torch.save(learner.optimizer.state_dict(), tmp / "optimizer.pt")

@@ -1,9 +1,15 @@
 """Where a node's numbers go: one sink interface, never print from library code.
 
-- sink.py        MetricsSink (the interface), JsonlSink (one JSON line per round), MultiSink
-- prometheus.py  PrometheusSink: the latest round as gauges on a local /metrics endpoint
+- sink.py         MetricsSink (the interface), JsonlSink (one JSON line per round), MultiSink,
+                  MetricsSinkError (a sink that cannot start: one sentence)
+- prometheus.py   PrometheusSink: a /metrics endpoint by Prometheus's conventions (counters
+                  `_total`, times `_seconds`, peer and reason labels, process metrics)
+- extra_sinks.py  TensorBoardSink and WandbSink, each an optional package (`check_installed`)
+
+Imports below it: errors only (prometheus_client, and torch's TensorBoard writer or wandb
+when those sinks are asked for).
 """
 
-from ftis_swarm.metrics.sink import JsonlSink, MetricsSink, MultiSink, read_jsonl
+from ftis_swarm.metrics.sink import JsonlSink, MetricsSink, MetricsSinkError, MultiSink, read_jsonl
 
-__all__ = ["JsonlSink", "MetricsSink", "MultiSink", "read_jsonl"]
+__all__ = ["JsonlSink", "MetricsSink", "MetricsSinkError", "MultiSink", "read_jsonl"]

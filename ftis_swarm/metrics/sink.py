@@ -7,13 +7,28 @@ labels (Prometheus) split it there.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 from pathlib import Path
 from typing import Iterator, Mapping, Protocol, Union
 
-Value = Union[float, int, str, bool, None]
+from ftis_swarm.errors import UserError
+
+Value = Union[float, int, str, bool, None, list]
+
+
+class MetricsSinkError(UserError):
+    """A sink that cannot start: its package is not installed, or its port is taken (one sentence)."""
+
+
+def require_package(module: str, *, wanted_by: str, extra: str) -> None:
+    """Raises MetricsSinkError when `module` cannot be imported; `wanted_by` names the config key."""
+    if importlib.util.find_spec(module) is None:
+        raise MetricsSinkError(
+            f"{wanted_by} needs the {module} package, which is not installed: pip install 'ftis-swarm[{extra}]'"
+        )
 
 
 class MetricsSink(Protocol):

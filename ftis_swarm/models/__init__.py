@@ -1,15 +1,18 @@
 """Which model a node runs: names, the embedded default, loading, and tiny test models.
 
-- registry.py  resolve_model / ModelNotFoundError: short names, local folders, hub ids
+- registry.py  resolve_model / check_model_name / portable_model_name / ModelNotFoundError: short
+               names, local folders, hub ids
 - loading.py   load_model / load_tokenizer: a resolved model in a dtype on a device
 - smollm2.py   the embedded SmolLM2-135M-Instruct (GGUF converted once) and its sibling with layers dropped
 - cache.py     cache_dir / cached_checkpoint: $FTIS_CACHE_DIR, built once, renamed into place
+- quiet.py     no_progress_bars: transformers' and the hub's tqdm bars off while models load
 - tiny.py      build_tiny_qwen2: seeded tiny Qwen2 with the real Qwen tokenizer (tests, benches)
 
-Imports below it: core and config only (torch and transformers are imported inside functions).
+Imports below it: core, config and errors only (torch and transformers are imported inside functions).
 """
 
 from ftis_swarm.models.loading import load_model, load_tokenizer
-from ftis_swarm.models.registry import ModelNotFoundError, resolve_model
+from ftis_swarm.models.registry import ModelNotFoundError, check_model_name, portable_model_name, resolve_model
 
-__all__ = ["ModelNotFoundError", "load_model", "load_tokenizer", "resolve_model"]
+__all__ = ["ModelNotFoundError", "check_model_name", "load_model", "load_tokenizer", "portable_model_name",
+           "resolve_model"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftis_swarm.models.quiet import no_progress_bars
 from ftis_swarm.models.registry import ModelNotFoundError, resolve_model
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -51,7 +52,8 @@ def load_model(name: str, *, dtype: str = "fp32", device: str = "cpu") -> tuple[
     path = resolve_model(name)
     tokenizer = _tokenizer_at(path, name)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_type)
+        with no_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_type)
     except (OSError, ValueError) as exc:
         raise ModelNotFoundError(f"could not load model {name!r} from {path}: {_first_sentence(exc)}") from exc
     return model.to(device).eval(), tokenizer

@@ -13,10 +13,11 @@ import re
 from pathlib import Path
 from typing import Callable
 
+from ftis_swarm.errors import UserError
 from ftis_swarm.models import smollm2
 
 
-class ModelNotFoundError(LookupError):
+class ModelNotFoundError(UserError, LookupError):
     """A model name that is neither a short name, an existing folder, nor a loadable hub id."""
 
 
@@ -44,24 +45,50 @@ def short_names() -> list[str]:
     return sorted(_LOCAL) + ["Qwen2.5-<size>[-Instruct]", "Qwen2.5-Coder-<size>[-Instruct]", "Qwen2.5-Math-<size>[-Instruct]"]
 
 
-def resolve_model(name: str) -> str:
-    """A local checkpoint folder or a hub id for `name`; converts the embedded models on first use."""
+def _classify(name: str) -> tuple[str, str]:
+    """`(kind, value)` of a model name without converting or loading anything; refuses bad names.
+
+    Kinds: `embedded` (value: our short name), `hub` (value: the hub id, Qwen short names
+    mapped), `folder` (value: the path).
+    """
     raw = name.strip()
     key = raw.lower()
     if key in _LOCAL:
-        return str(_LOCAL[key]())
+        return "embedded", key
     if key in QWEN_SHORT_NAMES:
-        return QWEN_SHORT_NAMES[key]
+        return "hub", QWEN_SHORT_NAMES[key]
     path = Path(raw).expanduser()
     if raw and path.is_dir():
-        return str(path)
+        return "folder", str(path)
     if raw and path.exists():
         raise ModelNotFoundError(f"model {raw!r} is a file, not a checkpoint folder (config.json and weights)")
     if raw.startswith(("/", "./", "../", "~")):
         raise ModelNotFoundError(f"model folder {raw!r} does not exist")
     if _HUB_ID.match(raw):
-        return raw
+        return "hub", raw
     raise ModelNotFoundError(
         f"unknown model {raw!r}: give a hub id (owner/name), a local checkpoint folder, or one of "
         f"{', '.join(short_names())}"
     )
+
+
+def check_model_name(name: str) -> None:
+    """Refuses, in one sentence, a name that would not load: unknown, or a folder without config.json.
+
+    Converts, downloads and loads nothing (the CLI calls it before anything is written).
+    """
+    kind, value = _classify(name)
+    if kind == "folder" and not (Path(value) / "config.json").is_file():
+        raise ModelNotFoundError(f"model folder {name.strip()!r} has no config.json: it is not a transformers checkpoint")
+
+
+def portable_model_name(name: str) -> str:
+    """`name` as it resolves from any working directory: short names and hub ids as given, folders absolute."""
+    kind, value = _classify(name)
+    return str(Path(value).resolve()) if kind == "folder" else name.strip()
+
+
+def resolve_model(name: str) -> str:
+    """A local checkpoint folder or a hub id for `name`; converts the embedded models on first use."""
+    kind, value = _classify(name)
+    return str(_LOCAL[value]()) if kind == "embedded" else value

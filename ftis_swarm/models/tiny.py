@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from ftis_swarm.models.quiet import no_progress_bars
+
 QWEN_VOCAB_SIZE = 151936
 """Rows of Qwen2.5's embedding matrix (the tokenizer's 151,669 ids, padded to a multiple of 128)."""
 
@@ -72,6 +74,7 @@ def build_tiny_qwen2(
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    with no_progress_bars():
+        model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

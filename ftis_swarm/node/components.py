@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ftis_swarm.config import NodeConfig, SwarmConfig, dump_node_config
+from ftis_swarm.config import NodeConfig, dump_node_config
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.learner.rewards import TaskCache
 from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
+from ftis_swarm.node.preflight import with_peers_file
 from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
 from ftis_swarm.rollout.factory import pick_kind
 from ftis_swarm.swarm import SwarmClient
@@ -90,24 +91,13 @@ def _check_versions(learner: Learner, backend: Any) -> None:
         )
 
 
-def with_peers_file(swarm_cfg: SwarmConfig) -> SwarmConfig:
-    """`peers` plus the multiaddrs listed in `peers_file` (one per line; blank lines and # comments skipped)."""
-    if swarm_cfg.peers_file is None:
-        return swarm_cfg
-    try:
-        lines = Path(swarm_cfg.peers_file).read_text().splitlines()
-    except OSError as exc:
-        raise FileNotFoundError(f"cannot read --peers-file {swarm_cfg.peers_file}: {exc.strerror or exc}") from None
-    extra = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
-    return swarm_cfg.model_copy(update={"peers": list(swarm_cfg.peers) + extra})
-
-
 def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None) -> Components:
     """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir."""
     import torch
 
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     (cfg.run_dir / "config.json").write_text(dump_node_config(cfg))
+    sinks = _sinks(cfg)  # first: a port that cannot be bound stops the node before the model loads
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -133,14 +123,27 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
         if cfg.learner.lora is not None:
             options.update(enable_lora=True, max_lora_rank=cfg.learner.lora.rank)
         backend = make_backend(cfg.backend, cfg.model, header=header, **options)
-    sinks: list[MetricsSink] = [JsonlSink(cfg.run_dir / "metrics.jsonl")]
-    if cfg.metrics_port is not None:
-        from ftis_swarm.metrics.prometheus import PrometheusSink
-
-        sinks.append(PrometheusSink(cfg.metrics_port, host=cfg.metrics_host))
     return Components(
         cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
         tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),
         checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,
     )
+
+
+def _sinks(cfg: NodeConfig) -> list[MetricsSink]:
+    """metrics.jsonl always; Prometheus, TensorBoard and W&B when the config asks for them."""
+    sinks: list[MetricsSink] = [JsonlSink(cfg.run_dir / "metrics.jsonl")]
+    if cfg.metrics_port is not None:
+        from ftis_swarm.metrics.prometheus import PrometheusSink
+
+        sinks.append(PrometheusSink(cfg.metrics_port, host=cfg.metrics_host))
+    if cfg.tensorboard:
+        from ftis_swarm.metrics.extra_sinks import TensorBoardSink
+
+        sinks.append(TensorBoardSink(cfg.run_dir / "tensorboard"))
+    if cfg.wandb_project is not None:
+        from ftis_swarm.metrics.extra_sinks import WandbSink
+
+        sinks.append(WandbSink(cfg.wandb_project, run_dir=cfg.run_dir, config=cfg.model_dump(mode="json")))
+    return sinks

@@ -33,6 +33,7 @@ from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.rewards import score_groups
 from ftis_swarm.metrics import read_jsonl
+from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import Components, build_components
 from ftis_swarm.rollout import PromptRequest
 from ftis_swarm.rollout.base import RolloutInputError
@@ -124,7 +125,8 @@ class Node:
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
         path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer,
-                                  state={"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id})
+                                  state={"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id},
+                                  base_model=portable_model_name(self.cfg.model))
         log.info("checkpoint %s", path.name)
 
     # -- one round -------------------------------------------------------------------------

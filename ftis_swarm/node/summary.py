@@ -1,4 +1,10 @@
-"""What a run directory says about a node, in a few numbers (the testnet's closing table)."""
+"""What a run directory says about a node, in a few numbers (the closing table of testnet and join).
+
+"no signal" is the share of samples whose group's rewards were all equal (METHOD.md's
+`frac_zero_adv`: advantage 0, nothing to learn, nothing to filter); "filtered" the share
+with a non-zero advantage that the filter zeroed (`frac_filtered`); both over all samples
+of all rounds. "banned" lists the peers the node banned (`banned_peers`, short ids).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ def _weighted(rows: list[dict], key: str, weight: str) -> Optional[float]:
 
 
 def summarize_run(run_dir: Path) -> dict[str, Any]:
-    """Rounds, reward early and late, peers' groups used, filter and weight figures, time split."""
+    """Rounds, reward early and late, peers' groups used, no signal / filtered, bans, time split."""
     rows = list(read_jsonl(run_dir / "metrics.jsonl")) if (run_dir / "metrics.jsonl").exists() else []
     cfg_path = run_dir / "config.json"
     cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
@@ -39,7 +45,9 @@ def summarize_run(run_dir: Path) -> dict[str, Any]:
         "reward_second_half": _mean(rows[half:], "reward") if len(rows) > 1 else None,
         "peer_groups": sum(int(r.get("peer_groups") or 0) for r in rows),
         "peer_samples_used": sum(int(r.get("offpolicy_used") or 0) for r in rows),
-        "frac_peer_filtered": _weighted(rows, "frac_offpolicy_filtered", "offpolicy_sequences"),
+        "frac_no_signal": _weighted(rows, "frac_zero_adv", "sequences"),
+        "frac_filtered": _weighted(rows, "frac_filtered", "sequences"),
+        "banned_peers": sorted({p for r in rows for p in (r.get("banned_peers") or [])}),
         "frac_peer_tokens_over_C": _weighted(rows, "frac_offpolicy_over_C", "offpolicy_sequences"),
         "published": sum(int(r.get("published") or 0) for r in rows),
         "publish_failed": sum(int(r.get("publish_failed") or 0) for r in rows),
@@ -55,8 +63,9 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
             ("rounds", lambda s: s["rounds"]), ("reward 1st/2nd half", lambda s: f"{_f(s['reward_first_half'])} / "
                                                  f"{_f(s['reward_second_half'])}"),
             ("peer groups", lambda s: s["peer_groups"]), ("peer samples used", lambda s: s["peer_samples_used"]),
-            ("peers filtered", lambda s: _f(s["frac_peer_filtered"])),
+            ("no signal", lambda s: _f(s["frac_no_signal"])), ("filtered", lambda s: _f(s["frac_filtered"])),
             ("peer tokens w>C", lambda s: _f(s["frac_peer_tokens_over_C"])),
+            ("banned", lambda s: ", ".join(s["banned_peers"]) or "-"),
             ("gen/gather/learn s", lambda s: f"{_f(s['time_generate'], 1)}/{_f(s['time_gather'], 1)}/"
                                              f"{_f(s['time_learn'], 1)}")]
     table = [[name for name, _ in cols]] + [[str(fn(s)) for _, fn in cols] for s in summaries]

@@ -4,7 +4,8 @@ The nodes are started with the real `ftis-node join` command line, so the testne
 exactly what an operator runs. Presets:
 
 - `default`: the embedded SmolLM2-135M-Instruct fully fine-tuned, the same with a LoRA
-  adapter, and the smaller SmolLM2 sibling (then again round-robin), on `arith`.
+  adapter, and a sibling (by default `smollm2-mini`, the smaller SmolLM2; `sibling=` picks
+  another), then again round-robin, on `arith`.
 - `tiny`: tiny random Qwen2 models built from a config with the real Qwen tokenizer, for
   seconds-long smoke runs of the machinery (their rewards are 0: nothing to learn).
 
@@ -48,13 +49,17 @@ TINY_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4"
               "--round-deadline", "2", "--checkpoint-every", "1", "--threads", "1")
 
 
-def preset(name: str, workdir: Path) -> Preset:
-    """The node line-up of a preset; `tiny` builds its models under `workdir/models`."""
+def preset(name: str, workdir: Path, *, sibling: Optional[str] = None) -> Preset:
+    """The node line-up of a preset; `tiny` builds its models under `workdir/models`.
+
+    `sibling`: the model of the default preset's third node (default `smollm2-mini`).
+    """
     if name == "default":
+        third = sibling or "smollm2-mini"
         specs = (
             NodeSpec("smollm2-full", "smollm2-135m", ("--lr", "2e-6")),
             NodeSpec("smollm2-lora", "smollm2-135m", ("--lora-rank", "16", "--lr", "1e-4")),
-            NodeSpec("smollm2-mini", "smollm2-mini", ("--lr", "2e-6")),
+            NodeSpec("smollm2-mini" if third == "smollm2-mini" else "sibling", third, ("--lr", "2e-6")),
         )
         return Preset(specs, DEFAULT_FLAGS, rounds=4)
     if name == "tiny":
@@ -78,17 +83,17 @@ class NodeProc:
     proc: subprocess.Popen
     rounds_seen: int = 0
     last: dict = field(default_factory=dict)
+    new_rows: list[dict] = field(default_factory=list)
+    """The rows the last `poll_metrics` found."""
 
     def poll_metrics(self) -> list[dict]:
         path = self.run_dir / "metrics.jsonl"
-        if not path.exists():
-            return []
-        rows = list(read_jsonl(path))
-        new = rows[self.rounds_seen :]
-        self.rounds_seen = len(rows)
+        rows = list(read_jsonl(path)) if path.exists() else []
+        self.new_rows = rows[self.rounds_seen :]
+        self.rounds_seen = max(self.rounds_seen, len(rows))
         if rows:
             self.last = rows[-1]
-        return new
+        return self.new_rows
 
 
 def _cli() -> list[str]:
@@ -114,8 +119,9 @@ def start_bootstrap(workdir: Path, *, timeout: float = 60.0) -> tuple[subprocess
 
 
 def node_command(spec: NodeSpec, *, index: int, run_dir: Path, peers: list[str], run_id: str, rounds: int,
-                 flags: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
-    cmd = _cli() + ["join", "--model", spec.model, "--run-dir", str(run_dir), "--rounds", str(rounds),
+                 flags: tuple[str, ...], extra: tuple[str, ...] = (), global_flags: tuple[str, ...] = ()) -> list[str]:
+    """The `ftis-node [global flags] join ...` line of one node: preset flags, then the node's, then `extra`."""
+    cmd = _cli() + list(global_flags) + ["join", "--model", spec.model, "--run-dir", str(run_dir), "--rounds", str(rounds),
                     "--run-id", run_id, "--seed", str(index), "--host", "127.0.0.1", "--no-table"]
     for maddr in peers:
         cmd += ["--peers", maddr]
@@ -151,8 +157,13 @@ class TestnetResult:
 
 
 def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset, extra: tuple[str, ...] = (),
-                on_progress: Optional[Callable[[list[NodeProc]], None]] = None, poll: float = 1.0) -> TestnetResult:
-    """Runs the testnet to the end; the nodes' run directories are `workdir/node-<i>-<name>`."""
+                on_progress: Optional[Callable[[list[NodeProc]], None]] = None, poll: float = 1.0,
+                global_flags: tuple[str, ...] = (), seed: int = 0) -> TestnetResult:
+    """Runs the testnet to the end; the nodes' run directories are `workdir/node-<i>-<name>`.
+
+    Node i runs with seed `1000 * seed + i`, so testnets of different seeds share no node
+    seed. `global_flags` go before `join` on every node's command line (`--log-level debug`).
+    """
     t0 = time.perf_counter()
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = f"testnet-{int(time.time())}"
@@ -162,8 +173,8 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
         for i in range(nodes):
             spec = pre.specs[i % len(pre.specs)]
             run_dir = workdir / f"node-{i}-{spec.name}"
-            cmd = node_command(spec, index=i, run_dir=run_dir, peers=maddrs, run_id=run_id,
-                               rounds=rounds or pre.rounds, flags=pre.flags, extra=extra)
+            cmd = node_command(spec, index=1000 * seed + i, run_dir=run_dir, peers=maddrs, run_id=run_id,
+                               rounds=rounds or pre.rounds, flags=pre.flags, extra=extra, global_flags=global_flags)
             procs.append(start_node(cmd, run_dir, spec))
         while any(p.proc.poll() is None for p in procs):
             time.sleep(poll)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ftis_swarm.errors import UserError
 
-class SwarmError(RuntimeError):
+
+class SwarmError(UserError, RuntimeError):
     """Joining or running the swarm failed; the message is one sentence for the user."""

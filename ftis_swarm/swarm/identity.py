@@ -30,6 +30,7 @@ import base58
 import multihash
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from google.protobuf.message import DecodeError
 from hivemind.p2p import P2P
 from hivemind.proto import crypto_pb2
 from hivemind.utils.crypto import RSAPrivateKey
@@ -76,7 +77,7 @@ def load_identity(path: Path) -> Identity:
             raise ValueError(f"key type {proto.key_type} is not RSA")
         private_key = RSAPrivateKey.__new__(RSAPrivateKey)
         private_key.__setstate__({"_private_key": proto.data})  # the class's own unpickling path
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, DecodeError) as exc:
         raise SwarmError(f"identity file {path} is not a readable RSA libp2p key: {exc}") from exc
     public = private_key.get_public_key().to_bytes()
     return Identity(private_key=private_key, peer_id=peer_id_from_public_key(public), path=path)

@@ -11,7 +11,7 @@ id a peer sent (`task.item`) and scores the decoded completion itself (`task.sco
 
 Files (one file a task, each holding its source, prompt, answer extraction and reward):
 
-- registry.py      `get_task`, `list_tasks`: names to task classes, imported on demand
+- registry.py      `get_task`, `task_class`, `list_tasks`: names to task classes, imported on demand
 - base.py          `TaskItem`, `Score`, reasons, errors, and the `Task` base: prompts, batched scoring
 - generated.py     tasks generated from (seed, index): the id scheme, content-disjoint splits
 - dataset.py       tasks over fixed rows: local JSONL (FTIS_DATA_DIR) or the HF hub, ids, sampling
@@ -25,7 +25,7 @@ Files (one file a task, each holding its source, prompt, answer extraction and r
 - math500.py       MATH-500 (local JSONL or hub), evaluation only; `\\boxed{}`
 - champ.py         CHAMP (offline package), out-of-distribution evaluation only; `\\boxed{}`
 
-This package imports only `ftis_swarm.config` below it, and neither torch nor transformers
+This package imports only `ftis_swarm.config` and `ftis_swarm.errors` below it, and neither torch nor transformers
 (`render_prompt` takes any tokenizer with `apply_chat_template` or `encode`). docs/tasks.md
 documents each task's prompt, answer form, reward and id scheme, and the measured figures.
 """
@@ -41,7 +41,7 @@ from ftis_swarm.tasks.base import (
     UnknownTaskError,
     reason_counts,
 )
-from ftis_swarm.tasks.registry import get_task, list_tasks
+from ftis_swarm.tasks.registry import get_task, list_tasks, task_class
 
 __all__ = [
     "REASONS",
@@ -55,4 +55,5 @@ __all__ = [
     "get_task",
     "list_tasks",
     "reason_counts",
+    "task_class",
 ]

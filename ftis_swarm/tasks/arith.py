@@ -53,6 +53,7 @@ class ArithTask(GeneratedTask):
     name = "arith"
     version = 1
     answer_form = "the last number in the reply"
+    max_new_tokens = 64
 
     def generate(self, gen_seed: int, index: int) -> Generated | None:
         entry = _dataset(gen_seed)[index]

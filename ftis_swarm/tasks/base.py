@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Sequence
 
+from ftis_swarm.errors import UserError
 from ftis_swarm.tasks import mathcheck
 from ftis_swarm.tasks.verifier import Outcome, shared_pool
 
@@ -36,7 +37,7 @@ BOXED_INSTRUCTION = "Please reason step by step, and put your final answer withi
 """The answer-format instruction of the `\\boxed{}` tasks (Qwen2.5-Math's wording)."""
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(UserError, ValueError):
     """`get_task` was given a name no task has."""
 
 
@@ -100,6 +101,9 @@ class Task(ABC):
     splits: ClassVar[tuple[str, ...]] = ("train", "test")
     answer_form: ClassVar[str]
     """One sentence: what the completion must contain for reward 1 (for docs and logs)."""
+    max_new_tokens: ClassVar[int] = 512
+    """Tokens a completion needs to reach its answer: the default of `sampling.max_new_tokens`
+    and of `ftis-node eval` on this task when the user gives none."""
 
     def __init__(self, *, data_dir: Path | None = None, verify_timeout: float = 5.0) -> None:
         if not verify_timeout > 0:

@@ -65,6 +65,7 @@ class ChampTask(DatasetTask):
     version = 1
     splits = ("test",)
     answer_form = "the content of the last \\boxed{...} of the reply"
+    max_new_tokens = 1024
 
     def load_raw(self, split: str) -> list[dict[str, Any]]:
         return _problems()

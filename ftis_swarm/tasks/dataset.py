@@ -1,10 +1,14 @@
 """Tasks over a fixed list of rows (GSM8K, MATH-500, CHAMP): where rows come from, ids, sampling.
 
-Rows load from a local JSONL file in the dataset's original format when a data directory
-is given (the `data_dir` option, else the `FTIS_DATA_DIR` environment variable), and from
-the HF hub through `datasets` otherwise (imported only then; it is no dependency of the
-project). Both serve the same rows in the same order, so ids agree between nodes that load
-differently.
+Rows load from JSONL files in the dataset's original format. By default these are the
+copies shipped inside the package (`tasks/data/`: GSM8K train and test, MATH-500, with
+their MIT licences and `SHA256SUMS`), so a clone works offline with nothing beside it.
+Overrides: the `data_dir` option, else the `FTIS_DATA_DIR` environment variable, names
+another folder in the same layout; `FTIS_DATA_DIR=hub` (or `data_dir="hub"`) loads from
+the HF hub through `datasets` instead (the `datasets` extra, imported only then). All
+serve the same rows in the same order, so ids agree between nodes that load differently.
+A file whose folder holds a `SHA256SUMS` naming it is checked against it when first read:
+a damaged copy is refused, not scored against.
 
 An item id is `<task>/v<version>/<split>/<row key>:<tag>` (e.g. `gsm8k/v1/test/17:0c9e4f1a`):
 the row key is the row's position in its split file (or the source's own identifier), the
@@ -18,6 +22,7 @@ fresh permutation each time it runs out: all rows before any repeats.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -29,15 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ftis_swarm.errors import UserError
 from ftis_swarm.tasks.base import MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
 
 logger = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "FTIS_DATA_DIR"
+HUB = "hub"
+"""The value of `FTIS_DATA_DIR` (or `data_dir`) that loads rows from the HF hub."""
+BUNDLED_DATA = Path(__file__).resolve().parent / "data"
+"""The copies shipped in the package (see data/README.md)."""
 
 
-class TaskSourceError(FileNotFoundError):
-    """A task's rows can be found neither in the data directory nor through the hub."""
+class TaskSourceError(UserError, FileNotFoundError):
+    """A task's rows are not where its source says (a folder lacks them, a copy is damaged, no `datasets`)."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,12 @@ class DatasetTask(Task):
     local_files: ClassVar[dict[str, str]] = {}
     """Split -> file under the data directory, in the dataset's original JSONL format."""
 
-    def __init__(self, *, data_dir: Path | None = None, verify_timeout: float = 5.0) -> None:
-        if data_dir is None and self.local_files and os.environ.get(DATA_DIR_ENV):
-            data_dir = Path(os.environ[DATA_DIR_ENV])
-        super().__init__(data_dir=data_dir, verify_timeout=verify_timeout)
+    def __init__(self, *, data_dir: Path | str | None = None, verify_timeout: float = 5.0) -> None:
+        folder: Path | None = None
+        if self.local_files:  # data_dir None below means: from the hub
+            source = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV) or BUNDLED_DATA
+            folder = None if str(source) == HUB else Path(source)
+        super().__init__(data_dir=folder, verify_timeout=verify_timeout)
         self._rows: dict[str, list[Row]] = {}
         self._by_key: dict[str, dict[str, Row]] = {}
         self._check_source()
@@ -78,8 +90,9 @@ class DatasetTask(Task):
         """The split's raw rows, from the data directory or the hub."""
         if self.data_dir is not None:
             path = Path(self.data_dir) / self.local_files[split]
-            with path.open(encoding="utf-8") as f:
-                return [json.loads(line) for line in f if line.strip()]
+            raw = path.read_bytes()
+            _check_sum(Path(self.data_dir), self.local_files[split], raw)
+            return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
         import datasets  # only on machines that load from the hub
 
         logger.info("loading %s (%s) split %s from the hub", self.hub_id, self.hub_config, split)
@@ -93,10 +106,10 @@ class DatasetTask(Task):
             if missing:
                 raise TaskSourceError(f"task {self.name}: {self.data_dir} lacks {', '.join(missing)}")
         elif importlib.util.find_spec("datasets") is None:
-            files = ", ".join(self.local_files.values())
             raise TaskSourceError(
-                f"task {self.name} needs its rows: set {DATA_DIR_ENV} to a folder holding {files}, "
-                f"or install `datasets` to load {self.hub_id} from the hub"
+                f"task {self.name}: {DATA_DIR_ENV}={HUB} loads {self.hub_id} through the datasets package, which "
+                f"is not installed (pip install 'ftis-swarm[datasets]'); unset {DATA_DIR_ENV} to use the copy shipped "
+                "with the package"
             )
 
     def rows(self, split: str) -> list[Row]:
@@ -157,3 +170,17 @@ class DatasetTask(Task):
             prompt=self.prompt_of(row.question),
             answer=row.answer,
         )
+
+
+def _check_sum(folder: Path, rel: str, data: bytes) -> None:
+    """Refuses `data` (the file `folder/rel`) when `folder/SHA256SUMS` lists another hash for it."""
+    sums = folder / "SHA256SUMS"
+    if not sums.is_file():
+        return
+    listed = {}
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.strip().partition(" ")
+        listed[name.strip().lstrip("*")] = digest
+    want = listed.get(rel)
+    if want is not None and hashlib.sha256(data).hexdigest() != want:
+        raise TaskSourceError(f"{folder / rel} does not match its entry in {sums}: the copy is damaged or edited")

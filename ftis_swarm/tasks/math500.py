@@ -24,6 +24,7 @@ class Math500Task(DatasetTask):
     version = 1
     splits = ("test",)
     answer_form = "the content of the last \\boxed{...} of the reply"
+    max_new_tokens = 1024
     hub_id = "HuggingFaceH4/MATH-500"
     hub_config = None
     local_files = {"test": "math500/test.jsonl"}

@@ -21,15 +21,20 @@ def list_tasks() -> list[str]:
     return list(_TASKS)
 
 
-def get_task(name: str, *, data_dir: Path | None = None, verify_timeout: float = 5.0) -> Task:
-    """A fresh task object by name.
-
-    `data_dir`: where gsm8k/math500 read their JSONL files (default: `FTIS_DATA_DIR`; without
-    either they load from the hub through `datasets`). `verify_timeout`: seconds one answer's
-    check may take before it scores 0 with reason `timeout`.
-    """
+def task_class(name: str) -> type[Task]:
+    """The class of task `name` (its module imported, nothing loaded); UnknownTaskError names the known ones."""
     target = _TASKS.get(name)
     if target is None:
         raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(_TASKS)}")
     module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(data_dir=data_dir, verify_timeout=verify_timeout)
+    return getattr(importlib.import_module(module), cls)
+
+
+def get_task(name: str, *, data_dir: Path | str | None = None, verify_timeout: float = 5.0) -> Task:
+    """A fresh task object by name.
+
+    `data_dir`: where gsm8k/math500 read their JSONL files (default: `FTIS_DATA_DIR`, else the
+    copies shipped in the package; `"hub"` loads them through `datasets`). `verify_timeout`:
+    seconds one answer's check may take before it scores 0 with reason `timeout`.
+    """
+    return task_class(name)(data_dir=data_dir, verify_timeout=verify_timeout)

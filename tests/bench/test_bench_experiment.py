@@ -92,7 +92,7 @@ def test_table_reports_mean_and_sample_std_over_seeds():
 def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
     for flags, words in ((["--arms", "solo,sideways-ftis"], "sideways-ftis"), (["--group-size", "5"], "even"),
                          (["--seeds", "x"], "--seeds"), (["--workers", "0"], "--workers")):
-        proc = subprocess.run(CLI + flags + ["--out", str(tmp_path / "o")], capture_output=True, text=True,
+        proc = subprocess.run(CLI + flags + ["--run-dir", str(tmp_path / "o")], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
@@ -103,7 +103,7 @@ def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
 @pytest.mark.slow
 def test_quick_experiment_end_to_end(tmp_path):
     out, figures = tmp_path / "exp", tmp_path / "fig"
-    proc = subprocess.run(CLI + ["--quick", "--workers", "2", "--out", str(out), "--figures", str(figures)],
+    proc = subprocess.run(CLI + ["--quick", "--workers", "2", "--run-dir", str(out), "--figures", str(figures)],
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| vertical-ftis | A |" in proc.stdout

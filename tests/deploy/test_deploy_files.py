@@ -1,12 +1,17 @@
-"""deploy/: the compose file parses, every service runs a valid ftis-node command, images have their entry point.
+"""deploy/: the compose file parses, every service runs a valid ftis-node command, images have their
+entry point and take torch from a CPU index, the documented `docker run` keeps its state on volumes.
 
-No Docker engine runs here, so the images are not built; what can be checked without one is.
+No Docker engine runs here, so the images are not built and no container starts; what can be
+checked without one is: the files parse, and every command they hold goes through the real CLI.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
+import sys
 
 from pathlib import Path
 
@@ -22,23 +27,37 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
 
 
-def test_compose_has_a_bootstrap_and_three_nodes_with_volumes_healthchecks_restarts():
+NODES = ("node-full", "node-lora", "node-mini", "node-gpu")
+
+
+def test_compose_has_a_bootstrap_cpu_nodes_and_a_gpu_node_with_volumes_healthchecks_restarts():
     services = COMPOSE["services"]
-    assert set(services) == {"bootstrap", "node-full", "node-lora", "node-mini"}
+    assert set(services) == {"bootstrap", *NODES}
     for name, svc in services.items():
-        assert svc["restart"] == "unless-stopped"
         assert svc["healthcheck"]["test"]
         mounts = {v.split(":")[1] for v in svc["volumes"]}
         assert "/identity" in mounts and "/shared" in mounts
-        if name != "bootstrap":
-            assert "/runs" in mounts
-            assert "9100/metrics" in " ".join(svc["healthcheck"]["test"])
-            assert svc["depends_on"]["bootstrap"]["condition"] == "service_healthy"
+        if name == "bootstrap":
+            assert svc["restart"] == "unless-stopped"
+            continue
+        assert svc["restart"] == "on-failure"  # a node that finished (exit 0) is not started again
+        assert {"/runs", "/cache"} <= mounts
+        assert "9100/metrics" in " ".join(svc["healthcheck"]["test"])
+        assert svc["depends_on"]["bootstrap"]["condition"] == "service_healthy"
     named = {v.split(":")[0] for svc in services.values() for v in svc["volumes"]}
     assert named <= set(COMPOSE["volumes"])
 
 
-@pytest.mark.parametrize("name", ["node-full", "node-lora", "node-mini"])
+def test_the_gpu_service_reserves_a_gpu_and_stays_out_of_a_plain_up():
+    gpu = COMPOSE["services"]["node-gpu"]
+    assert gpu["profiles"] == ["gpu"] and gpu["image"] == "ftis-swarm:cuda"
+    assert gpu["build"]["dockerfile"] == "deploy/Dockerfile.cuda"
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"] and device["count"] == 1
+    assert all("profiles" not in COMPOSE["services"][n] for n in NODES[:3])
+
+
+@pytest.mark.parametrize("name", NODES)
 def test_node_commands_are_valid_join_invocations(name):
     args = COMPOSE["services"][name]["command"]
     result = CliRunner().invoke(app, args + ["--print-config"])
@@ -46,8 +65,50 @@ def test_node_commands_are_valid_join_invocations(name):
     cfg = json.loads(result.output)
     assert cfg["swarm"]["peers_file"] == "/shared/bootstrap.maddrs"
     assert cfg["metrics_port"] == 9100 and cfg["metrics_host"] == "0.0.0.0"
-    assert cfg["swarm"]["identity"] == "/identity/node.key"
+    assert cfg["swarm"]["identity"] == "/identity/node.key" and cfg["run_dir"].startswith("/runs/")
     assert (cfg["learner"]["lora"] is not None) == (name == "node-lora")
+    assert (cfg["backend"] == "vllm") == (name == "node-gpu")
+
+
+def test_the_bootstrap_peer_clears_a_stale_address_file_as_it_starts(tmp_path):
+    """A real `ftis-node bootstrap` process: the file an earlier run left is gone even when the start
+    then fails (here on a damaged identity file), so a healthcheck never passes on a stale address."""
+    stale = tmp_path / "bootstrap.maddrs"
+    stale.write_text("/ip4/172.18.0.9/tcp/31337/p2p/QmGoneBootstrapPeer\n")
+    identity = tmp_path / "bootstrap.key"
+    identity.write_bytes(b"not a key")
+    proc = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", "127.0.0.1",
+                           "--identity", str(identity), "--maddrs-file", str(stale)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "is not a readable RSA libp2p key" in proc.stderr and "Traceback" not in proc.stderr
+    assert not stale.exists()
+
+
+def test_documented_docker_run_keeps_state_on_volumes_and_publishes_its_ports():
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    block = re.search(r"^docker run -d .*?(?<!\\)\n", text, re.M | re.S).group(0)
+    args = shlex.split(block.replace("\\\n", " "))
+    image_at = args.index("ftis-swarm:cpu")
+    opts, join_args = args[:image_at], args[image_at + 1:]
+    volumes = {opts[i + 1].split(":")[1] for i, a in enumerate(opts) if a == "-v"}
+    ports = {opts[i + 1] for i, a in enumerate(opts) if a == "-p"}
+    assert {"/runs", "/cache", "/identity"} <= volumes
+    result = CliRunner().invoke(app, join_args + ["--print-config"])
+    assert result.exit_code == 0, result.output
+    cfg = json.loads(result.output)
+    assert f"{cfg['swarm']['port']}:{cfg['swarm']['port']}" in ports and "9100:9100" in ports
+    assert cfg["swarm"]["identity"].startswith("/identity/") and cfg["run_dir"].startswith("/runs/")
+    assert cfg["swarm"]["host"] == "0.0.0.0" and cfg["metrics_host"] == "0.0.0.0"
+
+
+def test_the_cpu_image_takes_torch_from_the_cpu_wheel_index():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+    assert re.search(r'TORCH_INDEX_URL="\$TORCH_INDEX_URL" .*bash deploy/setup.sh --runtime', text)
+    setup = (ROOT / "deploy" / "setup.sh").read_text()
+    assert "pip install 'torch==2.13.0' --index-url \"$TORCH_INDEX_URL\"" in setup
+    assert subprocess.run(["bash", "-n", str(ROOT / "deploy" / "setup.sh")]).returncode == 0
 
 
 def test_bootstrap_command_parses_and_shares_its_address_file():

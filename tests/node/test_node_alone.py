@@ -36,7 +36,8 @@ def test_alone_is_on_policy_grpo_and_checkpoints_each_round(tmp_path, tiny_model
         assert r["frac_filtered"] == 0.0 and r["offpolicy_sequences"] == 0.0
         assert r["mean_weight"] == pytest.approx(1.0, abs=1e-3)  # own samples: pi_gen == pi_theta
         assert r["time_generate"] > 0 and r["time_learn"] > 0
-    assert "ftis_reward" in scrape[0] and "ftis_time_round" in scrape[-1]
+    assert "\nftis_reward " in scrape[0] and "\nftis_round_seconds " in scrape[-1]
+    assert "\nftis_rounds_total 2.0" in scrape[-1] and "\nftis_groups_publish_failed_total 4.0" in scrape[-1]
     done = sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir())
     assert done == ["ckpt-00000001", "ckpt-00000002"]
     assert json.loads((cfg.run_dir / "config.json").read_text())["rounds"] == 2

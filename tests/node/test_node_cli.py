@@ -83,7 +83,7 @@ def test_inspect_prints_the_example_and_refuses_garbage(tmp_path):
 def test_eval_writes_pass_at_1_json(tmp_path, tiny_model_dir):
     out = tmp_path / "eval.json"
     result = runner.invoke(app, ["eval", "--model", str(tiny_model_dir), "--task", "arith", "--limit", "4",
-                                 "--max-new-tokens", "4", "--out", str(out)])
+                                 "--max-new-tokens", "4", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["items"] == 4 and data["task"] == "arith" and data["split"] == "test"

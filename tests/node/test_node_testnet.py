@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.net]
 def test_three_node_testnet_learns_from_peers_on_every_node(tmp_path):
     workdir = tmp_path / "testnet"
     proc = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "testnet", "--nodes", "3", "--rounds", "2",
-                           "--workdir", str(workdir)], capture_output=True, text=True, timeout=1800)
+                           "--run-dir", str(workdir)], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     dirs = sorted(workdir.glob("node-*"))
     assert [d.name for d in dirs] == ["node-0-smollm2-full", "node-1-smollm2-lora", "node-2-smollm2-mini"]
@@ -29,5 +29,6 @@ def test_three_node_testnet_learns_from_peers_on_every_node(tmp_path):
         assert used, f"{d.name} never learned from a peer's sample: {[r.get('offpolicy_used') for r in rows]}"
         assert all(r.get("published", 0) == 2 for r in rows)  # every own group reached a peer
         assert (d / "checkpoints" / "ckpt-00000002" / "COMPLETE").is_file()
-    assert "wall time" in proc.stdout and "peers filtered" in proc.stdout
+    assert "wall time" in proc.stdout and "no signal" in proc.stdout and "filtered" in proc.stdout
+    assert f"next: ftis-node report {workdir}/node-*" in proc.stdout
     assert "smollm2-135m + LoRA r16" in proc.stdout

@@ -1,7 +1,7 @@
 """The reward agrees with the ground truth on the real rows, through `task.score` (what the learner calls).
 
 Reference solutions must score 1 (GSM8K test >= 99%, MATH-500 >= 97%; docs/tasks.md gives
-the measured rates), and wrong answers 0. Needs FTIS_DATA_DIR (the `data_dir` fixture).
+the measured rates), and wrong answers 0. Reads the shipped files (the `data_dir` fixture).
 """
 
 from __future__ import annotations

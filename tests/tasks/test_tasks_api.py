@@ -180,7 +180,11 @@ def test_task_objects_are_cheap_to_make():
 def test_dataset_task_without_its_rows_says_where_to_put_them(monkeypatch, tmp_path):
     with pytest.raises(TaskSourceError, match=f"task gsm8k: {tmp_path} lacks gsm8k/train.jsonl, gsm8k/test.jsonl"):
         get_task("gsm8k", data_dir=tmp_path)
-    monkeypatch.delenv("FTIS_DATA_DIR", raising=False)
+    monkeypatch.setenv("FTIS_DATA_DIR", str(tmp_path))
+    with pytest.raises(TaskSourceError, match=f"task math500: {tmp_path} lacks math500/test.jsonl"):
+        get_task("math500")
+    monkeypatch.setenv("FTIS_DATA_DIR", "hub")
     monkeypatch.setitem(sys.modules, "datasets", None)  # as on a machine without the package
-    with pytest.raises(TaskSourceError, match="set FTIS_DATA_DIR to a folder holding math500/test.jsonl, or install"):
+    with pytest.raises(TaskSourceError, match=r"FTIS_DATA_DIR=hub loads HuggingFaceH4/MATH-500 through the datasets "
+                                              r"package, which is not installed \(pip install 'ftis-swarm\[datasets\]'\)"):
         get_task("math500")

@@ -1,0 +1,83 @@
+"""The round tables of `join` and `testnet`: the latest rounds stay on screen however long the run.
+
+`join` shows its last rounds, as many as fit the terminal; `testnet` one row per node with
+its latest round and a sparkline of its reward so far. "no signal" (METHOD.md's
+`frac_zero_adv`: samples whose group's rewards were all equal, so their advantage is 0)
+stands apart from "filtered" (`frac_filtered`: samples with a non-zero advantage that the
+filter zeroed); "banned" counts the peers this node has banned (`banned_peers`). Without a
+terminal, each round is one plain line instead (`round_line`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from rich.table import Table
+
+
+def _num(digits: int) -> Callable[[Any], str]:
+    return lambda v: f"{v:.{digits}f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def _count(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return str(len(v))
+    return str(v) if isinstance(v, int) else "-"
+
+
+COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("round", "round", _count),
+    ("reward", "reward", _num(3)),
+    ("accuracy", "accuracy", _num(3)),
+    ("no signal", "frac_zero_adv", _num(2)),
+    ("filtered", "frac_filtered", _num(2)),
+    ("w>C", "frac_truncated", _num(2)),
+    ("peer groups", "peer_groups", _count),
+    ("banned", "banned_peers", _count),
+    ("loss", "loss", _num(4)),
+    ("gen s", "time_generate", _num(1)),
+    ("gather s", "time_gather", _num(1)),
+    ("learn s", "time_learn", _num(1)),
+)
+"""(header, record key, format) of a round's cells."""
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def cells(record: dict[str, Any]) -> list[str]:
+    return [fmt(record.get(key)) for _, key, fmt in COLUMNS]
+
+
+def round_line(record: dict[str, Any], *, prefix: str = "") -> str:
+    """One round as `header=value` pairs, for logs."""
+    pairs = "  ".join(f"{head.replace(' ', '_')}={cell}" for (head, _, _), cell in zip(COLUMNS, cells(record)))
+    return prefix + pairs
+
+
+def rounds_table(title: str, records: list[dict[str, Any]], *, max_rows: int) -> Table:
+    """The last `max_rows` rounds (older ones leave at the top, the header stays)."""
+    table = Table(*(head for head, _, _ in COLUMNS), title=title)
+    hidden = max(0, len(records) - max_rows)
+    if hidden:
+        table.caption = f"{hidden} earlier round{'s' * (hidden > 1)} in metrics.jsonl"
+    for record in records[hidden:]:
+        table.add_row(*cells(record))
+    return table
+
+
+def sparkline(values: list[Optional[float]], width: int = 16) -> str:
+    """The last `width` values in [0, 1] as block characters (a gap for a missing one)."""
+    out = []
+    for v in values[-width:]:
+        out.append(" " if v is None else _SPARKS[min(len(_SPARKS) - 1, max(0, int(v * len(_SPARKS))))])
+    return "".join(out)
+
+
+def nodes_table(title: str, nodes: list[tuple[str, str, int, list[dict[str, Any]], str]]) -> Table:
+    """One row per node: `(name, model, rounds planned, its records so far, state)`."""
+    table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in COLUMNS), title=title)
+    for name, model, planned, records, state in nodes:
+        last = records[-1] if records else {}
+        row = cells(last)
+        row[0] = f"{last.get('round', 0)}/{planned}"
+        table.add_row(name, model, state, sparkline([r.get("reward") for r in records]), *row)
+    return table

@@ -1,0 +1,69 @@
+"""The round tables of join and testnet, and the closing summary: what they show and keep on screen."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rich.console import Console
+
+from ftis_swarm.cli.live import nodes_table, round_line, rounds_table, sparkline
+from ftis_swarm.node.summary import format_summary, summarize_run
+
+
+def render(table) -> str:
+    console = Console(record=True, width=240, color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+def cols(line: str) -> list[str]:
+    return [c.strip() for c in re.split("[│┃]", line)[1:-1]]
+
+
+def record(r: int, **extra) -> dict:
+    return {"round": r, "reward": r / 100, "frac_zero_adv": 0.75, "frac_filtered": 0.125, "peer_groups": 2,
+            "sequences": 8, **extra}
+
+
+def test_join_table_keeps_the_latest_rounds_however_long_the_run():
+    text = render(rounds_table("node", [record(r) for r in range(1, 51)], max_rows=10))
+    rounds = [int(cols(line)[0]) for line in text.splitlines() if len(cols(line)) > 5 and cols(line)[0].isdigit()]
+    assert rounds == list(range(41, 51))
+    assert "40 earlier rounds in metrics.jsonl" in text and "no signal" in text and "filtered" in text
+
+
+def test_testnet_table_has_a_row_per_node_with_no_signal_filtered_and_bans():
+    a = [record(r) for r in range(1, 4)]
+    b = [record(1, banned_peers=["peerXYZ1", "peerXYZ2"], frac_zero_adv=None)]
+    text = render(nodes_table("testnet", [("node-0-full", "smollm2-135m", 6, a, "running"),
+                                          ("node-1-lora", "smollm2-135m", 6, b, "done")]))
+    rows = {cols(line)[0]: cols(line) for line in text.splitlines() if "node-" in line}
+    header = cols(next(ln for ln in text.splitlines() if "reward by round" in ln))
+    full, lora = (dict(zip(header, rows[n])) for n in ("node-0-full", "node-1-lora"))
+    assert full["round"] == "3/6" and full["no signal"] == "0.75" and full["filtered"] == "0.12"
+    assert full["banned"] == "-" and full["state"] == "running" and len(full["reward by round"]) == 3
+    assert lora["round"] == "1/6" and lora["banned"] == "2" and lora["no signal"] == "-"
+
+
+def test_a_round_as_a_log_line_names_no_signal_and_filtered_apart():
+    line = round_line(record(7, banned_peers=["p1"]), prefix="  node-0 ")
+    assert line.startswith("  node-0 round=7  reward=0.070")
+    assert "no_signal=0.75" in line and "filtered=0.12" in line and "banned=1" in line
+
+
+def test_sparkline_scales_rewards_and_marks_missing_ones():
+    assert sparkline([0.0, 0.5, 1.0, None]) == "▁▅█ "
+    assert len(sparkline([0.5] * 40)) == 16
+
+
+def test_summary_weights_no_signal_and_filtered_by_samples_and_lists_bans(tmp_path):
+    rows = [record(1, sequences=8, frac_zero_adv=1.0, frac_filtered=0.0),
+            record(2, sequences=24, frac_zero_adv=0.5, frac_filtered=0.25, banned_peers=["peerB"]),
+            record(3, sequences=8, frac_zero_adv=0.0, frac_filtered=0.5, banned_peers=["peerB", "peerA"])]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = summarize_run(tmp_path)
+    assert s["frac_no_signal"] == (8 * 1.0 + 24 * 0.5) / 40 and s["frac_filtered"] == (24 * 0.25 + 8 * 0.5) / 40
+    assert s["banned_peers"] == ["peerA", "peerB"]
+    text = format_summary([s])
+    assert "no signal" in text and "peerA, peerB" in text and "0.500" in text
