@@ -1,0 +1,80 @@
+"""Forged generation log-probs, caught per peer by a one-sided Hoeffding bound.
+
+A peer that claims lower log-probs than its sampler had makes every weight `pi_theta /
+pi_gen` look larger, and the truncation hands its tokens the cap C. For an honest sampler,
+at every position and whatever the two models,
+
+    E_{a ~ pi_gen}[ pi_theta(a) / pi_gen(a) ] = sum_a pi_theta(a) <= 1,
+
+so `v = min(exp(x), C)` (x = logp_old - logp_gen) has a mean of at most 1 over a peer's
+tokens. The values lie in [0, C] and each token's conditional mean is at most 1, so by
+Azuma-Hoeffding the mean of n of them exceeds `1 + C * sqrt(ln(1/delta) / (2n))` with
+probability at most delta. A peer whose recent tokens do is flagged, and its samples are
+kept out of the update. Up to `n = ln(1/delta) / 2 * (C / (C - 1))^2` tokens (27.6 at
+delta = 1e-6, C = 2) the bound is at or above C and nothing can be flagged: a forger whose
+every token sits at the cap is caught at its 28th token.
+
+The window: a peer's most recent blocks (one per update it contributed to), oldest
+dropped while the rest still hold `window` tokens. State is (sum, count) per block, small
+enough for the checkpoint. delta is per check; a node checks each peer once per update,
+so over 10^4 updates an honest peer is falsely flagged with probability at most 1e-2 at
+delta = 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+def hoeffding_bound(n: int, *, C: float, delta: float) -> float:
+    """The largest mean of n honest values `min(exp(x), C)` that is not flagged."""
+    return math.inf if n <= 0 else 1.0 + C * math.sqrt(math.log(1.0 / delta) / (2.0 * n))
+
+
+@dataclass(frozen=True)
+class PeerStat:
+    """A peer's window: the mean of its values, how many tokens, and the bound at that count."""
+
+    mean: float
+    tokens: int
+    bound: float
+
+    @property
+    def flagged(self) -> bool:
+        return self.mean > self.bound
+
+
+class ForgeryDetector:
+    """Per peer, the running mean of `min(exp(x), C)` over its last `window` tokens, and the flag."""
+
+    def __init__(self, *, C: float, delta: float, window: int) -> None:
+        if not (C > 1 and 0 < delta < 1 and window >= 1):
+            raise ValueError(f"need C > 1, 0 < delta < 1, window >= 1; got C={C}, delta={delta}, window={window}")
+        self.C, self.delta, self.window = C, delta, window
+        self._blocks: dict[str, deque[tuple[float, int]]] = {}
+
+    def observe(self, peer: str, total: float, tokens: int) -> PeerStat:
+        """Adds one block (`total` = the sum of the peer's values over `tokens` tokens); returns its stat."""
+        if tokens < 1 or not math.isfinite(total):
+            return self.stat(peer)
+        blocks = self._blocks.setdefault(peer, deque())
+        blocks.append((float(total), int(tokens)))
+        held = sum(n for _, n in blocks)
+        while len(blocks) > 1 and held - blocks[0][1] >= self.window:
+            held -= blocks.popleft()[1]
+        return self.stat(peer)
+
+    def stat(self, peer: str) -> PeerStat:
+        blocks = self._blocks.get(peer, ())
+        n = sum(c for _, c in blocks)
+        mean = sum(s for s, _ in blocks) / n if n else 0.0
+        return PeerStat(mean=mean, tokens=n, bound=hoeffding_bound(n, C=self.C, delta=self.delta))
+
+    def state(self) -> dict[str, list[list[float]]]:
+        """JSON-able state for a checkpoint."""
+        return {peer: [[s, n] for s, n in blocks] for peer, blocks in self._blocks.items()}
+
+    def load_state(self, state: dict[str, list[list[float]]]) -> None:
+        self._blocks = {peer: deque((float(s), int(n)) for s, n in blocks) for peer, blocks in state.items()}
