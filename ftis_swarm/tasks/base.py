@@ -51,6 +51,11 @@ class MalformedItemIdError(UnknownItemError, ValueError):
     """An item id that does not follow the task's id scheme at all."""
 
 
+class ItemOutOfRangeError(UnknownItemError):
+    """A well-formed item id past the task's real range (a seed or index no node draws, a row
+    its split does not have): a peer naming it is not running this task."""
+
+
 class UnknownSplitError(ValueError):
     """A split this task does not have (e.g. `train` of an evaluation-only task)."""
 

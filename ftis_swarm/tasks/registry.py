@@ -21,6 +21,20 @@ def list_tasks() -> list[str]:
     return list(_TASKS)
 
 
+def task_class(name: str) -> type[Task]:
+    """The class of task `name` (its `splits` without loading its data); `UnknownTaskError` if none."""
+    target = _TASKS.get(name)
+    if target is None:
+        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(_TASKS)}")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def has_train_split(name: str) -> bool:
+    """True when task `name` can be trained on (MATH-500 and CHAMP are evaluation sets)."""
+    return "train" in task_class(name).splits
+
+
 def get_task(name: str, *, data_dir: Path | None = None, verify_timeout: float = 5.0) -> Task:
     """A fresh task object by name.
 
@@ -28,8 +42,4 @@ def get_task(name: str, *, data_dir: Path | None = None, verify_timeout: float =
     either they load from the hub through `datasets`). `verify_timeout`: seconds one answer's
     check may take before it scores 0 with reason `timeout`.
     """
-    target = _TASKS.get(name)
-    if target is None:
-        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(_TASKS)}")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(data_dir=data_dir, verify_timeout=verify_timeout)
+    return task_class(name)(data_dir=data_dir, verify_timeout=verify_timeout)

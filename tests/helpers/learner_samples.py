@@ -50,7 +50,12 @@ def changed(before: dict[str, torch.Tensor], model) -> set[str]:
 
 def shift_logp(group: Group, delta: float) -> Group:
     """The same completions with every generation log-prob moved by `delta` (clipped at 0)."""
-    return Group.build(**{**_fields(group), "logp_gen": [np.minimum(lp + delta, 0.0) for lp in group.logp_gen]})
+    return rebuilt(group, logp_gen=[np.minimum(lp + delta, 0.0) for lp in group.logp_gen])
+
+
+def rebuilt(group: Group, **changes) -> Group:
+    """`group` with some fields changed (a new group, a new id)."""
+    return Group.build(**{**_fields(group), **changes})
 
 
 def _fields(g: Group) -> dict:

@@ -16,7 +16,7 @@ from ftis_swarm.core.ftis import ftis_loss
 from ftis_swarm.learner.batch import ScoredGroup, build_batch
 from ftis_swarm.learner.learner import Learner
 
-from learner_samples import changed, params_snapshot, sample_group, shift_logp
+from learner_samples import changed, params_snapshot, rebuilt, sample_group, shift_logp
 
 PROMPT_A = [151644, 872, 198, 18, 10, 19, 28]
 PROMPT_B = [151644, 872, 198, 22, 9, 15, 10, 16, 17, 28]
@@ -44,7 +44,7 @@ def honest_items(model):
 
 def test_a_group_at_t_1e_300_leaves_weights_finite_and_as_if_its_advantages_were_zero(tiny_dir, tiny_model):
     poisoned = sample_group(tiny_model, PROMPT_B, G=4, length=4, seed=3, sender="peer-b")
-    poisoned = type(poisoned).build(**{**_fields(poisoned), "temperature": 1e-300})
+    poisoned = rebuilt(poisoned, temperature=1e-300)
     items = honest_items(tiny_model) + [ScoredGroup.vertical(poisoned, [1, 0, 0, 0], offpolicy=True, source=2,
                                                              filterable=True)]
     a, b = two_learners(tiny_dir, lr=1e-2)
@@ -100,7 +100,7 @@ def test_a_forward_pass_that_raises_costs_only_its_group(tiny_dir, tiny_model):
     items = honest_items(tiny_model)
     bad = sample_group(tiny_model, PROMPT_A, G=2, length=3, seed=4, sender="peer-c")
     vocab = tiny_model.get_input_embeddings().num_embeddings
-    bad = type(bad).build(**{**_fields(bad), "completion_ids": [np.array([5, vocab + 7, 9])] * 2})
+    bad = rebuilt(bad, completion_ids=[np.array([5, vocab + 7, 9])] * 2)
     items.append(ScoredGroup.vertical(bad, [1, 0], offpolicy=True, source=3, filterable=True))
     learner = Learner(tiny_model, cfg=LearnerConfig(lr=1e-2, micro_batch=16), pad_id=0)
     m = learner.update_batch(build_batch(items, pad_id=0, micro_batch=16))  # one micro-batch holds every row
@@ -116,7 +116,7 @@ def test_a_forward_pass_that_raises_costs_only_its_group(tiny_dir, tiny_model):
 def test_admission_refuses_other_tokenizers_and_temperatures(tiny_model):
     items = honest_items(tiny_model)
     other = sample_group(tiny_model, PROMPT_B, G=2, length=3, seed=5, sender="peer-d", tokenizer_fp="0" * 32)
-    cold = type(other).build(**{**_fields(other), "tokenizer_fp": "f" * 32, "temperature": 0.01})
+    cold = rebuilt(other, tokenizer_fp="f" * 32, temperature=0.01)
     items += [ScoredGroup.vertical(g, [1, 0], offpolicy=True, source=4, filterable=True) for g in (other, cold)]
     learner = Learner(tiny_model, cfg=LearnerConfig(), pad_id=0, tokenizer_fp="f" * 32)
     m = learner.update(items)
@@ -172,9 +172,3 @@ def test_several_epochs_read_the_weights_and_filter_from_logp_old(tiny_dir, tiny
         torch.testing.assert_close(a, b, atol=2e-4, rtol=0, msg=n)
     assert m["loss_last_epoch"] == pytest.approx(losses[-1], rel=1e-4)  # re-decided: -0.913 against -0.763
 
-
-def _fields(g) -> dict:
-    return dict(run_id=g.run_id, sender=g.sender, model_id=g.model_id, policy_version=g.policy_version,
-                created_at=g.created_at, tokenizer_fp=g.tokenizer_fp, task_id=g.task_id, item_id=g.item_id,
-                prompt_ids=g.prompt_ids, temperature=g.temperature, completion_ids=g.completion_ids,
-                logp_gen=g.logp_gen)
