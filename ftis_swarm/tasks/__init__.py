@@ -11,7 +11,7 @@ id a peer sent (`task.item`) and scores the decoded completion itself (`task.sco
 
 Files (one file a task, each holding its source, prompt, answer extraction and reward):
 
-- registry.py      `get_task`, `list_tasks`, `task_class`, `has_train_split`: names to task classes,
+- registry.py      `get_task`, `list_tasks`, `task_class`, `has_train_split`, `check_trainable`: names to task classes,
                    imported on demand
 - base.py          `TaskItem`, `Score`, reasons, errors, and the `Task` base: prompts, batched scoring
 - generated.py     tasks generated from (seed, index): the id scheme, content-disjoint splits
@@ -33,6 +33,7 @@ documents each task's prompt, answer form, reward and id scheme, and the measure
 
 from ftis_swarm.tasks.base import (
     REASONS,
+    EvaluationTaskError,
     ItemOutOfRangeError,
     MalformedItemIdError,
     Score,
@@ -43,10 +44,11 @@ from ftis_swarm.tasks.base import (
     UnknownTaskError,
     reason_counts,
 )
-from ftis_swarm.tasks.registry import get_task, has_train_split, list_tasks, task_class
+from ftis_swarm.tasks.registry import check_trainable, get_task, has_train_split, list_tasks, task_class
 
 __all__ = [
     "REASONS",
+    "EvaluationTaskError",
     "ItemOutOfRangeError",
     "MalformedItemIdError",
     "Score",
@@ -55,6 +57,7 @@ __all__ = [
     "UnknownItemError",
     "UnknownSplitError",
     "UnknownTaskError",
+    "check_trainable",
     "get_task",
     "has_train_split",
     "list_tasks",

@@ -40,6 +40,10 @@ class UnknownTaskError(ValueError):
     """`get_task` was given a name no task has."""
 
 
+class EvaluationTaskError(UnknownTaskError):
+    """A task without a train split (an evaluation set) named where a node would train on it."""
+
+
 class UnknownItemError(KeyError):
     """A well-formed item id this node cannot resolve (other version, out of range, other data)."""
 
