@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|e2e`: benchmark commands (rollout and swarm live in main.py)."""
+"""`ftis-node bench wire|learner|e2e|attacks`: benchmark commands (rollout and swarm live in main.py)."""
 
 from __future__ import annotations
 
@@ -94,4 +94,27 @@ def bench_e2e(
     figures = run_e2e(workdir=workdir, model=model, prompts=prompts, G=group_size, tokens=max_new_tokens,
                       rounds=rounds, deadline=deadline, progress=lambda s: typer.echo(f"  ... {s}", err=True))
     typer.echo(format_e2e(figures))
+    _write_json(json_path, figures.as_dict())
+
+
+@bench_app.command("attacks")
+def bench_attacks(
+    preset: str = typer.Option("default", help="default: the testnet's SmolLM2 models; tiny: tiny random models (seconds)."),
+    rounds: int = typer.Option(3, help="Rounds of the receiving node, one group of each attack a round."),
+    honest_groups: int = typer.Option(24, help="Honest groups per model pair fed to the forgery detector."),
+    forged_groups: int = typer.Option(8, help="Forged groups (logp_gen - 3) per model pair."),
+    workdir: Path = typer.Option(Path("runs/bench-attacks"), help="Where the tiny preset builds its models."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """What of each hostile group reaches an update, and the forgery detector's delay and false alarms."""
+    if preset not in ("default", "tiny"):
+        fail("--preset must be 'default' or 'tiny'")
+    if min(rounds, honest_groups, forged_groups) < 1:
+        fail("--rounds, --honest-groups and --forged-groups must be at least 1")
+    _check_json_path(json_path)
+    from ftis_swarm.node.attack_bench import format_attacks, run_attack_bench
+
+    figures = run_attack_bench(preset=preset, workdir=workdir, rounds=rounds, honest_groups=honest_groups,
+                               forged_groups=forged_groups, progress=lambda s: typer.echo(f"  ... {s}", err=True))
+    typer.echo(format_attacks(figures))
     _write_json(json_path, figures.as_dict())

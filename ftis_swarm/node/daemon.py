@@ -38,7 +38,7 @@ from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.rewards import score_groups
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.node.components import Components, build_components
-from ftis_swarm.node.intake import Budget, PeerIntake
+from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.node.ledger import short_peer
 from ftis_swarm.rollout import PromptRequest
 from ftis_swarm.rollout.base import RolloutInputError
@@ -146,7 +146,7 @@ class Node:
         own = self._generate(r, counts)
         t_gen = time.perf_counter()
         for g in own:
-            if max(int(c.max()) for c in g.completion_ids) >= p.token_bound:  # peers would refuse it
+            if not within_vocab(g, p.token_bound):  # peers would refuse it
                 counts["publish_out_of_vocab"] += 1
                 counts["publish_failed"] += 1
                 continue
@@ -156,7 +156,7 @@ class Node:
 
         scored = score_groups(own + peers, p.tokenizer, p.tasks, admission=p.admission)
         counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
-        self._charge(scored.rejected_by_peer)
+        p.peer_ledger.charge_counts(scored.rejected_by_peer, me=p.swarm.peer_id)
         items, own_rewards, own_correct, peer_rewards = [], [], [], []
         for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
             mine = g.sender == p.swarm.peer_id
@@ -167,7 +167,7 @@ class Node:
             if mine:
                 own_correct.extend(correct.tolist())
         metrics = p.learner.update(items) if items else {}
-        self._charge_learner_report()
+        p.peer_ledger.settle_update(p.learner.peer_report, me=p.swarm.peer_id)
         p.after_update()
         self.state.consume([g.group_id for g in peers])
         p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
@@ -220,26 +220,8 @@ class Node:
         taken = self.intake.take(groups, self.state.consumed, self.parts.peer_ledger.allows)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
-        self._charge(taken.by_peer)
+        self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)
         return taken.kept
-
-    def _charge(self, by_peer: Counter) -> None:
-        """Charges `(peer, reason) -> n` to the ledger (this node's own groups aside)."""
-        me = self.parts.swarm.peer_id
-        for (peer, reason), n in by_peer.items():
-            if peer != me:
-                self.parts.peer_ledger.charge(peer, reason, n)
-
-    def _charge_learner_report(self) -> None:
-        """The learner's word on each peer: credit for its groups in the update, charges for its faults."""
-        p = self.parts
-        for peer, report in p.learner.peer_report.items():
-            if peer == p.swarm.peer_id:
-                continue
-            p.peer_ledger.credit(peer, report.get("groups", 0))
-            for reason, n in report.items():
-                if reason != "groups":
-                    p.peer_ledger.charge(peer, reason, n)
 
     def _source(self, g: Group, mine: bool) -> int:
         if mine:

@@ -22,6 +22,13 @@ from ftis_swarm.wire import Group
 log = logging.getLogger(__name__)
 
 
+def within_vocab(group: Group, bound: int) -> bool:
+    """True when every token id is below `bound`, the tokenizer's length: peers refuse any other
+    group, so a node does not publish one. Only a model whose embedding has padding rows past its
+    tokenizer can sample such ids (a random tiny model does, 0.2% of its tokens)."""
+    return int(group.prompt_ids.max(initial=0)) < bound and all(int(c.max()) < bound for c in group.completion_ids)
+
+
 @dataclass(frozen=True)
 class Budget:
     """Caps on the peers' share of one update."""

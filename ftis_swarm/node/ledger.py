@@ -115,6 +115,22 @@ class PeerLedger:
         if n > 0:
             self._peers.setdefault(peer_id, PeerRecord()).credit += CREDIT_PER_GROUP * n
 
+    def charge_counts(self, by_peer: Counter, *, me: str = "") -> None:
+        """Charges `(peer, reason) -> n` counts (what the intake and the scorer report), `me` aside."""
+        for (peer, reason), n in by_peer.items():
+            if peer != me:
+                self.charge(peer, reason, n)
+
+    def settle_update(self, report: dict[str, Counter], *, me: str = "") -> None:
+        """The learner's `peer_report`: credit for each peer's groups in the update, charges for its faults."""
+        for peer, counts in report.items():
+            if peer == me:
+                continue
+            self.credit(peer, counts.get("groups", 0))
+            for reason, n in counts.items():
+                if reason != "groups":
+                    self.charge(peer, reason, n)
+
     def banned(self) -> list[str]:
         """Peers refused right now (bans, and denied peers this node has heard from)."""
         return sorted(p for p in self._peers if not self.allows(p))

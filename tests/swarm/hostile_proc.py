@@ -11,6 +11,9 @@ Writes {"peer_id", "maddrs"} once joined, then answers one JSON line per command
     {"op": "publish_bad", "victim": peer id, "victim_group": b64 body, "cap": n}
         valid signed pointers (its own key) to bad bodies it serves, plus cap + 2 good groups
         -> {"good": [group ids], "stored": {case: [store_ok per peer]}}
+    {"op": "publish_groups", "bodies": [b64 body]}  valid signed pointers to bodies the test built
+        (groups whose sender is this peer: poisoned content, not a broken envelope), served
+        -> {"group_ids": [...], "stored": [[store_ok per peer] per body]}
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import msgpack
 
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
@@ -187,18 +193,35 @@ class Hostile:
         cases.update({f"good-{i}": (g, {}, encode_group(g), None) for i, g in enumerate(good)})
         key_id = DHTID.generate(source=window_keys(run_id, now, now, self.s["window"])[0])
         peers = await self.honest_peers(key_id)
-        stored = {}
-        for name, (described, fields, body, served) in cases.items():
-            gid = content_id(body)
-            pointer = {**make_pointer(described, body, gid).dict(), "publisher": me, **fields}
-            served = body if served is None else served
-            if served:
-                self.served[gid] = len(served).to_bytes(8, "big") + served
-            exp = now + ttl
-            subkey = make_subkey(self.pub, gid)
-            value = self.sign(key_id, subkey, SER.dumps(pointer), exp)
-            stored[name] = await self.store_everywhere(peers, key_id, [value], [exp], [subkey])
+        stored = {name: await self.announce(key_id, peers, described, body, fields, served, now)
+                  for name, (described, fields, body, served) in cases.items()}
         return {"good": [g.group_id for g in good], "stored": stored}
+
+    async def announce(self, key_id: DHTID, peers: list, described: object, body: bytes, fields: dict,
+                       served: bytes | None, now: float) -> list:
+        """Stores a pointer signed with this peer's key, describing `described` with `fields` changed,
+        and serves `served` (default: `body`) under the id of `body`."""
+        gid = content_id(body)
+        pointer = {**make_pointer(described, body, gid).dict(), "publisher": self.identity.peer_id, **fields}
+        served = body if served is None else served
+        if served:
+            self.served[gid] = len(served).to_bytes(8, "big") + served
+        exp = now + self.s["ttl"]
+        subkey = make_subkey(self.pub, gid)
+        value = self.sign(key_id, subkey, SER.dumps(pointer), exp)
+        return await self.store_everywhere(peers, key_id, [value], [exp], [subkey])
+
+    async def publish_groups(self, bodies: list[bytes]) -> dict:
+        now = time.time()
+        key_id = DHTID.generate(source=window_keys(self.s["run_id"], now, now, self.s["window"])[0])
+        peers = await self.honest_peers(key_id)
+        stored = []
+        for body in bodies:  # described from the raw record: some of these bodies the decoder refuses
+            rec = msgpack.unpackb(body, raw=False)
+            described = SimpleNamespace(sender=rec["snd"], created_at=rec["ts"], run_id=rec["run"],
+                                        tokenizer_fp=rec["tfp"])
+            stored.append(await self.announce(key_id, peers, described, body, {}, None, now))
+        return {"group_ids": [content_id(b) for b in bodies], "stored": stored}
 
 
 async def amain() -> None:
@@ -216,6 +239,8 @@ async def amain() -> None:
             _send(await hostile.attack_records(cmd["group_id"]))
         elif cmd["op"] == "inspect":
             _send(await hostile.inspect(cmd["key"], cmd["group_id"]))
+        elif cmd["op"] == "publish_groups":
+            _send(await hostile.publish_groups([base64.b64decode(b) for b in cmd["bodies"]]))
         elif cmd["op"] == "publish_bad":
             _send(await hostile.publish_bad(cmd["victim"], base64.b64decode(cmd["victim_body"]), cmd["cap"]))
         else:
