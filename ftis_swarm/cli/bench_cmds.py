@@ -22,6 +22,16 @@ def _check_json_path(path: Optional[Path]) -> None:
         fail(f"--json: folder {path.parent} does not exist")
 
 
+def _progress(step: str) -> None:
+    typer.echo(f"  ... {step}", err=True)
+
+
+def _report(text: str, figures: object, json_path: Optional[Path]) -> None:
+    """Prints a bench's table and writes its figures (`as_dict()`) to `--json`."""
+    typer.echo(text)
+    _write_json(json_path, figures.as_dict())  # type: ignore[attr-defined]
+
+
 @bench_app.command("wire")
 def bench_wire(
     group_size: int = typer.Option(12, help="Completions per group, G."),
@@ -61,11 +71,10 @@ def bench_learner(
     try:
         figures = run_learner_bench(model_name=model, n_groups=groups, G=group_size, prompt_len=prompt_tokens,
                                     comp_len=completion_tokens, repeats=repeats, threads=threads, memory=memory,
-                                    progress=lambda s: typer.echo(f"  ... {s}", err=True))
+                                    progress=_progress)
     except ModelNotFoundError as exc:
         fail(str(exc))
-    typer.echo(format_learner(figures))
-    _write_json(json_path, figures.as_dict())
+    _report(format_learner(figures), figures, json_path)
 
 
 @bench_app.command("e2e")
@@ -92,29 +101,28 @@ def bench_e2e(
 
     resolve_model(model)  # convert the embedded model once, before the timed runs
     figures = run_e2e(workdir=workdir, model=model, prompts=prompts, G=group_size, tokens=max_new_tokens,
-                      rounds=rounds, deadline=deadline, progress=lambda s: typer.echo(f"  ... {s}", err=True))
-    typer.echo(format_e2e(figures))
-    _write_json(json_path, figures.as_dict())
+                      rounds=rounds, deadline=deadline, progress=_progress)
+    _report(format_e2e(figures), figures, json_path)
 
 
 @bench_app.command("attacks")
 def bench_attacks(
     preset: str = typer.Option("default", help="default: the testnet's SmolLM2 models; tiny: tiny random models (seconds)."),
-    rounds: int = typer.Option(3, help="Rounds of the receiving node, one group of each attack a round."),
+    rounds: int = typer.Option(2, help="Rounds of the receiving node, one group of each attack a round."),
     honest_groups: int = typer.Option(24, help="Honest groups per model pair fed to the forgery detector."),
     forged_groups: int = typer.Option(8, help="Forged groups (logp_gen - 3) per model pair."),
+    threads: int = typer.Option(1, help="torch CPU threads."),
     workdir: Path = typer.Option(Path("runs/bench-attacks"), help="Where the tiny preset builds its models."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
     """What of each hostile group reaches an update, and the forgery detector's delay and false alarms."""
     if preset not in ("default", "tiny"):
         fail("--preset must be 'default' or 'tiny'")
-    if min(rounds, honest_groups, forged_groups) < 1:
-        fail("--rounds, --honest-groups and --forged-groups must be at least 1")
+    if min(rounds, honest_groups, forged_groups, threads) < 1:
+        fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
     _check_json_path(json_path)
     from ftis_swarm.node.attack_bench import format_attacks, run_attack_bench
 
     figures = run_attack_bench(preset=preset, workdir=workdir, rounds=rounds, honest_groups=honest_groups,
-                               forged_groups=forged_groups, progress=lambda s: typer.echo(f"  ... {s}", err=True))
-    typer.echo(format_attacks(figures))
-    _write_json(json_path, figures.as_dict())
+                               forged_groups=forged_groups, threads=threads, progress=_progress)
+    _report(format_attacks(figures), figures, json_path)

@@ -23,9 +23,16 @@ delta = 1e-6.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from dataclasses import dataclass
+
+import torch
+
+from ftis_swarm.learner.batch import Batch
+
+log = logging.getLogger(__name__)
 
 
 def hoeffding_bound(n: int, *, C: float, delta: float) -> float:
@@ -78,3 +85,36 @@ class ForgeryDetector:
 
     def load_state(self, state: dict[str, list[list[float]]]) -> None:
         self._blocks = {peer: deque((float(s), int(n)) for s, n in blocks) for peer, blocks in state.items()}
+
+
+def screen_batch(detector: ForgeryDetector, batch: Batch, logp_old: torch.Tensor, *, C: float,
+                 skip: set[int]) -> tuple[set[str], dict[str, float]]:
+    """Feeds each peer's finite tokens in `batch` (rows in `skip` aside) to `detector`, one block a peer.
+
+    Returns the flagged peers and, per peer's source, `forgery_mean@<source>`.
+    """
+    with torch.no_grad():
+        m = batch.mask.bool()  # (N, T)
+        finite = (torch.isfinite(logp_old) & torch.isfinite(batch.logp_gen)) | ~m  # (N, T)
+        x = (logp_old - torch.where(m, batch.logp_gen, 0.0)).clamp(-20.0, 20.0)  # (N, T)
+        v = torch.where(m, torch.exp(x).clamp(max=C), 0.0)  # (N, T)
+        rows = batch.filterable & finite.all(dim=-1)  # (N,)
+        totals: dict[str, list[float]] = {}
+        source: dict[str, int] = {}
+        for r in torch.nonzero(rows).flatten().tolist():
+            if r in skip:
+                continue
+            peer = batch.groups[int(batch.group_of[r])].sender
+            acc = totals.setdefault(peer, [0.0, 0.0])
+            acc[0] += float(v[r].sum())
+            acc[1] += float(m[r].sum())
+            source[peer] = int(batch.source[r])
+    flagged, stats = set(), {}
+    for peer, (total, tokens) in totals.items():
+        stat = detector.observe(peer, total, int(tokens))
+        stats[f"forgery_mean@{source[peer]}"] = stat.mean
+        if stat.flagged:
+            flagged.add(peer)
+            log.warning("peer %s flagged as forging log-probs: mean weight %.3f over %d tokens > %.3f",
+                        peer, stat.mean, stat.tokens, stat.bound)
+    return flagged, stats

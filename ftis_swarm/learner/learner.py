@@ -38,7 +38,7 @@ from ftis_swarm.config import T_MIN, LearnerConfig
 from ftis_swarm.core.ftis import SampleTerms, ftis_metrics, policy_loss, sample_terms
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
-from ftis_swarm.learner.forgery import ForgeryDetector
+from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Learner:
         t0 = time.perf_counter()
         fcfg = self.cfg.ftis
         logp_old, failed = self._old_logprobs(batch)  # (N, T)
-        flagged, stats = self._screen(batch, logp_old, failed)
+        flagged, stats = screen_batch(self.detector, batch, logp_old, C=self.cfg.ftis.C, skip=failed)
         withheld = self._withheld_rows(batch, failed, flagged)
         extra = {"withheld_learn_error": float(len(withheld["learn_error"])),
                  "withheld_forgery": float(len(withheld["forgery"])), **stats}
@@ -219,31 +219,6 @@ class Learner:
             self.policy_version += 1
         return losses, grad_norm, 0
 
-    def _screen(self, batch: Batch, logp_old: torch.Tensor, failed: set[int]) -> tuple[set[str], dict[str, float]]:
-        """Feeds each peer's finite tokens to the forgery detector; returns the flagged peers and their stats."""
-        with torch.no_grad():
-            m = batch.mask.bool()  # (N, T)
-            finite = (torch.isfinite(logp_old) & torch.isfinite(batch.logp_gen)) | ~m  # (N, T)
-            x = (logp_old - torch.where(m, batch.logp_gen, 0.0)).clamp(-20.0, 20.0)  # (N, T)
-            v = torch.where(m, torch.exp(x).clamp(max=self.cfg.ftis.C), 0.0)  # (N, T)
-            rows = batch.filterable & finite.all(dim=-1)  # (N,)
-            totals: dict[str, list[float]] = {}
-            for r in torch.nonzero(rows).flatten().tolist():
-                if r in failed:
-                    continue
-                acc = totals.setdefault(self._sender(batch, r), [0.0, 0.0])
-                acc[0] += float(v[r].sum())
-                acc[1] += float(m[r].sum())
-        flagged, stats = set(), {}
-        for peer, (total, tokens) in totals.items():
-            stat = self.detector.observe(peer, total, int(tokens))
-            stats[f"forgery_mean@{self._source_of(batch, peer)}"] = stat.mean
-            if stat.flagged:
-                flagged.add(peer)
-                log.warning("peer %s flagged as forging log-probs: mean weight %.3f over %d tokens > %.3f",
-                            peer, stat.mean, stat.tokens, stat.bound)
-        return flagged, stats
-
     def _withheld_rows(self, batch: Batch, failed: set[int], flagged: set[str]) -> dict[str, set[int]]:
         """Rows left out of the update: whole groups with a failed forward pass, and flagged peers' groups."""
         bad_groups = {int(batch.group_of[r]) for r in failed}
@@ -274,13 +249,6 @@ class Learner:
     @staticmethod
     def _sender(batch: Batch, row: int) -> str:
         return batch.groups[int(batch.group_of[row])].sender
-
-    @staticmethod
-    def _source_of(batch: Batch, peer: str) -> int:
-        for g, group in enumerate(batch.groups):
-            if group.sender == peer:
-                return int(batch.source[batch.group_of == g][0])
-        return -1
 
     def save_weights(self, path: Path) -> Path:
         """Writes the full model or the adapter as safetensors (what a rollout backend reloads)."""

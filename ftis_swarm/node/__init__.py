@@ -1,1 +1,15 @@
-"""(being built)"""
+"""The node: the one place where rollout, learner and swarm meet, and where a round exists.
+
+- daemon.py        Node: rounds of generate, publish, gather, learn, serve, log, checkpoint
+- components.py    build_components: the parts from the config (model, learner, swarm, backend, sinks)
+- intake.py        PeerIntake, Budget: which gathered peers' groups an update takes (caps, token budget)
+- ledger.py        PeerLedger: per peer, counted faults with costs, credit, score, doubling bans
+- attacks.py       the hostile groups of issue 9, built from honest ones (tests and the bench)
+- attack_bench.py  `ftis-node bench attacks`: what reaches an update; the forgery detector's figures
+- testnet.py       the local testnet: a bootstrap peer and N `ftis-node join` processes
+- e2e.py           `ftis-node bench e2e`: a swarm round against a solo round
+- evaluate.py      `ftis-node eval`: greedy pass@1
+- report.py, summary.py  plots and the closing table of run directories
+
+Imports every layer below it (rollout, learner, swarm, wire, tasks, metrics, models, core, config).
+"""

@@ -21,7 +21,6 @@ dropped.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -95,11 +94,15 @@ class Models:
     divergent: tuple[str, str]
 
 
-def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 3, honest_groups: int = 24,
-                     forged_groups: int = 8, progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
+def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_groups: int = 24,
+                     forged_groups: int = 8, threads: int = 1,
+                     progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
     """The attack table over `rounds` rounds, then the detector on `honest_groups` and `forged_groups` per pair."""
-    if rounds < 1 or honest_groups < 1 or forged_groups < 1:
-        raise ValueError("rounds, honest_groups and forged_groups must be at least 1")
+    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1:
+        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1")
+    import torch
+
+    torch.set_num_threads(threads)
     t0 = time.perf_counter()
     models = _models(preset, workdir)
     progress("attack table")
