@@ -136,8 +136,10 @@ class PeerLedger:
         return sorted(p for p in self._peers if not self.allows(p))
 
     def take_round(self) -> dict[str, Any]:
-        """For the round's metrics record: `banned_peers` (short ids) and `charged_<reason>` since the last call."""
-        out: dict[str, Any] = {"banned_peers": [short_peer(p) for p in self.banned()]}
+        """For the round's metrics record: `banned_peers` (short ids; `peers_banned`, their number, for
+        Prometheus) and `charged_<reason>` since the last call."""
+        banned = self.banned()
+        out: dict[str, Any] = {"banned_peers": [short_peer(p) for p in banned], "peers_banned": len(banned)}
         out.update({f"charged_{reason}": n for reason, n in sorted(self._round.items())})
         self._round.clear()
         return out

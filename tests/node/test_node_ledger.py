@@ -71,8 +71,9 @@ def test_round_record_and_state_round_trip():
     ledger.charge(A, "nonfinite")
     ledger.charge(B, "unknown_item", 2)
     ledger.credit(B, 4)
-    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "charged_nonfinite": 1, "charged_unknown_item": 2}
-    assert ledger.take_round() == {"banned_peers": [short_peer(A)]}  # counts are per round; bans persist
+    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1, "charged_nonfinite": 1,
+                                   "charged_unknown_item": 2}
+    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1}  # counts per round; bans persist
     again = PeerLedger(clock=clock)
     again.load_state(ledger.state())
     assert not again.allows(A) and again.score(B) == pytest.approx(2.0)
