@@ -9,16 +9,18 @@ at every position and whatever the two models,
 so `v = min(exp(x), C)` (x = logp_old - logp_gen) has a mean of at most 1 over a peer's
 tokens. The values lie in [0, C] and each token's conditional mean is at most 1, so by
 Azuma-Hoeffding the mean of n of them exceeds `1 + C * sqrt(ln(1/delta) / (2n))` with
-probability at most delta. A peer whose recent tokens do is flagged, and its samples are
-kept out of the update. Up to `n = ln(1/delta) / 2 * (C / (C - 1))^2` tokens (27.6 at
-delta = 1e-6, C = 2) the bound is at or above C and nothing can be flagged: a forger whose
-every token sits at the cap is caught at its 28th token.
+probability at most delta.
 
-The window: a peer's most recent blocks (one per update it contributed to), oldest
-dropped while the rest still hold `window` tokens. State is (sum, count) per block, small
-enough for the checkpoint. delta is per check; a node checks each peer once per update,
-so over 10^4 updates an honest peer is falsely flagged with probability at most 1e-2 at
-delta = 1e-6.
+The window: a peer's most recent blocks (one per update it contributed to), the oldest
+dropped while the rest still hold `window` tokens; state is (sum, count) per block, small
+enough for the checkpoint. A check tests every suffix of the window (the newest block, the
+newest two, ..., all of them) against the bound at its own n, each at `delta / B` for B
+blocks, so an update's check falsely flags an honest peer with probability at most delta
+(1e-6: over 10^4 updates, at most 1e-2). The short suffixes catch a peer that turns to
+forging after a long honest stretch, which the whole window's mean would dilute. A flagged
+peer's samples are kept out of the update. A forger whose every token sits at the cap C is
+caught once its forged tokens outnumber about `ln(B/delta) / 2 * (C / (C - 1))^2` (28 in
+one block at delta = 1e-6, C = 2).
 """
 
 from __future__ import annotations
@@ -74,10 +76,17 @@ class ForgeryDetector:
         return self.stat(peer)
 
     def stat(self, peer: str) -> PeerStat:
+        """The first suffix of the window (newest blocks first) over its bound, else the whole window."""
         blocks = self._blocks.get(peer, ())
-        n = sum(c for _, c in blocks)
-        mean = sum(s for s, _ in blocks) / n if n else 0.0
-        return PeerStat(mean=mean, tokens=n, bound=hoeffding_bound(n, C=self.C, delta=self.delta))
+        per_check = self.delta / max(1, len(blocks))
+        total, n = 0.0, 0
+        stat = PeerStat(mean=0.0, tokens=0, bound=math.inf)
+        for block_total, count in reversed(blocks):
+            total, n = total + block_total, n + count
+            stat = PeerStat(mean=total / n, tokens=n, bound=hoeffding_bound(n, C=self.C, delta=per_check))
+            if stat.flagged:
+                break
+        return stat
 
     def state(self) -> dict[str, list[list[float]]]:
         """JSON-able state for a checkpoint."""

@@ -1,6 +1,7 @@
 """`ftis-node bench attacks`: what of each attack reaches an update, and how fast forgers are caught.
 
-**The attack table.** One receiving node, in process, runs its rounds on the product's
+**The attack table.** One receiving node (SmolLM2-135M; the honest peer runs the same
+model, so some of its groups carry signal), in process, runs its rounds on the product's
 own parts: the wire decoder (with its token bound), `PeerIntake`, the scorer's
 `Admission`, the `Learner` and the `PeerLedger`. Each round it trains on its own groups,
 an honest peer's and one group of each attack (`attacks.py`), each attack from its own
@@ -76,6 +77,7 @@ class AttackFigures:
     detector: list[DetectorRow]
     weights_finite: bool
     banned: list[str]
+    """Senders banned at least once."""
     seconds: float
 
     def as_dict(self) -> dict[str, Any]:
@@ -117,7 +119,7 @@ def _models(preset: str, workdir: Path) -> Models:
         sibling = str(_divergent_sibling())
         loaders = {"full": lambda: load_model("smollm2-135m"), "lora": lambda: _lora(*load_model("smollm2-135m")),
                    "mini": lambda: load_model("smollm2-mini"), "drop26-27": lambda: load_model(sibling)}
-        return Models("smollm2-135m", "smollm2-mini", "smollm2-135m", loaders, {"lora": "full"}, ("full", "drop26-27"))
+        return Models("smollm2-135m", "smollm2-135m", "smollm2-135m", loaders, {"lora": "full"}, ("full", "drop26-27"))
     if preset == "tiny":
         from ftis_swarm.models.tiny import build_tiny_qwen2
 
@@ -198,7 +200,7 @@ def _attack_table(m: Models, *, rounds: int, progress: Callable[[str], None]) ->
                 row.reached += int(metrics[f"used@{src}"])
                 row.max_weight = max(row.max_weight, metrics[f"max_weight_used@{src}"])
     finite = all(bool(p.isfinite().all()) for p in learner.model.parameters())
-    return list(rows.values()), finite, ledger.banned()
+    return list(rows.values()), finite, sorted(p for p, rec in ledger.snapshot().items() if rec["bans"])
 
 
 def _row(sender: str) -> str:
@@ -261,7 +263,7 @@ def format_attacks(f: AttackFigures) -> str:
     for r in f.attacks:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(r.stopped_by.items())) or "-"
         lines.append(f"{r.attack:<18}{r.sent:>6}{r.reached:>9}{r.max_weight:>8.3f}  {stops}")
-    lines.append(f"receiver's weights finite: {f.weights_finite}; banned at the end: {', '.join(f.banned) or 'none'}")
+    lines.append(f"receiver's weights finite: {f.weights_finite}; banned: {', '.join(f.banned) or 'none'}")
     lines.append("")
     lines.append("forgery detector (delta 1e-6, C 2): honest groups one per update, then forged (logp_gen - 3)")
     lines.append(f"{'learner':<12}{'generator':<12}{'honest mean':>12}{'tokens':>8}{'false alarms':>14}"

@@ -18,10 +18,26 @@ def test_bound_values():
     assert hoeffding_bound(0, C=C, delta=DELTA) == math.inf
 
 
-def test_a_forger_at_the_cap_is_flagged_at_its_28th_token():
+def test_a_forger_at_the_cap_is_flagged_at_its_28th_token_in_one_block():
     det = ForgeryDetector(C=C, delta=DELTA, window=4096)
-    flags = [det.observe("p", C, 1).flagged for _ in range(40)]
-    assert flags.index(True) == 27 and all(flags[27:])
+    assert not det.observe("p", 27 * C, 27).flagged
+    assert ForgeryDetector(C=C, delta=DELTA, window=4096).observe("p", 28 * C, 28).flagged
+    # one token a block: 35 checks' worth of delta split over the blocks, so the 35th token
+    flags = [det.observe("q", C, 1).flagged for _ in range(40)]
+    assert flags.index(True) == 34 and all(flags[34:])
+
+
+def test_a_turncoat_is_caught_by_the_newest_blocks():
+    """2,000 honest tokens, then forged groups: the window's mean stays under its bound for
+    dozens of groups, the newest two blocks' do not."""
+    det = ForgeryDetector(C=C, delta=DELTA, window=4096)
+    for _ in range(25):
+        assert not det.observe("p", 0.6 * 80, 80).flagged
+    first = det.observe("p", 1.5 * 80, 80)
+    second = det.observe("p", 1.5 * 80, 80)
+    assert not first.flagged and second.flagged and second.tokens == 160
+    whole = (25 * 0.6 * 80 + 2 * 1.5 * 80) / (27 * 80)
+    assert whole < hoeffding_bound(27 * 80, C=C, delta=DELTA)  # the whole window would not have flagged it
 
 
 def test_the_window_forgets_old_blocks_and_keeps_at_least_the_newest():
