@@ -22,8 +22,9 @@ else:  # pragma: no cover - Python 3.10
 
 
 T_MIN = 0.05
-"""Lowest sampling temperature a group may carry (proto/group_v1.md): below it the learner's
-logits divided by T overflow towards a one-hot distribution whose log-probs are not finite."""
+"""Lowest sampling temperature a group may carry (proto/group_v1.md). A receiver divides its
+logits by T; near zero (a peer sent T = 1e-300) they overflow and its log-probs are NaN.
+0.05 is far from that and below any temperature RL samples at."""
 
 
 class _Strict(BaseModel):

@@ -17,7 +17,8 @@ This is the one place where rollout, learner and swarm meet. A round:
 
 Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
 weight is 1. Peers are untrusted: what their groups may cost is bounded by the intake, and
-every fault is counted against the sender, which a ban may follow. SIGTERM/SIGINT end the round in progress, checkpoint, and leave the swarm.
+every fault is counted against the sender, which a ban may follow. SIGTERM/SIGINT end the
+round in progress, checkpoint, and leave the swarm.
 """
 
 from __future__ import annotations
