@@ -65,6 +65,12 @@ def format_validation_error(exc: ValidationError, *, as_flags: bool = False) -> 
     return f"{where}: {msg}{shown}{tail}"
 
 
+T_MIN = 0.05
+"""Lowest sampling temperature a group may carry (proto/group_v1.md). A receiver divides its
+logits by T; near zero (a peer sent T = 1e-300) they overflow and its log-probs are NaN.
+0.05 is far from that and below any temperature RL samples at."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
@@ -144,7 +150,8 @@ class WireConfig(_Strict):
 class SamplingConfig(_Strict):
     """How rollouts are sampled. Top-p and top-k stay off: the sampled distribution is softmax(z/T)."""
 
-    temperature: float = Field(1.0, gt=0, le=10)
+    temperature: float = Field(1.0, ge=T_MIN, le=10)
+    """Peers refuse groups sampled below `T_MIN` = 0.05."""
     max_new_tokens: int = Field(64, ge=1, le=32768)
     """Most tokens per completion. Left unset, `ftis-node join` takes the task's own default
     (64 for arith, 512 for GSM8K, 1024 for MATH-500: docs/tasks.md)."""
@@ -188,7 +195,19 @@ class LearnerConfig(_Strict):
     max_peer_groups: int = Field(64, ge=0)
     """Most peers' groups in one update."""
     max_groups_per_peer: int = Field(16, ge=0)
-    """Most groups one peer may contribute to one update."""
+    """Most groups one peer may contribute to one update (the swarm gathers no more per peer either)."""
+    max_peer_tokens: Optional[int] = Field(None, ge=1)
+    """Most peers' completion tokens in one update; None: 4 x this node's own per round
+    (prompts_per_round x group_size x max_new_tokens). Groups over it wait one round, then are dropped."""
+    max_peer_tokens_per_peer: Optional[int] = Field(None, ge=1)
+    """Most completion tokens one peer may put into one update; None: 2 x this node's own per round."""
+    max_prompt_overhead: int = Field(256, ge=0)
+    """Most prompt tokens a peer's group may hold beyond its item's own prompt text (chat template,
+    system prompt); longer prompts are refused."""
+    forgery_delta: float = Field(1e-6, gt=0, lt=1)
+    """False-alarm probability of one check of the forgery detector (Hoeffding bound, docs/method.md)."""
+    forgery_window: int = Field(4096, ge=1)
+    """Tokens of a peer's most recent groups the forgery detector averages over."""
     ftis: FTISConfig = Field(default_factory=FTISConfig)
 
     @model_validator(mode="before")
@@ -252,8 +271,9 @@ class SwarmConfig(_Strict):
     """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
     max_records_per_peer: int = Field(2048, ge=16)
     """Most records this node stores that one peer sent, and that one owner signed."""
-    max_groups_per_peer_per_gather: int = Field(32, ge=1)
-    """Most groups one peer may contribute to one gather; its further groups wait for the next one."""
+    max_groups_per_peer_per_gather: int = Field(16, ge=1)
+    """Most groups one peer may contribute to one gather; its further groups wait for the next one.
+    A node lowers it to its `learner.max_groups_per_peer` when that is smaller."""
     poll_interval: float = Field(1.0, gt=0, le=60)
     """Seconds between two reads of the pointer keys by the background gatherer."""
     fetch_timeout: float = Field(10.0, gt=0)
@@ -296,6 +316,27 @@ class SwarmConfig(_Strict):
         return [check_multiaddr(m) for m in v]
 
 
+class LedgerConfig(_Strict):
+    """Which peers a node takes groups from, and how faults cost them (ftis_swarm/node/ledger.py)."""
+
+    allow_peers: list[str] = Field(default_factory=list)
+    """Peer ids (base58) whose groups are taken; empty: every peer not denied (a public swarm)."""
+    deny_peers: list[str] = Field(default_factory=list)
+    """Peer ids whose groups are never taken."""
+    ban_threshold: float = Field(20.0, gt=0)
+    """Fault points (costs in node/ledger.py) that ban a peer; counted afresh after each ban."""
+    ban_seconds: float = Field(60.0, gt=0)
+    """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
+    max_ban_seconds: float = Field(3600.0, gt=0)
+    """Longest ban."""
+
+
+def _plain_task_name(v: str) -> str:
+    if not v or not v.replace("_", "").isalnum():
+        raise ValueError(f"task name {v!r} is not a plain name like 'arith' or 'gsm8k'")
+    return v
+
+
 class NodeConfig(_Strict):
     """Everything `ftis-node join` needs; written resolved to the run directory."""
 
@@ -333,16 +374,27 @@ class NodeConfig(_Strict):
     wandb_project: Optional[str] = Field(None, min_length=1, max_length=128)
     """Also log each round to this Weights & Biases project (needs the `wandb` extra;
     `WANDB_MODE=offline` logs without an account)."""
+    accept_tasks: Optional[list[str]] = None
+    """Tasks whose peers' groups this node trains on (train split only); None: its own task alone."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+
+    @property
+    def accepted_tasks(self) -> list[str]:
+        """`accept_tasks`, or the node's own task when unset."""
+        return list(self.accept_tasks) if self.accept_tasks is not None else [self.task]
 
     @field_validator("task")
     @classmethod
     def _task_name(cls, v: str) -> str:
-        if not v or not v.replace("_", "").isalnum():
-            raise ValueError(f"task name {v!r} is not a plain name like 'arith' or 'gsm8k'")
-        return v
+        return _plain_task_name(v)
+
+    @field_validator("accept_tasks")
+    @classmethod
+    def _task_names(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        return None if v is None else [_plain_task_name(t) for t in v]
 
     @model_validator(mode="after")
     def _group_fits_wire(self) -> "NodeConfig":

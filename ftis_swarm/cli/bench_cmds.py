@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile`: the benchmark commands.
+"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile|attacks`: the benchmark commands.
 
 Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
 of figures measured against a baseline in the same run, and with `--json` writes them.
@@ -24,6 +24,16 @@ def _write_json(path: Optional[Path], data: dict) -> None:
 def _check_json_path(path: Optional[Path]) -> None:
     if path is not None and not path.parent.is_dir():
         fail(f"--json: folder {path.parent} does not exist")
+
+
+def _progress(step: str) -> None:
+    typer.echo(f"  ... {step}", err=True)
+
+
+def _report(text: str, figures: object, json_path: Optional[Path]) -> None:
+    """Prints a bench's table and writes its figures (`as_dict()`) to `--json`."""
+    typer.echo(text)
+    _write_json(json_path, figures.as_dict())  # type: ignore[attr-defined]
 
 
 @bench_app.command("wire")
@@ -63,9 +73,8 @@ def bench_learner(
 
     figures = run_learner_bench(model_name=model, n_groups=groups, G=group_size, prompt_len=prompt_tokens,
                                 comp_len=completion_tokens, repeats=repeats, threads=threads, memory=memory,
-                                progress=lambda s: typer.echo(f"  ... {s}", err=True))
-    typer.echo(format_learner(figures))
-    _write_json(json_path, figures.as_dict())
+                                progress=_progress)
+    _report(format_learner(figures), figures, json_path)
 
 
 @bench_app.command("e2e")
@@ -99,9 +108,8 @@ def bench_e2e(
 
     resolve_model(model)  # convert the embedded model once, before the timed runs
     figures = run_e2e(workdir=workdir, model=model, prompts=prompts, G=group_size, tokens=max_new_tokens,
-                      rounds=rounds, deadline=deadline, progress=lambda s: typer.echo(f"  ... {s}", err=True))
-    typer.echo(format_e2e(figures))
-    _write_json(json_path, figures.as_dict())
+                      rounds=rounds, deadline=deadline, progress=_progress)
+    _report(format_e2e(figures), figures, json_path)
 
 
 @bench_app.command("hostile")
@@ -127,9 +135,8 @@ def bench_hostile(
 
     bench = run_hostile_bench(rounds=rounds, groups=groups, deadline=deadline, identities=identities,
                               pointers=pointers, random_keys=random_keys, dictionary_items=dictionary_items,
-                              bad_bodies=bad_bodies, progress=lambda s: typer.echo(f"  ... {s}", err=True))
-    typer.echo(format_hostile(bench))
-    _write_json(json_path, bench.as_dict())
+                              bad_bodies=bad_bodies, progress=_progress)
+    _report(format_hostile(bench), bench, json_path)
 
 
 @bench_app.command("swarm")
@@ -196,3 +203,26 @@ def bench_rollout(
     typer.echo(format_table(rows, **settings))
     if json_path is not None:
         json_path.write_text(rows_as_json(rows, temperature=temperature, seed=seed, **settings))
+
+
+@bench_app.command("attacks")
+def bench_attacks(
+    preset: str = typer.Option("default", help="default: the testnet's SmolLM2 models; tiny: tiny random models (seconds)."),
+    rounds: int = typer.Option(2, help="Rounds of the receiving node, one group of each attack a round."),
+    honest_groups: int = typer.Option(24, help="Honest groups per model pair fed to the forgery detector."),
+    forged_groups: int = typer.Option(8, help="Forged groups (logp_gen - 3) per model pair."),
+    threads: int = typer.Option(1, help="torch CPU threads."),
+    run_dir: Path = typer.Option(Path("runs/bench-attacks"), "--run-dir", help="Where the tiny preset builds its models."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """What of each hostile group reaches an update, and the forgery detector's delay and false alarms."""
+    if preset not in ("default", "tiny"):
+        fail("--preset must be 'default' or 'tiny'")
+    if min(rounds, honest_groups, forged_groups, threads) < 1:
+        fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
+    _check_json_path(json_path)
+    from ftis_swarm.node.attack_bench import format_attacks, run_attack_bench
+
+    figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
+                               forged_groups=forged_groups, threads=threads, progress=_progress)
+    _report(format_attacks(figures), figures, json_path)

@@ -1,13 +1,24 @@
 """The F-TIS loss: PPO-clipped GRPO with a truncated importance weight and a sample filter.
 
 Follows METHOD.md term for term. Shapes: N sequences, T completion positions (padded);
-`mask[i, t]` is 1 on the completion's real tokens. Two choices METHOD.md leaves open, made
-here: the weight and the filter see `logp_old` (detached), never the moving `logp`, so with
-several PPO epochs `w * R` is still `pi_theta / pi_gen`, truncated; and `frac_truncated`
-reads 0 in modes that do not truncate.
+`mask[i, t]` is 1 on the completion's real tokens. `sample_terms` decides, once per batch,
+each token's weight and which samples are filtered; `ftis_loss` and the learner both read
+that one decision, so what the learner leaves out of its gradient pass and what the loss
+filters cannot differ. Choices METHOD.md leaves open, made here:
+
+- the weight and the filter see `logp_old` (detached), never the moving `logp`, so with
+  several PPO epochs `w * R` is still `pi_theta / pi_gen`, truncated;
+- a sample with a NaN or infinite `logp_old` or `logp_gen` on a masked token is filtered
+  in every mode with weight 0; its values are replaced by `torch.where` before any
+  arithmetic, so no NaN reaches the loss or `logp`'s gradient (`0 * NaN` would);
+- the weight metrics (`frac_truncated`, `mean_weight`, `ess`) and the KL metrics are over
+  the samples whose log-probs are finite; `frac_truncated` reads 0 in modes that do not
+  truncate.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +34,8 @@ METRIC_KEYS = (
     "ess",
     "kl_mean",
     "kl_p95",
+    "frac_zero_adv",
+    "frac_nonfinite",
 )
 """The keys of the metrics dict, in METHOD.md's order (per source: `key@source`)."""
 
@@ -59,18 +72,91 @@ def sample_kl(
     return (term.clamp(min=0.0) * mask.to(term.dtype)).sum(dim=-1)  # (N,)
 
 
+def nonfinite_samples(logp_old: torch.Tensor, logp_gen: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`[N]` bool: samples with a NaN or an infinity in `logp_old` or `logp_gen` on a masked token."""
+    bad = ~(torch.isfinite(logp_old.detach()) & torch.isfinite(logp_gen.detach()))  # (N, T)
+    return (bad & mask.bool()).any(dim=-1)  # (N,)
+
+
 def filtered_samples(
-    advantages: torch.Tensor, kl: torch.Tensor, offpolicy: torch.Tensor, cfg: FTISConfig
+    advantages: torch.Tensor, kl: torch.Tensor, filterable: torch.Tensor, cfg: FTISConfig
 ) -> torch.Tensor:
-    """Which samples the filter drops (`[N]` bool); all False in the modes without a filter."""
+    """Which samples the filter drops (`[N]` bool); all False in the modes without a filter.
+
+    `filterable` (`[N]` bool) limits the filter to those samples under `filter_scope="offpolicy"`;
+    `"all"` filters among every sample.
+    """
     if not cfg.filters:
-        return torch.zeros_like(offpolicy, dtype=torch.bool)  # (N,)
+        return torch.zeros_like(filterable, dtype=torch.bool)  # (N,)
     if cfg.filter_rule == "or":
         harmful = (advantages <= 0) | (kl > cfg.g)  # (N,)
     else:
         harmful = (advantages < 0) & (kl > cfg.g)  # (N,)
-    in_scope = offpolicy if cfg.filter_scope == "offpolicy" else torch.ones_like(offpolicy)  # (N,)
+    in_scope = filterable if cfg.filter_scope == "offpolicy" else torch.ones_like(filterable)  # (N,)
     return harmful & in_scope  # (N,)
+
+
+@dataclass(frozen=True)
+class SampleTerms:
+    """Per sample and token, what the weight and the filter decided (all detached)."""
+
+    x: torch.Tensor  # (N, T) clamped log ratio; 0 on padding and on non-finite samples
+    w: torch.Tensor  # (N, T) importance weight; 0 on non-finite samples
+    kl: torch.Tensor  # (N,) summed KL; 0 on non-finite samples
+    nonfinite: torch.Tensor  # (N,) bool
+    filtered: torch.Tensor  # (N,) bool: by the filter or the non-finite rule
+    adv: torch.Tensor  # (N,) the advantage A_i
+    adv_kept: torch.Tensor  # (N,) A~_i: A_i, or 0 when filtered
+
+    def rows(self, idx: torch.Tensor) -> "SampleTerms":
+        """The same terms for the samples `idx` (a micro-batch)."""
+        return SampleTerms(**{k: getattr(self, k)[idx] for k in self.__dataclass_fields__})
+
+
+def sample_terms(
+    logp_old: torch.Tensor,
+    logp_gen: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    filterable: torch.Tensor,
+    cfg: FTISConfig,
+) -> SampleTerms:
+    """The weights, the filter and the non-finite rule of METHOD.md, decided once for a batch.
+
+    `logp_old, logp_gen, mask: [N, T]`; `advantages: [N]`; `filterable: [N]` bool (peers' samples).
+    """
+    m = mask.bool()  # (N, T)
+    nonfinite = nonfinite_samples(logp_old, logp_gen, m)  # (N,)
+    unused = nonfinite[:, None] | ~m  # (N, T)
+    old = torch.where(unused, 0.0, logp_old.detach())  # (N, T)
+    gen = torch.where(unused, 0.0, logp_gen.detach())  # (N, T)
+    x = clamped_log_ratio(old, gen)  # (N, T)
+    w = torch.where(nonfinite[:, None], 0.0, truncated_weights(x, cfg))  # (N, T)
+    kl = sample_kl(old, gen, m, cfg.kl_estimator)  # (N,)
+    adv = advantages.detach().to(old.dtype)  # (N,)
+    filtered = filtered_samples(adv, kl, filterable.to(torch.bool), cfg) | nonfinite  # (N,)
+    adv_kept = torch.where(filtered, 0.0, adv)  # (N,)
+    return SampleTerms(x=x, w=w, kl=kl, nonfinite=nonfinite, filtered=filtered, adv=adv, adv_kept=adv_kept)
+
+
+def policy_loss(
+    logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor, terms: SampleTerms, cfg: FTISConfig
+) -> torch.Tensor:
+    """`mean_i sum_t m w pg / sum_t m`, the PPO-clipped term weighted as `terms` decided.
+
+    Positions of samples with `A~ = 0` and padding are replaced by 0 before the ratio is
+    taken, so their values (NaN included) reach neither the loss nor `logp`'s gradient.
+    """
+    m = mask.to(logp.dtype)  # (N, T)
+    live = (terms.adv_kept != 0)[:, None] & mask.bool()  # (N, T)
+    lp = torch.where(live, logp, 0.0)  # (N, T)
+    lp_old = torch.where(live, logp_old.detach(), 0.0)  # (N, T)
+    adv = terms.adv_kept.to(logp.dtype)[:, None]  # (N, 1)
+    ratio = torch.exp(lp - lp_old)  # (N, T)
+    clipped = ratio.clamp(1.0 - cfg.eps, 1.0 + cfg.eps)  # (N, T)
+    pg = -torch.minimum(ratio * adv, clipped * adv)  # (N, T)
+    per_seq = (m * terms.w * pg).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)  # (N,)
+    return per_seq.mean()  # ()
 
 
 def ftis_loss(
@@ -82,59 +168,59 @@ def ftis_loss(
     offpolicy: torch.Tensor,
     cfg: FTISConfig,
     *,
+    filterable: torch.Tensor | None = None,
     source: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of METHOD.md and its metrics.
 
     `logp` carries the gradient; `logp_old`, `logp_gen`, `advantages` are treated as constants.
     `logp, logp_old, logp_gen, mask: [N, T]`, `advantages: [N]`, `offpolicy: [N]` bool,
-    `source: [N]` ints (optional) adds `key@source` metrics. Returns a scalar loss and floats.
+    `filterable: [N]` bool (default: `offpolicy`), `source: [N]` ints (optional) adds
+    `key@source` metrics. Returns a scalar loss and floats.
     """
-    m = mask.to(logp.dtype)  # (N, T)
     offpolicy = offpolicy.to(torch.bool)  # (N,)
-    adv = advantages.detach().to(logp.dtype)  # (N,)
-    x = clamped_log_ratio(logp_old, logp_gen)  # (N, T)
-    w = truncated_weights(x, cfg)  # (N, T)
-    kl = sample_kl(logp_old, logp_gen, m, cfg.kl_estimator)  # (N,)
-    filtered = filtered_samples(adv, kl, offpolicy, cfg)  # (N,)
-    adv_kept = torch.where(filtered, torch.zeros_like(adv), adv)[:, None]  # (N, 1)
+    terms = sample_terms(logp_old, logp_gen, advantages, mask, offpolicy if filterable is None else filterable, cfg)
+    loss = policy_loss(logp, logp_old, mask, terms, cfg)
+    return loss, ftis_metrics(terms, mask, offpolicy, cfg, source=source)
 
-    ratio = torch.exp(logp - logp_old.detach())  # (N, T)
-    clipped = ratio.clamp(1.0 - cfg.eps, 1.0 + cfg.eps)  # (N, T)
-    pg = -torch.minimum(ratio * adv_kept, clipped * adv_kept)  # (N, T)
-    per_seq = (m * w * pg).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)  # (N,)
-    loss = per_seq.mean()  # ()
 
+def ftis_metrics(terms: SampleTerms, mask: torch.Tensor, offpolicy: torch.Tensor, cfg: FTISConfig, *,
+                 source: torch.Tensor | None = None) -> dict[str, float]:
+    """METHOD.md's metrics of a batch, overall and, given `source` (`[N]` ints), as `key@source`."""
     with torch.no_grad():
-        parts = dict(x=x, w=w, m=m, kl=kl, adv=adv, filtered=filtered, offpolicy=offpolicy)
-        metrics = _metrics(parts, torch.ones_like(offpolicy), cfg)
+        m = mask.to(terms.w.dtype)  # (N, T)
+        metrics = _metrics(terms, m, offpolicy.to(torch.bool), torch.ones_like(terms.nonfinite), cfg)
         if source is not None:
             for s in torch.unique(source).tolist():
-                sub = _metrics(parts, source == s, cfg)
+                sub = _metrics(terms, m, offpolicy.to(torch.bool), source == s, cfg)
                 metrics.update({f"{k}@{s}": v for k, v in sub.items()})
-    return loss, metrics
+    return metrics
 
 
-def _metrics(p: dict[str, torch.Tensor], rows: torch.Tensor, cfg: FTISConfig) -> dict[str, float]:
-    """METHOD.md's metrics over the samples selected by `rows` (`[N]` bool)."""
-    m = p["m"][rows]  # (n, T)
-    w = p["w"][rows]  # (n, T)
+def _metrics(t: SampleTerms, m: torch.Tensor, offpolicy: torch.Tensor, rows: torch.Tensor,
+             cfg: FTISConfig) -> dict[str, float]:
+    """The metrics over the samples selected by `rows` (`[N]` bool)."""
     n = int(rows.sum())
-    off = p["offpolicy"][rows]  # (n,)
-    kl_off = p["kl"][rows][off].float()  # (n_off,)
-    m_sum = m.sum()
-    mw = (m * w).sum()
-    out = {
-        "frac_filtered": _ratio(p["filtered"][rows].sum(), n),
+    finite = rows & ~t.nonfinite  # (N,)
+    mf = m[finite]  # (n_f, T)
+    w = t.w[finite]  # (n_f, T)
+    kl_off = t.kl[finite & offpolicy].float()  # (n_off,)
+    m_sum = mf.sum()
+    mw = (mf * w).sum()
+    adv = t.adv[rows]  # (n,)
+    truncated = (mf * (torch.exp(t.x[finite]) > cfg.C)).sum()
+    return {
+        "frac_filtered": _ratio((t.filtered[rows] & (adv != 0)).sum(), n),
         "frac_kl_over_g": _ratio((kl_off > cfg.g).sum(), kl_off.numel()),
-        "frac_nonpositive_adv": _ratio((p["adv"][rows] <= 0).sum(), n),
-        "frac_truncated": _ratio((m * (torch.exp(p["x"][rows]) > cfg.C)).sum(), m_sum) if cfg.truncates else 0.0,
+        "frac_nonpositive_adv": _ratio((adv <= 0).sum(), n),
+        "frac_truncated": _ratio(truncated, m_sum) if cfg.truncates else 0.0,
         "mean_weight": _ratio(mw, m_sum),
-        "ess": _ratio(mw * mw, m_sum * (m * w * w).sum()),
+        "ess": _ratio(mw * mw, m_sum * (mf * w * w).sum()),
         "kl_mean": float(kl_off.mean()) if kl_off.numel() else 0.0,
         "kl_p95": float(torch.quantile(kl_off, 0.95)) if kl_off.numel() else 0.0,
+        "frac_zero_adv": _ratio((adv == 0).sum(), n),
+        "frac_nonfinite": _ratio(t.nonfinite[rows].sum(), n),
     }
-    return out
 
 
 def _ratio(num: torch.Tensor | float, den: torch.Tensor | float) -> float:

@@ -1,8 +1,8 @@
 """From scored groups to padded tensors, and micro-batches the model can take.
 
 A learner batch is a list of `ScoredGroup`s: a wire group, the rewards this node's own
-verifier gave its completions, and per sample whether it is off-policy and which source it
-came from. Each sequence is the prompt ids from the wire followed by one completion, right
+verifier gave its completions, and per sample whether it is off-policy (weighted), whether
+it is a peer's (filterable) and which source it came from. Each sequence is the prompt ids from the wire followed by one completion, right
 padded. The completion positions are read back from the model's `[B, L-1]` next-token
 log-probs with a gather, so the loss sees `[N, T]` completion-aligned tensors.
 """
@@ -29,6 +29,8 @@ class ScoredGroup:
 
     `generators` names the policy (peer and version) behind each completion; a vertical group
     has one. Horizontal groups exist only in the experiment, which passes `allow_mixed`.
+    `filterable` marks the peers' samples (METHOD.md: only they are filtered); None: the
+    off-policy ones, which is right wherever no own sample is stale.
     """
 
     group: Group
@@ -36,9 +38,11 @@ class ScoredGroup:
     offpolicy: np.ndarray  # (G,) bool
     source: np.ndarray  # (G,) int
     generators: tuple[str, ...]
+    filterable: np.ndarray | None = None  # (G,) bool
 
     @classmethod
-    def vertical(cls, group: Group, rewards: Sequence[float], *, offpolicy: bool, source: int) -> "ScoredGroup":
+    def vertical(cls, group: Group, rewards: Sequence[float], *, offpolicy: bool, source: int,
+                 filterable: bool | None = None) -> "ScoredGroup":
         gen = f"{group.sender}@{group.policy_version}"
         return cls(
             group=group,
@@ -46,7 +50,13 @@ class ScoredGroup:
             offpolicy=np.full(group.G, offpolicy, dtype=bool),
             source=np.full(group.G, source, dtype=np.int64),
             generators=(gen,) * group.G,
+            filterable=None if filterable is None else np.full(group.G, filterable, dtype=bool),
         )
+
+    @property
+    def peer_rows(self) -> np.ndarray:
+        """`filterable`, or `offpolicy` when it is not given: `[G]` bool."""
+        return self.offpolicy if self.filterable is None else self.filterable
 
 
 @dataclass
@@ -69,8 +79,11 @@ class Batch:
     mask: torch.Tensor  # (N, T)
     advantages: torch.Tensor  # (N,)
     offpolicy: torch.Tensor  # (N,)
+    filterable: torch.Tensor  # (N,)
     source: torch.Tensor  # (N,)
     rewards: torch.Tensor  # (N,)
+    group_of: torch.Tensor  # (N,) index of each row's group in `groups`
+    groups: list[Group]
     micro: list[MicroBatch]
     seqs: list[tuple[np.ndarray, np.ndarray]]
     temps: list[float]
@@ -80,6 +93,23 @@ class Batch:
     @property
     def num_sequences(self) -> int:
         return int(self.mask.shape[0])
+
+    def select(self, rows: list[int]) -> "Batch":
+        """The batch of `rows` only (whole groups, so the advantages stay those of the whole group)."""
+        idx = torch.tensor(rows, dtype=torch.long)  # (n,)
+        kept = sorted({int(self.group_of[r]) for r in rows})
+        renumber = {old: new for new, old in enumerate(kept)}
+        seqs, temps = [self.seqs[r] for r in rows], [self.temps[r] for r in rows]
+        T = self.mask.shape[1]
+        return Batch(
+            logp_gen=self.logp_gen[idx], mask=self.mask[idx], advantages=self.advantages[idx],
+            offpolicy=self.offpolicy[idx], filterable=self.filterable[idx], source=self.source[idx],
+            rewards=self.rewards[idx],
+            group_of=torch.tensor([renumber[int(self.group_of[r])] for r in rows], dtype=torch.long),
+            groups=[self.groups[g] for g in kept],
+            micro=_micro_batches(seqs, temps, T, pad_id=self.pad_id, size=self.micro_batch),
+            seqs=seqs, temps=temps, pad_id=self.pad_id, micro_batch=self.micro_batch,
+        )
 
     def micro_for(self, rows: list[int]) -> list[MicroBatch]:
         """Micro-batches over a subset of the batch's rows (their `idx` still index the whole batch)."""
@@ -92,8 +122,8 @@ def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
     """Advantages per group (over the whole group), then padding and micro-batching."""
     if not items:
         raise ValueError("an update needs at least one group")
-    seqs, logp_gen, adv, off, src, rew, temps = [], [], [], [], [], [], []
-    for it in items:
+    seqs, logp_gen, adv, off, peer, src, rew, temps, group_of = [], [], [], [], [], [], [], [], []
+    for k, it in enumerate(items):
         if not allow_mixed and len(set(it.generators)) > 1:
             raise MixedGroupError(f"group {it.group.group_id} mixes generators {sorted(set(it.generators))}")
         a = group_advantages(torch.as_tensor(it.rewards, dtype=torch.float32))  # (G,)
@@ -101,8 +131,10 @@ def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
             seqs.append((it.group.prompt_ids, comp))
             logp_gen.append(torch.from_numpy(lp.astype(np.float32)))
             temps.append(it.group.temperature)
+            group_of.append(k)
         adv.append(a)
         off.append(torch.from_numpy(it.offpolicy))
+        peer.append(torch.from_numpy(it.peer_rows))
         src.append(torch.from_numpy(it.source))
         rew.append(torch.as_tensor(it.rewards, dtype=torch.float32))
     T = max(x.shape[0] for x in logp_gen)
@@ -116,8 +148,11 @@ def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
         mask=mask,
         advantages=torch.cat(adv),  # (N,)
         offpolicy=torch.cat(off).bool(),  # (N,)
+        filterable=torch.cat(peer).bool(),  # (N,)
         source=torch.cat(src),  # (N,)
         rewards=torch.cat(rew),  # (N,)
+        group_of=torch.tensor(group_of, dtype=torch.long),  # (N,)
+        groups=[it.group for it in items],
         micro=_micro_batches(seqs, temps, T, pad_id=pad_id, size=micro_batch),
         seqs=seqs,
         temps=temps,

@@ -1,34 +1,49 @@
 """The learner: one F-TIS update of this node's model (full or LoRA) on a batch of groups.
 
-An update: advantages per group; `logp_old` from the model at the start of the update
-(no grad, detached); the batch's metrics from METHOD.md; then `epochs` optimiser steps,
-each accumulating the gradient over micro-batches so the loss is the batch's mean over
-sequences. The model stays in eval mode throughout: no dropout, so with one step
-`logp` equals `logp_old` in value, as METHOD.md requires.
+An update: admission (tokenizer fingerprint, vocabulary, temperature; a refused group is
+counted, never raised); advantages per group; `logp_old` from the model at the start of
+the update (no grad, detached); the forgery check on each peer's tokens (`forgery.py`);
+the weights and the filter decided once (`core.ftis.sample_terms`); the batch's metrics
+from METHOD.md; then `epochs` optimiser steps, each accumulating the gradient over
+micro-batches so the loss is the batch's mean over sequences. The model stays in eval mode
+throughout: no dropout, so with one step `logp` equals `logp_old` in value.
 
 Only rows whose effective advantage is non-zero go through the gradient pass: a row with
-`A~ = 0` (a group whose rewards are all equal, or a filtered sample) has `pg = 0` at every
-token, so it adds exactly nothing to the loss or the gradient, while the batch size N in the
-mean still counts it. When no row is left, no optimiser step is taken (Adam's momentum would
-otherwise move the weights on a batch that asks for no change) and the policy version stays.
+`A~ = 0` (a group whose rewards are all equal, a filtered or non-finite sample) adds
+exactly nothing to the loss or the gradient, while the batch size N in the mean still
+counts it; a row whose forward pass made NaNs never reaches a backward pass that would
+carry them into the weights. When no row is left, no optimiser step is taken and the
+policy version stays. A step whose loss or gradient norm is still not finite is skipped
+(counted in `updates_skipped_nonfinite`): no peer can put a NaN into the weights.
+
+What one peer's group can make go wrong is kept to that group: a forward pass that raises
+is retried row by row and the failing group left out (`withheld_learn_error`); a flagged
+peer's groups are left out (`withheld_forgery`). `peer_report` tells the node, per peer,
+what each update used and what it charged.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from ftis_swarm.config import LearnerConfig
-from ftis_swarm.core.ftis import filtered_samples, ftis_loss, sample_kl
+from ftis_swarm.config import T_MIN, LearnerConfig
+from ftis_swarm.core.ftis import SampleTerms, ftis_metrics, policy_loss, sample_terms
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
+from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
 
 log = logging.getLogger(__name__)
+
+FORWARD_ERRORS = (RuntimeError, IndexError, ValueError)
+"""What a forward pass raises on a pathological input (torch errors, out of memory included)."""
 
 
 def apply_lora(model: Any, cfg: LearnerConfig) -> Any:
@@ -43,9 +58,14 @@ def apply_lora(model: Any, cfg: LearnerConfig) -> Any:
 
 
 class Learner:
-    """Owns the trainable model and its optimiser; `update` is one F-TIS step (or `epochs`)."""
+    """Owns the trainable model and its optimiser; `update` is one F-TIS step (or `epochs`).
 
-    def __init__(self, model: Any, *, cfg: LearnerConfig, pad_id: int) -> None:
+    `tokenizer_fp`: groups with another fingerprint are refused (None: not checked).
+    `vocab_size`: groups with a token id at or above it are refused (default: the embedding count).
+    """
+
+    def __init__(self, model: Any, *, cfg: LearnerConfig, pad_id: int, tokenizer_fp: str | None = None,
+                 vocab_size: int | None = None) -> None:
         self.cfg = cfg
         self.model = model.eval()
         self.pad_id = pad_id
@@ -57,6 +77,11 @@ class Learner:
                                            weight_decay=cfg.weight_decay)
         self.device = next(model.parameters()).device
         self.policy_version = 0
+        self.tokenizer_fp = tokenizer_fp
+        self.vocab_size = vocab_size or int(model.get_input_embeddings().num_embeddings)
+        self.detector = ForgeryDetector(C=cfg.ftis.C, delta=cfg.forgery_delta, window=cfg.forgery_window)
+        self.peer_report: dict[str, Counter] = {}
+        """Per peer, after each update: `groups` it put into the update, and its faults by reason."""
 
     def _autocast(self):
         if self.cfg.dtype == "bf16":
@@ -73,69 +98,182 @@ class Learner:
 
     def old_logprobs(self, batch: Batch) -> torch.Tensor:
         """`logp_old`: the model's log-probs at the start of the update, `[N, T]`, no grad."""
+        return self._old_logprobs(batch)[0]
+
+    def _old_logprobs(self, batch: Batch) -> tuple[torch.Tensor, set[int]]:
+        """`logp_old`, and the rows whose forward pass raised (tried alone after their micro-batch did)."""
         out = torch.zeros_like(batch.logp_gen)  # (N, T)
+        failed: set[int] = set()
         with torch.no_grad():
             for mb in batch.micro:
-                out[mb.idx] = self._logprobs(mb)
-        return out * batch.mask  # (N, T)
+                try:
+                    out[mb.idx] = self._logprobs(mb)
+                except FORWARD_ERRORS:
+                    for row in mb.idx.tolist():
+                        try:
+                            out[row] = self._logprobs(batch.micro_for([row])[0])[0]
+                        except FORWARD_ERRORS as exc:
+                            log.warning("the forward pass of a sequence of group %s failed: %s",
+                                        batch.groups[int(batch.group_of[row])].group_id, exc)
+                            failed.add(row)
+        return torch.where(batch.mask.bool(), out, 0.0), failed  # (N, T)
+
+    def admit(self, items: Sequence[ScoredGroup]) -> list[ScoredGroup]:
+        """The groups this learner can take; the others are counted in `peer_report` by reason."""
+        kept = []
+        for it in items:
+            reason = self._refusal(it)
+            if reason:
+                self.peer_report.setdefault(it.group.sender, Counter())[reason] += 1
+            else:
+                kept.append(it)
+        return kept
+
+    def _refusal(self, it: ScoredGroup) -> str:
+        g = it.group
+        if self.tokenizer_fp is not None and g.tokenizer_fp != self.tokenizer_fp:
+            return "tokenizer"
+        if not (math.isfinite(g.temperature) and g.temperature >= T_MIN):
+            return "temperature"
+        if g.G < 2 or len(g.logp_gen) != g.G or any(c.shape != lp.shape or c.size < 1
+                                                   for c, lp in zip(g.completion_ids, g.logp_gen)):
+            return "malformed"
+        if max(int(g.prompt_ids.max(initial=0)), max(int(c.max()) for c in g.completion_ids)) >= self.vocab_size:
+            return "out_of_vocab"
+        return ""
 
     def update(self, items: Sequence[ScoredGroup], *, allow_mixed: bool = False) -> dict[str, float]:
-        """One update on `items`; returns the loss, METHOD.md's metrics and timings."""
-        t0 = time.perf_counter()
-        batch = build_batch(items, pad_id=self.pad_id, micro_batch=self.cfg.micro_batch, allow_mixed=allow_mixed)
-        N, fcfg = batch.num_sequences, self.cfg.ftis
-        logp_old = self.old_logprobs(batch)  # (N, T)
-        with torch.no_grad():
-            _, metrics = ftis_loss(logp_old, logp_old, batch.logp_gen, batch.advantages, batch.mask,
-                                   batch.offpolicy, fcfg, source=batch.source)
-            kl = sample_kl(logp_old, batch.logp_gen, batch.mask, fcfg.kl_estimator)  # (N,)
-            dropped = filtered_samples(batch.advantages, kl, batch.offpolicy, fcfg)  # (N,)
-            used = batch.offpolicy & ~dropped & (batch.advantages != 0)  # (N,)
-            off_tokens = batch.mask * batch.offpolicy[:, None]  # (N, T)
-            over_c = (logp_old - batch.logp_gen).clamp(-20, 20).exp() > fcfg.C  # (N, T)
-            n_off = float(batch.offpolicy.sum())
-        t_old = time.perf_counter()
+        """One update on the admitted `items`; returns the loss, METHOD.md's metrics and timings."""
+        self.peer_report = {}
+        kept = self.admit(items)
+        if not kept:
+            return {"sequences": 0.0, "sequences_with_gradient": 0.0}
+        batch = build_batch(kept, pad_id=self.pad_id, micro_batch=self.cfg.micro_batch, allow_mixed=allow_mixed)
+        return self._update(batch)
 
-        active = torch.nonzero(torch.where(dropped, 0.0, batch.advantages) != 0).flatten().tolist()
-        micro = batch.micro_for(active)
-        losses, grad_norm = [], 0.0
+    def update_batch(self, batch: Batch) -> dict[str, float]:
+        """One update on a built batch (no admission): what `update` runs after it."""
+        self.peer_report = {}
+        return self._update(batch)
+
+    def _update(self, batch: Batch) -> dict[str, float]:
+        t0 = time.perf_counter()
+        fcfg = self.cfg.ftis
+        logp_old, failed = self._old_logprobs(batch)  # (N, T)
+        flagged, stats = screen_batch(self.detector, batch, logp_old, C=self.cfg.ftis.C, skip=failed)
+        withheld = self._withheld_rows(batch, failed, flagged)
+        extra = {"withheld_learn_error": float(len(withheld["learn_error"])),
+                 "withheld_forgery": float(len(withheld["forgery"])), **stats}
+        gone = withheld["learn_error"] | withheld["forgery"]
+        if gone:
+            keep = [r for r in range(batch.num_sequences) if r not in gone]
+            if not keep:
+                return {"sequences": 0.0, "sequences_with_gradient": 0.0, **extra}
+            batch, logp_old = batch.select(keep), logp_old[torch.tensor(keep)]
+        terms = sample_terms(logp_old, batch.logp_gen, batch.advantages, batch.mask, batch.filterable, fcfg)
+        metrics = ftis_metrics(terms, batch.mask, batch.offpolicy, fcfg, source=batch.source)
+        self._report(batch, terms)
+        t_old = time.perf_counter()
+        active = torch.nonzero(terms.adv_kept != 0).flatten().tolist()
+        losses, grad_norm, skipped = self._steps(batch, logp_old, terms, active)
+        metrics.update(
+            loss=losses[0] if losses else 0.0,
+            loss_last_epoch=losses[-1] if losses else 0.0,
+            grad_norm=grad_norm,
+            updates_skipped_nonfinite=float(skipped),
+            sequences=float(batch.num_sequences),
+            sequences_with_gradient=float(len(active)),
+            tokens=float(batch.mask.sum()),
+            reward_mean=float(batch.rewards.mean()),
+            time_logp_old=t_old - t0,
+            time_update=time.perf_counter() - t_old,
+            **extra,
+            **_peer_metrics(batch, terms, fcfg.C),
+        )
+        log.debug("update %d: loss %.4f over %d sequences", self.policy_version, metrics["loss"], batch.num_sequences)
+        return metrics
+
+    def _steps(self, batch: Batch, logp_old: torch.Tensor, terms: SampleTerms,
+               active: list[int]) -> tuple[list[float], float, int]:
+        """The optimiser steps on the `active` rows: losses of the steps taken, last grad norm, steps skipped."""
+        N, micro = batch.num_sequences, batch.micro_for(active)
+        losses: list[float] = []
+        grad_norm = 0.0
         for _ in range(self.cfg.epochs if active else 0):
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
             for mb in micro:
                 i = mb.idx
-                logp = self._logprobs(mb)  # (n, T)
-                loss, _ = ftis_loss(logp, logp_old[i], batch.logp_gen[i], batch.advantages[i], batch.mask[i],
-                                    batch.offpolicy[i], fcfg)
+                loss = policy_loss(self._logprobs(mb), logp_old[i], batch.mask[i], terms.rows(i), self.cfg.ftis)
                 (loss * (len(i) / N)).backward()
                 total += loss.item() * len(i) / N
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+            if not (math.isfinite(total) and math.isfinite(norm)):
+                self.optimizer.zero_grad(set_to_none=True)
+                log.warning("skipped an optimiser step: loss %s, gradient norm %s", total, norm)
+                return losses, grad_norm, 1
             self.optimizer.step()
             losses.append(total)
-        if active:
+            grad_norm = norm
+        if losses:
             self.policy_version += 1
-        else:
-            losses = [0.0]
-        metrics.update(
-            loss=losses[0],
-            loss_last_epoch=losses[-1],
-            grad_norm=grad_norm,
-            sequences=float(N),
-            sequences_with_gradient=float(len(active)),
-            tokens=float(batch.mask.sum()),
-            offpolicy_sequences=float(batch.offpolicy.sum()),
-            offpolicy_used=float(used.sum()),
-            frac_offpolicy_filtered=float((dropped & batch.offpolicy).sum()) / n_off if n_off else 0.0,
-            frac_offpolicy_over_C=float((off_tokens * over_c).sum() / off_tokens.sum()) if n_off else 0.0,
-            reward_mean=float(batch.rewards.mean()),
-            time_logp_old=t_old - t0,
-            time_update=time.perf_counter() - t_old,
-        )
-        log.debug("update %d: loss %.4f over %d sequences", self.policy_version, losses[0], N)
-        return metrics
+        return losses, grad_norm, 0
+
+    def _withheld_rows(self, batch: Batch, failed: set[int], flagged: set[str]) -> dict[str, set[int]]:
+        """Rows left out of the update: whole groups with a failed forward pass, and flagged peers' groups."""
+        bad_groups = {int(batch.group_of[r]) for r in failed}
+        out: dict[str, set[int]] = {"learn_error": set(), "forgery": set()}
+        for r in range(batch.num_sequences):
+            g, peer = int(batch.group_of[r]), self._sender(batch, r)
+            if g in bad_groups:
+                out["learn_error"].add(r)
+            elif peer in flagged and bool(batch.filterable[r]):
+                out["forgery"].add(r)
+        for g in bad_groups:
+            self.peer_report.setdefault(batch.groups[g].sender, Counter())["learn_error"] += 1
+        for g in {int(batch.group_of[r]) for r in out["forgery"]}:
+            self.peer_report.setdefault(batch.groups[g].sender, Counter())["forgery"] += 1
+        return out
+
+    def _report(self, batch: Batch, terms: SampleTerms) -> None:
+        """Per peer: the groups that went into the update, and those holding a non-finite sample."""
+        for g, group in enumerate(batch.groups):
+            rows = batch.group_of == g  # (N,)
+            if not bool(batch.filterable[rows].any()):
+                continue
+            report = self.peer_report.setdefault(group.sender, Counter())
+            report["groups"] += 1
+            if bool(terms.nonfinite[rows].any()):
+                report["nonfinite"] += 1
+
+    @staticmethod
+    def _sender(batch: Batch, row: int) -> str:
+        return batch.groups[int(batch.group_of[row])].sender
 
     def save_weights(self, path: Path) -> Path:
         """Writes the full model or the adapter as safetensors (what a rollout backend reloads)."""
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
         return path
+
+
+def _peer_metrics(batch: Batch, terms: SampleTerms, C: float) -> dict[str, float]:
+    """The peers' share of the update, and per source what reached the gradient pass and its largest weight."""
+    with torch.no_grad():
+        peer, m = batch.filterable, batch.mask.bool()  # (N,), (N, T)
+        n_peer = float(peer.sum())
+        used = terms.adv_kept != 0  # (N,)
+        peer_tokens = m & (peer & ~terms.nonfinite)[:, None]  # (N, T)
+        out = {
+            "offpolicy_sequences": n_peer,
+            "offpolicy_used": float((peer & used).sum()),
+            "frac_offpolicy_filtered": float((peer & terms.filtered & (terms.adv != 0)).sum()) / n_peer if n_peer else 0.0,
+            "frac_offpolicy_over_C": (float((peer_tokens & (torch.exp(terms.x) > C)).sum()) / float(peer_tokens.sum())
+                                      if bool(peer_tokens.any()) else 0.0),
+        }
+        for s in torch.unique(batch.source).tolist():
+            rows = used & (batch.source == s)  # (N,)
+            w = terms.w[rows][m[rows]]  # (k,)
+            out[f"used@{s}"] = float(rows.sum())
+            out[f"max_weight_used@{s}"] = float(w.max()) if w.numel() else 0.0
+    return out

@@ -1,9 +1,22 @@
-"""Rewards recomputed locally: a reward that arrives on the wire is never trusted.
+"""What a learner accepts from a group, and its rewards recomputed locally.
 
-Each group names its task and item; this node looks the item up in its own copy of the
-task, decodes the completions with its own tokenizer (the fingerprint check guarantees the
-same text the generator saw) and scores them with its own verifier. A group this node
-cannot score (unknown task, unknown item) is rejected with the reason counted, never a crash.
+A reward that arrives on the wire is never trusted (METHOD.md), and neither is the choice
+of what to train on. Each group names its task and item; before it is scored it must pass
+`Admission` (the reasons below are counted, and the node charges them to the sender):
+
+- its tokenizer fingerprint is this node's (`tokenizer`);
+- its task is one this node accepts (`task_not_accepted`), never an evaluation-only task
+  (`eval_task`), one this node knows (`unknown_task`);
+- its item resolves in this node's copy of the task (`unknown_item`), inside the task's
+  real range (`item_out_of_range`), from the train split (`not_train_split`);
+- its prompt is that item's prompt: the decoded prompt ids contain the item's question
+  (`prompt_mismatch`) and hold at most `max_prompt_overhead` tokens beyond the item's
+  own prompt text (`prompt_too_long`).
+
+Then the completions are decoded with this node's tokenizer and scored by its verifier, one
+batch per task. Any error one group causes (an item lookup that raises, a decode, a scoring
+batch that fails, then that group alone) rejects that group with a counted reason
+(`item_error`, `decode_error`, `score_error`) and never the others.
 """
 
 from __future__ import annotations
@@ -11,14 +24,26 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ftis_swarm.tasks import get_task
+from ftis_swarm.tasks import ItemOutOfRangeError, UnknownItemError, UnknownTaskError, get_task, has_train_split
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a group must satisfy to be scored (module docstring). None disables a check."""
+
+    tokenizer_fp: Optional[str] = None
+    accept_tasks: Optional[frozenset[str]] = None
+    """Tasks taken; None: any task this node can build."""
+    train_only: bool = True
+    max_prompt_overhead: Optional[int] = 256
+    """Prompt tokens allowed beyond the item's prompt text; None: neither the cap nor the question check."""
 
 
 @dataclass
@@ -29,7 +54,12 @@ class ScoredBatch:
     rewards: list[np.ndarray] = field(default_factory=list)  # one (G,) array per kept group
     correct: list[np.ndarray] = field(default_factory=list)  # one (G,) bool array per kept group
     rejected: Counter = field(default_factory=Counter)  # reason -> groups
+    rejected_by_peer: Counter = field(default_factory=Counter)  # (sender, reason) -> groups
     score_reasons: Counter = field(default_factory=Counter)  # verifier reason -> completions
+
+    def reject(self, group: Group, reason: str) -> None:
+        self.rejected[reason] += 1
+        self.rejected_by_peer[(group.sender, reason)] += 1
 
 
 class TaskCache:
@@ -54,35 +84,89 @@ class TaskCache:
         return self._tasks[task_id]
 
 
-def score_groups(groups: Sequence[Group], tokenizer: Any, tasks: TaskCache) -> ScoredBatch:
-    """Scores every completion of every group with this node's verifier, one batch per task."""
+def score_groups(groups: Sequence[Group], tokenizer: Any, tasks: TaskCache, *,
+                 admission: Admission = Admission()) -> ScoredBatch:
+    """Admits, decodes and scores every group with this node's verifier, one batch per task."""
     out = ScoredBatch()
-    by_task: dict[str, list[tuple[Group, Any]]] = {}
+    by_task: dict[str, list[tuple[Group, Any, list[str]]]] = {}
     for g in groups:
-        task = tasks.get(g.task_id)
-        if task is None:
-            out.rejected["unknown_task"] += 1
+        admitted = _admit(g, tokenizer, tasks, admission)
+        if isinstance(admitted, str):
+            log.debug("group %s from %s refused: %s", g.group_id, g.sender, admitted)
+            out.reject(g, admitted)
             continue
-        try:
-            item = task.item(g.item_id)
-        except (KeyError, ValueError) as exc:
-            log.debug("group %s: unknown item %r: %s", g.group_id, g.item_id, exc)
-            out.rejected["unknown_item"] += 1
-            continue
-        by_task.setdefault(g.task_id, []).append((g, item))
-    for task_id, pairs in by_task.items():
-        task = tasks.get(task_id)
-        items, texts = [], []
-        for g, item in pairs:
-            texts.extend(tokenizer.batch_decode([c.tolist() for c in g.completion_ids], skip_special_tokens=True))
-            items.extend([item] * g.G)
-        scores = task.score(items, texts)
-        start = 0
-        for g, _ in pairs:
-            chunk = scores[start : start + g.G]
-            start += g.G
+        by_task.setdefault(g.task_id, []).append((g, *admitted))
+    for task_id, entries in by_task.items():
+        for (g, _, _), scores in zip(entries, _scores(tasks.get(task_id), entries)):
+            if scores is None:
+                out.reject(g, "score_error")
+                continue
             out.groups.append(g)
-            out.rewards.append(np.array([s.reward for s in chunk], dtype=np.float32))
-            out.correct.append(np.array([s.correct for s in chunk], dtype=bool))
-            out.score_reasons.update(s.reason for s in chunk)
+            out.rewards.append(np.array([s.reward for s in scores], dtype=np.float32))
+            out.correct.append(np.array([s.correct for s in scores], dtype=bool))
+            out.score_reasons.update(s.reason for s in scores)
     return out
+
+
+def _admit(g: Group, tokenizer: Any, tasks: TaskCache, adm: Admission) -> str | tuple[Any, list[str]]:
+    """The group's item and decoded completions, or the reason it is refused."""
+    if adm.tokenizer_fp is not None and g.tokenizer_fp != adm.tokenizer_fp:
+        return "tokenizer"
+    if adm.accept_tasks is not None and g.task_id not in adm.accept_tasks:
+        try:
+            return "task_not_accepted" if has_train_split(g.task_id) else "eval_task"
+        except UnknownTaskError:
+            return "unknown_task"
+    task = tasks.get(g.task_id)
+    if task is None:
+        return "unknown_task"
+    try:
+        item = task.item(g.item_id)
+    except ItemOutOfRangeError:
+        return "item_out_of_range"
+    except UnknownItemError:
+        return "unknown_item"
+    except Exception as exc:  # noqa: BLE001 - whatever a peer's id makes a task raise stays with that group
+        log.warning("group %s: looking up item %r raised %s: %s", g.group_id, g.item_id[:80], type(exc).__name__, exc)
+        return "item_error"
+    if adm.train_only and item.split != "train":
+        return "not_train_split"
+    try:
+        if adm.max_prompt_overhead is not None:
+            own = len(tokenizer.encode(item.prompt, add_special_tokens=False))
+            if g.prompt_ids.size > own + adm.max_prompt_overhead:
+                return "prompt_too_long"
+            prompt = tokenizer.decode(g.prompt_ids.tolist(), skip_special_tokens=False)
+            if _squeeze(item.question) not in _squeeze(prompt):
+                return "prompt_mismatch"
+        texts = tokenizer.batch_decode([c.tolist() for c in g.completion_ids], skip_special_tokens=True)
+    except Exception as exc:  # noqa: BLE001 - ids this tokenizer cannot decode stay with that group
+        log.warning("group %s: decoding raised %s: %s", g.group_id, type(exc).__name__, exc)
+        return "decode_error"
+    return item, texts
+
+
+def _scores(task: Any, entries: list[tuple[Group, Any, list[str]]]) -> list[Optional[list]]:
+    """Scores per group: the task's batch at once, or, when that raises, each group alone (None: it raised)."""
+    items = [item for g, item, _ in entries for _ in range(g.G)]
+    texts = [t for _, _, ts in entries for t in ts]
+    try:
+        flat = task.score(items, texts)
+    except Exception as exc:  # noqa: BLE001 - find the group that broke the batch; the others are scored
+        log.warning("scoring %d groups of %s raised %s: %s; scoring them one by one", len(entries), task.name,
+                    type(exc).__name__, exc)
+        out: list[Optional[list]] = []
+        for g, item, ts in entries:
+            try:
+                out.append(task.score([item] * g.G, ts))
+            except Exception as one:  # noqa: BLE001 - this group alone is rejected, counted
+                log.warning("group %s: scoring raised %s: %s", g.group_id, type(one).__name__, one)
+                out.append(None)
+        return out
+    starts = np.cumsum([0] + [g.G for g, _, _ in entries]).tolist()
+    return [flat[a:b] for a, b in zip(starts[:-1], starts[1:])]
+
+
+def _squeeze(text: str) -> str:
+    """Whitespace runs as one space: a chat template may re-wrap lines, never change the words."""
+    return " ".join(text.split())

@@ -1,13 +1,16 @@
-"""The node: the one place where rollout, learner and swarm are wired into rounds.
+"""The node: the one place where rollout, learner and swarm meet, and where a round exists.
 
-- daemon.py      `Node`: rounds of generate, publish, gather, score, learn, serve, log, checkpoint
-- components.py  builds a node's parts from its config; keeps the rollout side serving the learner's weights
-- preflight.py   what `join` checks before it writes or loads anything; task-dependent defaults
-- testnet.py     a local testnet: a bootstrap peer and N nodes as processes on 127.0.0.1
-- evaluate.py    greedy pass@1 of a model, checkpoint or adapter (`ftis-node eval`)
-- summary.py     a run directory in a few numbers (the closing tables)
-- report.py      the PNG curves of run directories (`ftis-node report`)
-- e2e.py         the end-to-end bench's runs (a 2-node swarm against one node alone)
+- daemon.py        Node: rounds of generate, publish, gather, learn, serve, log, checkpoint
+- components.py    build_components: the parts from the config (model, learner, swarm, backend, sinks)
+- preflight.py     what `join` checks before it writes or loads anything; task-dependent defaults
+- intake.py        PeerIntake, Budget: which gathered peers' groups an update takes (caps, token budget)
+- ledger.py        PeerLedger: per peer, counted faults with costs, credit, score, doubling bans
+- attacks.py       the hostile groups of issue 9, built from honest ones (tests and the bench)
+- attack_bench.py  `ftis-node bench attacks`: what reaches an update; the forgery detector's figures
+- testnet.py       the local testnet: a bootstrap peer and N `ftis-node join` processes
+- e2e.py           `ftis-node bench e2e`: a swarm round against a solo round
+- evaluate.py      `ftis-node eval`: greedy pass@1
+- report.py, summary.py  plots and the closing table of run directories
 
 Imports below it: rollout, learner, swarm, wire, tasks, metrics, models, core, config, errors.
 """

@@ -1,7 +1,8 @@
 """Builds a node's parts from its config, and keeps the rollout side serving the learner's weights.
 
-Order matters: the model and tokenizer first (the swarm needs the tokenizer fingerprint and
-vocabulary), then the swarm (the backend stamps groups with the swarm's peer id), then the
+Order matters: the tasks are checked first (a node trains only on tasks with a train split),
+then the model and tokenizer (the swarm needs the tokenizer fingerprint and vocabulary),
+then the swarm (the backend stamps groups with the swarm's peer id), then the
 backend. On CPU the transformers backend shares the learner's model object: an update is
 visible to generation at once, and `after_update` only advances the served version. Any
 other backend (vLLM) gets the new weights or adapter from a directory the learner writes.
@@ -17,14 +18,15 @@ from typing import Any, Optional
 from ftis_swarm.config import NodeConfig, dump_node_config
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.learner.rewards import TaskCache
+from ftis_swarm.learner.rewards import Admission, TaskCache
 from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
+from ftis_swarm.node.ledger import PeerLedger
 from ftis_swarm.node.preflight import with_peers_file
 from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
 from ftis_swarm.rollout.factory import pick_kind
 from ftis_swarm.swarm import SwarmClient
-from ftis_swarm.tasks import get_task
+from ftis_swarm.tasks import check_trainable, get_task
 from ftis_swarm.wire import tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,12 @@ class Components:
     """consumed.jsonl: per round, the ids of the peers' groups that went into the update."""
     checkpoints: CheckpointManager
     shares_model: bool
+    admission: Admission
+    """What the scorer accepts from a group (learner/rewards.py)."""
+    peer_ledger: PeerLedger
+    token_bound: int
+    """Token ids at or above this no peer accepts: the tokenizer's length where that is below the
+    embedding count (the rest are padding rows no tokenizer decodes)."""
 
     @property
     def weights_dir(self) -> Path:
@@ -92,9 +100,14 @@ def _check_versions(learner: Learner, backend: Any) -> None:
 
 
 def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None) -> Components:
-    """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir."""
+    """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir.
+
+    Raises `EvaluationTaskError` (one sentence) when `task` or an `accept_tasks` entry has no train split.
+    """
     import torch
 
+    for name in dict.fromkeys([cfg.task, *cfg.accepted_tasks]):
+        check_trainable(name)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     (cfg.run_dir / "config.json").write_text(dump_node_config(cfg))
     sinks = _sinks(cfg)  # first: a port that cannot be bound stops the node before the model loads
@@ -106,11 +119,14 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     model, tokenizer = load_model(cfg.model, dtype="fp32", device=device)
     model = apply_lora(model, cfg.learner)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    learner = Learner(model, cfg=cfg.learner, pad_id=pad_id)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    learner = Learner(model, cfg=cfg.learner, pad_id=pad_id, tokenizer_fp=fingerprint)
     task = get_task(cfg.task)
-    vocab = model.get_input_embeddings().num_embeddings
-    swarm = SwarmClient.start(with_peers_file(cfg.swarm), tokenizer_fp=tokenizer_fingerprint(tokenizer),
-                                       vocab_size=vocab)
+    token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
+    per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
+    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather})
+    peer_ledger = PeerLedger(cfg.ledger)
+    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
     model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
     header = GroupHeader(run_id=cfg.swarm.run_id, sender=swarm.peer_id, model_id=model_id[:256])
     shares = pick_kind(cfg.backend) == "transformers"
@@ -128,6 +144,9 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
         tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),
         checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,
+        admission=Admission(tokenizer_fp=fingerprint, accept_tasks=frozenset(cfg.accepted_tasks),
+                            max_prompt_overhead=cfg.learner.max_prompt_overhead),
+        peer_ledger=peer_ledger, token_bound=token_bound,
     )
 
 

@@ -6,14 +6,19 @@ This is the one place where rollout, learner and swarm meet. A round:
    draws what it would have drawn) and render them with this node's chat template;
 2. generate one vertical group per prompt with the policy version being served;
 3. publish each group; a publish that did not replicate is counted, not retried;
-4. gather peers' groups until the round's deadline, whatever has arrived; drop those
-   already consumed by a persisted update, cap per peer and in total;
-5. score every group with this node's verifier, then one F-TIS update on own + peers';
+4. gather peers' groups until the round's deadline, whatever has arrived; drop those of
+   refused peers and those already consumed by a persisted update, cap them per peer and in
+   total, in groups and in completion tokens (`intake.py`);
+5. admit and score every group with this node's verifier (`learner.rewards`), then one F-TIS
+   update on own + peers'; charge each peer's faults to the ledger (`ledger.py`) and credit
+   the groups it used;
 6. serve the new weights (the update advances the policy version on both sides);
 7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
 
 Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
-weight is 1. SIGTERM/SIGINT end the round in progress, checkpoint, and leave the swarm.
+weight is 1. Peers are untrusted: what their groups may cost is bounded by the intake, and
+every fault is counted against the sender, which a ban may follow. SIGTERM/SIGINT end the
+round in progress, checkpoint, and leave the swarm.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from ftis_swarm.learner.rewards import score_groups
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import Components, build_components
+from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.node.ledger import short_peer
 from ftis_swarm.rollout import PromptRequest
 from ftis_swarm.rollout.base import RolloutInputError
 from ftis_swarm.wire import Group
@@ -79,6 +86,8 @@ class Node:
             for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
                 drop_rounds_after(path, last_round)
         self.parts = build_components(cfg, checkpoints=checkpoints)
+        context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
+        self.intake = PeerIntake(Budget.of(cfg, context=context))
         if latest is not None:
             self._resume(latest)
 
@@ -89,6 +98,8 @@ class Node:
         p.sync_rollout_weights(resumed_from=latest)
         self.state.start_round = int(saved["round"]) + 1
         self.state.consume(list(saved.get("consumed", [])))
+        p.peer_ledger.load_state(saved.get("peer_ledger", {}))
+        p.learner.detector.load_state(saved.get("forgery", {}))
         log.info("resumed from %s: next round %d, policy version %d", latest.name, self.state.start_round,
                  p.learner.policy_version)
 
@@ -124,8 +135,9 @@ class Node:
 
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
-        path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer,
-                                  state={"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id},
+        state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
+                 "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state()}
+        path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer, state=state,
                                   base_model=portable_model_name(self.cfg.model))
         log.info("checkpoint %s", path.name)
 
@@ -137,21 +149,30 @@ class Node:
         own = self._generate(r, counts)
         t_gen = time.perf_counter()
         for g in own:
+            if not within_vocab(g, p.token_bound):  # peers would refuse it
+                counts["publish_out_of_vocab"] += 1
+                counts["publish_failed"] += 1
+                continue
             counts["published" if p.swarm.publish(g).ok else "publish_failed"] += 1
-        peers = self._take_peer_groups(p.swarm.gather(deadline=cfg.round_deadline), counts)
+        gathered = p.swarm.gather(deadline=cfg.round_deadline)
+        p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
+        peers = self._take_peer_groups(gathered, counts)
         t_gather = time.perf_counter()
 
-        scored = score_groups(own + peers, p.tokenizer, p.tasks)
+        scored = score_groups(own + peers, p.tokenizer, p.tasks, admission=p.admission)
         counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
+        p.peer_ledger.charge_counts(scored.rejected_by_peer, me=p.swarm.peer_id)
         items, own_rewards, own_correct, peer_rewards = [], [], [], []
         for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
             mine = g.sender == p.swarm.peer_id
             offpolicy = not (mine and g.policy_version == p.learner.policy_version)
-            items.append(ScoredGroup.vertical(g, rewards, offpolicy=offpolicy, source=self._source(g, mine)))
+            items.append(ScoredGroup.vertical(g, rewards, offpolicy=offpolicy, filterable=not mine,
+                                              source=self._source(g, mine)))
             (own_rewards if mine else peer_rewards).extend(rewards.tolist())
             if mine:
                 own_correct.extend(correct.tolist())
         metrics = p.learner.update(items) if items else {}
+        p.peer_ledger.settle_update(p.learner.peer_report, me=p.swarm.peer_id)
         p.after_update()
         self.state.consume([g.group_id for g in peers])
         p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
@@ -173,6 +194,7 @@ class Node:
             "time_round": t_learn - t0,
             **counts,
             **self._named_sources(metrics),
+            **p.peer_ledger.take_round(),
         }
         swarm_counts = p.swarm.counters()
         for key in ("fetched_bytes", "served_bytes"):  # cumulative since the node started
@@ -200,13 +222,11 @@ class Node:
         return kept
 
     def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
-        lc = self.cfg.learner
-        context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
-        kept, dropped = select_peer_groups(groups, self.state.consumed, max_total=lc.max_peer_groups,
-                                           max_per_peer=lc.max_groups_per_peer, context=context)
-        counts.update(dropped)
+        taken = self.intake.take(groups, self.state.consumed, self.parts.peer_ledger.allows)
+        counts.update(taken.counts)
         counts["gathered"] += len(groups)
-        return kept
+        self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)
+        return taken.kept
 
     def _source(self, g: Group, mine: bool) -> int:
         if mine:
@@ -222,29 +242,6 @@ class Node:
         return out
 
 
-def select_peer_groups(groups: list[Group], consumed: Any, *, max_total: int, max_per_peer: int,
-                       context: int) -> tuple[list[Group], Counter]:
-    """The peers' groups this update takes, in arrival order, and why the others were dropped.
-
-    Dropped: already in a persisted update (`peer_already_consumed`), longer than this model's
-    context (`peer_too_long`), or over the caps on the total and per peer (`peer_over_cap`).
-    """
-    per_peer: Counter = Counter()
-    dropped: Counter = Counter()
-    kept = []
-    for g in groups:
-        if g.group_id in consumed:
-            dropped["peer_already_consumed"] += 1
-        elif g.prompt_ids.size + max(g.completion_lengths) > context:
-            dropped["peer_too_long"] += 1
-        elif len(kept) >= max_total or per_peer[g.sender] >= max_per_peer:
-            dropped["peer_over_cap"] += 1
-        else:
-            per_peer[g.sender] += 1
-            kept.append(g)
-    return kept, dropped
-
-
 def drop_rounds_after(path: Path, last_round: int) -> None:
     """Rewrites a per-round JSONL file without the rounds a resume will redo.
 
@@ -257,11 +254,6 @@ def drop_rounds_after(path: Path, last_round: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in kept))
     os.replace(tmp, path)
-
-
-def short_peer(peer_id: str) -> str:
-    """The last 8 characters of a peer id: enough to tell a swarm's peers apart in a table."""
-    return peer_id[-8:]
 
 
 def _mean(xs: list) -> Optional[float]:

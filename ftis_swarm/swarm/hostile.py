@@ -18,6 +18,9 @@ JSON line per command:
     {"op": "publish_bad", "victim_body": b64 body, "cap": n}
         valid pointers (its own key) to bad bodies it serves, plus cap + 2 good groups
         -> {"good": [group ids], "stored": {case: [store_ok per peer]}}
+    {"op": "publish_groups", "bodies": [b64 body]}  valid signed pointers (its own key) to bodies the
+        caller built (groups whose sender is this peer: poisoned content, not a broken envelope), served
+        -> {"group_ids": [...], "stored": [[store_ok per peer] per body]}
     {"op": "flood", "attack": name, "n": count}   start a flood in the background -> {"started": name}
         pointers: n pointers spread over the signing identities (each in the current window)
         random_keys: n pointer-form records under random keys
@@ -40,6 +43,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import msgpack
 
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
@@ -233,6 +239,26 @@ class Hostile:
         await self.floods.announce(self.me, w, len(cases) - 1)  # the other run's pointer is never stored
         return {"good": [g.group_id for g in good], "stored": stored}
 
+    async def publish_groups(self, bodies: list[bytes]) -> dict:
+        run_id, ttl, me = self.s["run_id"], self.s["ttl"], self.me.peer_id
+        now = time.time()
+        w = window_of(now, self.s["window"])
+        kid = key_id(pointer_key(run_id, me, w))
+        peers = await self.honest_peers(kid)
+        stored = []
+        for body in bodies:  # described from the raw record: the decoder refuses some of these bodies
+            rec = msgpack.unpackb(body, raw=False)
+            described = SimpleNamespace(sender=rec["snd"], created_at=rec["ts"], run_id=rec["run"],
+                                        tokenizer_fp=rec["tfp"])
+            gid = content_id(body)
+            pointer = {**make_pointer(described, body, gid, window=w).dict(), "publisher": me}
+            self.served[gid] = len(body).to_bytes(8, "big") + body
+            subkey = make_subkey(self.me.public_key, gid)
+            value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
+            stored.append(await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey]))
+        await self.floods.announce(self.me, w, len(bodies))
+        return {"group_ids": [content_id(b) for b in bodies], "stored": stored}
+
 
 async def amain() -> None:
     hostile = Hostile(json.loads(sys.argv[1]))
@@ -252,6 +278,8 @@ async def amain() -> None:
             _send(await hostile.inspect(cmd["key"], cmd["group_id"]))
         elif cmd["op"] == "publish_bad":
             _send(await hostile.publish_bad(base64.b64decode(cmd["victim_body"]), cmd["cap"]))
+        elif cmd["op"] == "publish_groups":
+            _send(await hostile.publish_groups([base64.b64decode(b) for b in cmd["bodies"]]))
         elif cmd["op"] == "flood":
             hostile.floods.launch(cmd["attack"], cmd["n"])
             _send({"started": cmd["attack"]})

@@ -14,9 +14,10 @@ The ledger learns what the swarm saw from `SwarmClient.drain_peer_faults()`.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
+@runtime_checkable
 class PeerPolicy(Protocol):
     def allows(self, peer_id: str) -> bool: ...
 

@@ -11,7 +11,8 @@ id a peer sent (`task.item`) and scores the decoded completion itself (`task.sco
 
 Files (one file a task, each holding its source, prompt, answer extraction and reward):
 
-- registry.py      `get_task`, `task_class`, `list_tasks`: names to task classes, imported on demand
+- registry.py      `get_task`, `list_tasks`, `task_class`, `has_train_split`, `check_trainable`: names to task classes,
+                   imported on demand
 - base.py          `TaskItem`, `Score`, reasons, errors, and the `Task` base: prompts, batched scoring
 - generated.py     tasks generated from (seed, index): the id scheme, content-disjoint splits
 - dataset.py       tasks over fixed rows: local JSONL (FTIS_DATA_DIR) or the HF hub, ids, sampling
@@ -32,6 +33,8 @@ documents each task's prompt, answer form, reward and id scheme, and the measure
 
 from ftis_swarm.tasks.base import (
     REASONS,
+    EvaluationTaskError,
+    ItemOutOfRangeError,
     MalformedItemIdError,
     Score,
     Task,
@@ -41,10 +44,12 @@ from ftis_swarm.tasks.base import (
     UnknownTaskError,
     reason_counts,
 )
-from ftis_swarm.tasks.registry import get_task, list_tasks, task_class
+from ftis_swarm.tasks.registry import check_trainable, get_task, has_train_split, list_tasks, task_class
 
 __all__ = [
     "REASONS",
+    "EvaluationTaskError",
+    "ItemOutOfRangeError",
     "MalformedItemIdError",
     "Score",
     "Task",
@@ -52,7 +57,9 @@ __all__ = [
     "UnknownItemError",
     "UnknownSplitError",
     "UnknownTaskError",
+    "check_trainable",
     "get_task",
+    "has_train_split",
     "list_tasks",
     "reason_counts",
     "task_class",

@@ -41,6 +41,10 @@ class UnknownTaskError(UserError, ValueError):
     """`get_task` was given a name no task has."""
 
 
+class EvaluationTaskError(UnknownTaskError):
+    """A task without a train split (an evaluation set) named where a node would train on it."""
+
+
 class UnknownItemError(KeyError):
     """A well-formed item id this node cannot resolve (other version, out of range, other data)."""
 
@@ -50,6 +54,11 @@ class UnknownItemError(KeyError):
 
 class MalformedItemIdError(UnknownItemError, ValueError):
     """An item id that does not follow the task's id scheme at all."""
+
+
+class ItemOutOfRangeError(UnknownItemError):
+    """A well-formed item id past the task's real range (a seed or index no node draws, a row
+    its split does not have): a peer naming it is not running this task."""
 
 
 class UnknownSplitError(ValueError):

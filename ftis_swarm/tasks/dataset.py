@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ftis_swarm.errors import UserError
-from ftis_swarm.tasks.base import MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
+from ftis_swarm.tasks.base import ItemOutOfRangeError, MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class DatasetTask(Task):
         self.rows(split)
         row = self._by_key[split].get(key)
         if row is None:
-            raise UnknownItemError(f"item {item_id}: {self.name} {split} has no row {key}")
+            raise ItemOutOfRangeError(f"item {item_id}: {self.name} {split} has no row {key}")
         if tag is not None and content_tag(row.question) != tag:
             raise UnknownItemError(
                 f"item {item_id}: this node's {self.name} {split} row {key} is another problem "

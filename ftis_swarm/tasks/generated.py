@@ -21,10 +21,12 @@ import re
 from abc import abstractmethod
 from dataclasses import dataclass
 
-from ftis_swarm.tasks.base import MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
+from ftis_swarm.tasks.base import ItemOutOfRangeError, MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
 
 TEST_ONE_IN = 5
 """One split key in this many is held out for `test`."""
+MAX_SEED = 2**63
+"""Seeds at or above this are out of range (a node's seeds are 64-bit)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class GeneratedTask(Task):
 
     max_scan_factor = 200
     """`sample` gives up (a task bug) after scanning this many indices per item requested."""
+    max_index = 10**6
+    """Indices at or above this are out of range: `sample` reaches about 2 indices per item
+    requested, so no node drawing under 100,000 prompts a round goes near it."""
 
     @abstractmethod
     def generate(self, gen_seed: int, index: int) -> Generated | None:
@@ -91,6 +96,10 @@ class GeneratedTask(Task):
         version, seed, index, tag = int(match[1]), int(match[2]), int(match[3]), match[4]
         if version != self.version:
             raise UnknownItemError(f"item {item_id} is from {self.name} v{version}; this node has v{self.version}")
+        if seed >= MAX_SEED or index >= self.max_index:
+            raise ItemOutOfRangeError(
+                f"item {item_id} is out of range: seeds run below 2^63 and indices below {self.max_index}"
+            )
         found = self._build(seed, index)
         if found is None:
             raise UnknownItemError(f"item {item_id}: index {index} of seed {seed} is no {self.name} item")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from ftis_swarm.tasks.base import Task, UnknownTaskError
+from ftis_swarm.tasks.base import EvaluationTaskError, Task, UnknownTaskError
 
 _TASKS: dict[str, str] = {
     "arith": "ftis_swarm.tasks.arith:ArithTask",
@@ -28,6 +28,20 @@ def task_class(name: str) -> type[Task]:
         raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(_TASKS)}")
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def has_train_split(name: str) -> bool:
+    """True when task `name` can be trained on (MATH-500 and CHAMP are evaluation sets)."""
+    return "train" in task_class(name).splits
+
+
+def check_trainable(name: str) -> None:
+    """Raises `EvaluationTaskError` (one sentence) for a task a node must not train on, `UnknownTaskError` for no task."""
+    if not has_train_split(name):
+        raise EvaluationTaskError(
+            f"task {name} is an evaluation set with no train split: a node cannot train on it "
+            f"(evaluate with `ftis-node eval --task {name}`)"
+        )
 
 
 def get_task(name: str, *, data_dir: Path | str | None = None, verify_timeout: float = 5.0) -> Task:

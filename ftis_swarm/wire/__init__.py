@@ -5,12 +5,15 @@
 - fingerprint.py  tokenizer_fingerprint: a hash of the id-to-token map
 """
 
-from ftis_swarm.wire.codec import WireError, content_id, decode_group, encode_group
+from ftis_swarm.config import T_MIN
+from ftis_swarm.wire.codec import T_MAX, WireError, content_id, decode_group, encode_group
 from ftis_swarm.wire.fingerprint import tokenizer_fingerprint
 from ftis_swarm.wire.group import WIRE_VERSION, Group
 
 __all__ = [
     "Group",
+    "T_MAX",
+    "T_MIN",
     "WIRE_VERSION",
     "WireError",
     "content_id",

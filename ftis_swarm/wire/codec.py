@@ -15,7 +15,7 @@ import math
 import msgpack
 import numpy as np
 
-from ftis_swarm.config import WireConfig
+from ftis_swarm.config import T_MIN, WireConfig
 from ftis_swarm.wire.group import WIRE_VERSION, Group
 
 _U32 = np.dtype("<u4")
@@ -32,6 +32,8 @@ _STR_FIELDS = {
 }
 _KEYS = ("v", "run", "snd", "mdl", "pv", "ts", "tfp", "task", "item", "T", "p", "n", "tok", "lp")
 _MAX_POLICY_VERSION = 2**63 - 1
+T_MAX = 10.0
+"""Highest temperature a group may carry; the lowest is `ftis_swarm.config.T_MIN` (0.05)."""
 
 
 class WireError(ValueError):
@@ -95,8 +97,8 @@ def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None
     ts, temperature = rec["ts"], rec["T"]
     if type(ts) is not float or not math.isfinite(ts) or ts < 0:
         raise WireError(f"creation time {ts!r} is not a finite non-negative float")
-    if type(temperature) is not float or not (0 < temperature <= 10):
-        raise WireError(f"temperature {temperature!r} is not a float in (0, 10]")
+    if type(temperature) is not float or not (T_MIN <= temperature <= T_MAX):
+        raise WireError(f"temperature {temperature!r} is not a float in [{T_MIN}, {T_MAX}]")
 
     prompt = _array(rec, "p", _U32)
     lengths = _array(rec, "n", _U32)

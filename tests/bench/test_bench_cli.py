@@ -46,7 +46,7 @@ def test_bench_learner_on_a_tiny_model(tmp_path):
     # rewards alternate 0/1 in every group, so F-TIS keeps exactly the peer rows with A > 0
     assert fig["peer_rows_with_gradient_ftis"] == 4
     assert fig["step_nois_s"] > 0 and fig["step_ftis_s"] > 0 and np.isfinite(fig["ftis_overhead"])
-    assert fig["tokens_per_s"] == pytest.approx(8 * 16 / fig["step_ftis_s"])
+    assert f"learner throughput        {fig['tokens_per_s']:.0f} tokens/s" in proc.stdout  # the table shows the JSON's figure
     has_trl = importlib.util.find_spec("trl") is not None
     assert (fig["trl_fwd_bwd_s"] is not None) == has_trl
     assert ("ratio ours/TRL" in proc.stdout) == has_trl
@@ -56,8 +56,9 @@ def test_memory_probe_does_not_inherit_the_parents_peak():
     """Linux carries ru_maxrss across fork and exec: a probe started from a large process must
     still report only what the log-prob computation adds."""
     ballast = np.ones(1_500_000_000 // 8)  # 1.5 GB resident in this process
+    assert _resident_bytes() > 1.4e9  # the parent really is large when the probe starts
     small = measure_logprobs(naive=False, grad=False, vocab=1000, batch=2, seq=64, chunk=64, threads=1)
-    assert ballast.sum() > 0
+    del ballast
     assert small.peak_bytes < 200e6, small
 
 
@@ -66,3 +67,37 @@ def test_bench_hostile_refuses_bad_flags_in_one_sentence():
         proc = subprocess.run(CLI + ["hostile", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def _resident_bytes() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.slow
+def test_bench_attacks_on_tiny_models(tmp_path):
+    """The attack table and the detector's figures through the real CLI (tiny preset: seconds per step)."""
+    out = tmp_path / "attacks.json"
+    flags = ["--preset", "tiny", "--rounds", "2", "--honest-groups", "3", "--forged-groups", "2",
+             "--run-dir", str(tmp_path), "--json", str(out)]
+    proc = subprocess.run(CLI + ["attacks"] + flags, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fig = json.loads(out.read_text())
+    rows = {r["attack"]: r for r in fig["attacks"]}
+    assert set(rows) == {"honest", "nan_temperature", "test_split", "eval_task", "out_of_range", "unknown_item",
+                         "prompt_mismatch", "forged_minus_3", "flood"}
+    for name, row in rows.items():
+        if name != "honest":
+            assert row["sent"] == 2 and row["reached"] == 0 and sum(row["stopped_by"].values()) == 2, row
+    assert rows["nan_temperature"]["stopped_by"] == {"wire": 2}
+    assert rows["test_split"]["stopped_by"] == {"not_train_split": 2}
+    assert rows["flood"]["stopped_by"] == {"peer_over_budget": 2}
+    # forged at round 1, then banned: its round-2 group never reaches the learner
+    assert rows["forged_minus_3"]["stopped_by"] == {"forgery": 1, "peer_refused": 1}
+    assert "hostile-forged_minus_3" in fig["banned"] and fig["weights_finite"]
+    for d in fig["detector"]:
+        assert d["false_alarms"] == 0 and d["delay_fresh"] == 1, d  # 4 completions of 24 tokens: over 28 at once
+        assert d["forged_mean"] == pytest.approx(2.0, abs=1e-3)
+    assert "forgery detector" in proc.stdout and "stopped by" in proc.stdout

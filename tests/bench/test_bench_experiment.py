@@ -146,8 +146,9 @@ def test_quick_experiment_end_to_end(tmp_path):
         assert x["mean_weight"] == 1.0 and x["ess"] == pytest.approx(1.0) and x["frac_truncated"] == 0.0
         assert x["generators_max"] == 1
     for x in recs("vertical-ftis") + recs("horizontal-ftis"):
-        # rule "or": every off-policy sample with a non-positive advantage is dropped
-        assert x["frac_filtered@1"] >= x["frac_nonpositive_adv@1"] > 0.0
+        # rule "or": every off-policy sample with a non-positive advantage is dropped (those with
+        # A = 0 count in frac_zero_adv, not frac_filtered)
+        assert x["frac_filtered@1"] + x["frac_zero_adv@1"] >= x["frac_nonpositive_adv@1"] > 0.0
         assert 0.0 < x["mean_weight@1"] <= C and 0.0 < x["ess@1"] <= 1.0
         assert 0.0 <= x["frac_truncated@1"] <= 1.0 and x["kl_mean@1"] > 0.0
         assert x["mean_weight@1"] != 1.0  # the peer's samples really are weighted

@@ -154,7 +154,7 @@ def test_old_spellings_are_hidden_aliases_and_not_both_at_once(tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--temperature", "-1"], "sampling.temperature: Input should be greater than 0"),
+        (["--temperature", "-1"], "sampling.temperature: Input should be greater than or equal to 0.05"),
         (["--mode", "ppo"], "learner.ftis.mode"),
         (["--task", "nosuch"], "unknown task 'nosuch'"),
         (["--set", "learner.ftis.CC=1"], "did you mean learner.ftis.C?"),

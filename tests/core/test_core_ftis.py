@@ -116,10 +116,17 @@ def test_sample_kl_estimators_hand_values():
 
 
 def test_sample_kl_clamps_rounding_negatives_to_zero():
-    logp = torch.tensor([[-1.0, -2.0]])
-    logp_gen = logp + torch.tensor([[1e-7, -1e-7]])  # tiny x: fp32 rounding can make terms negative
-    assert (sample_kl(logp, logp_gen, torch.ones(1, 2), "rlogr") >= 0).all()
-    assert (sample_kl(logp, logp_gen, torch.ones(1, 2), "k3") >= 0).all()
+    # fp32 values whose k3 term r - 1 - x rounds below zero (found by search; exact in fp64 it is >= 0)
+    logp = torch.tensor([[-0.3960914611816406, -0.06697726249694824]])
+    logp_gen = torch.tensor([[-0.39609184861183167, -0.06697732210159302]])
+    x = logp - logp_gen
+    raw = torch.exp(x) - 1.0 - x  # (1, 2) the unclamped terms
+    assert (raw < 0).all()  # the inputs do exercise the clamp
+    assert sample_kl(logp, logp_gen, torch.ones(1, 2), "k3").item() == 0.0
+    # rlogr's term r*x - r + 1 did not round below zero for any x searched on CPU; the clamp
+    # still holds it at >= 0 and leaves positive terms alone
+    big = sample_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.5]]), torch.ones(1, 1), "rlogr")
+    assert big.item() == pytest.approx(math.exp(0.5) * 0.5 - math.exp(0.5) + 1, rel=1e-6)
 
 
 def test_metrics_hand_values():

@@ -7,29 +7,36 @@ import time
 import numpy as np
 import torch
 
-from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.wire import Group
 
 
 @torch.no_grad()
 def sample_group(model, prompt_ids, *, G: int = 4, length: int = 6, temperature: float = 1.0, seed: int = 0,
                  sender: str = "self", policy_version: int = 0, item_id: str = "arith/v1/s0/0",
-                 vocab_limit: int | None = None) -> Group:
-    """G completions of `length` tokens sampled from softmax(z/T), with their exact log-probs."""
+                 vocab_limit: int | None = None, tokenizer_fp: str = "f" * 32) -> Group:
+    """G completions of `length` tokens sampled from softmax(z/T), with their exact log-probs.
+
+    The log-probs are read from the very distribution each token was drawn from (the
+    model's full `.logits`, no cache), not recomputed by `token_logprobs`, the function the
+    learner runs: a test comparing the two compares independent computations.
+    """
     gen = torch.Generator().manual_seed(seed)
     P = len(prompt_ids)
     ids = torch.tensor([list(prompt_ids)] * G)  # (G, P)
+    lps = []
     for _ in range(length):
         logits = model(input_ids=ids).logits[:, -1].float() / temperature  # (G, V)
         if vocab_limit:
             logits[:, vocab_limit:] = -float("inf")
-        nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)  # (G, 1)
+        logp = torch.log_softmax(logits, -1)  # (G, V)
+        nxt = torch.multinomial(logp.exp(), 1, generator=gen)  # (G, 1)
+        lps.append(logp.gather(1, nxt))  # (G, 1)
         ids = torch.cat([ids, nxt], 1)
-    lp = token_logprobs(model, ids, temperature=temperature)[:, P - 1:]  # (G, length)
+    lp = torch.cat(lps, 1)  # (G, length)
     return Group.build(
         run_id="test", sender=sender, model_id="tiny", policy_version=policy_version, created_at=time.time(),
-        tokenizer_fp="f" * 32, task_id="arith", item_id=item_id, prompt_ids=prompt_ids, temperature=temperature,
-        completion_ids=[r[P:].numpy() for r in ids], logp_gen=[r.numpy() for r in lp],
+        tokenizer_fp=tokenizer_fp, task_id="arith", item_id=item_id, prompt_ids=prompt_ids,
+        temperature=temperature, completion_ids=[r[P:].numpy() for r in ids], logp_gen=[r.numpy() for r in lp],
     )
 
 
@@ -43,7 +50,12 @@ def changed(before: dict[str, torch.Tensor], model) -> set[str]:
 
 def shift_logp(group: Group, delta: float) -> Group:
     """The same completions with every generation log-prob moved by `delta` (clipped at 0)."""
-    return Group.build(**{**_fields(group), "logp_gen": [np.minimum(lp + delta, 0.0) for lp in group.logp_gen]})
+    return rebuilt(group, logp_gen=[np.minimum(lp + delta, 0.0) for lp in group.logp_gen])
+
+
+def rebuilt(group: Group, **changes) -> Group:
+    """`group` with some fields changed (a new group, a new id)."""
+    return Group.build(**{**_fields(group), **changes})
 
 
 def _fields(g: Group) -> dict:

@@ -27,6 +27,7 @@ def one_error_line(result) -> str:
         (["join", "--rounds", "0"], "error: rounds: Input should be greater than or equal to 1 (got 0)"),
         (["join", "--mode", "ppo"], "error: learner.ftis.mode"),
         (["join", "--temperature", "-1"], "error: sampling.temperature"),
+        (["join", "--temperature", "0.01"], "error: sampling.temperature: Input should be greater than or equal to 0.05"),
         (["join", "--config", "/nonexistent.toml"], "error: cannot read config file /nonexistent.toml"),
         (["testnet", "--nodes", "0"], "error: --nodes must be between 1 and 16"),
         (["testnet", "--preset", "huge"], "error: --preset must be 'default' or 'tiny'"),
@@ -49,16 +50,19 @@ def test_unknown_flag_is_a_usage_error_with_exit_2():
     [
         (["--model", "no-such-model-xyz"], "error: "),
         (["--task", "nosuchtask"], "error: "),
+        (["--task", "math500"], "evaluation set with no train split"),
+        (["--config", "accept.toml"], "task champ is an evaluation set"),
     ],
 )
 def test_unknown_model_or_task_fails_cleanly_in_a_real_process(tmp_path, args, expected):
+    (tmp_path / "accept.toml").write_text('task = "arith"\naccept_tasks = ["arith", "champ"]\n')
     cmd = [sys.executable, "-m", "ftis_swarm.cli", "join", "--run-dir", str(tmp_path / "r"), "--host", "127.0.0.1",
            "--no-table"] + args
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert len(err) == 1 and "Traceback" not in proc.stderr
-    assert args[1] in err[0]
+    assert expected in err[0] and (args[0] == "--config" or args[1] in err[0])
 
 
 def test_print_config_resolves_flags_over_a_file(tmp_path):

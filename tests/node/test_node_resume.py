@@ -50,6 +50,10 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
     try:
         procs = [start_node(c, d, s) for c, d, s in zip(cmds, dirs, specs)]
         wait_for(lambda: len(rounds_of(dirs[0])) >= 2, 600, "node a to finish two rounds")
+        # on a loaded machine the checkpoint's write can outlast a fixed sleep (a manager's constructor
+        # would clear the node's temporary directory: look at the marker file only)
+        wait_for(lambda: (dirs[0] / "checkpoints" / "ckpt-00000002" / "COMPLETE").is_file(), 120,
+                 "node a's checkpoint of round 2")
         time.sleep(1.0)  # into round 3: generating, publishing or gathering
         os.killpg(procs[0].proc.pid, signal.SIGKILL)
         procs[0].proc.wait()

@@ -1,4 +1,5 @@
-"""Which peers' groups an update takes: dedup against persisted updates, context, caps."""
+"""Which peers' groups an update takes (node/intake.py): refused peers, dedup against persisted
+updates, context, caps, and the completion-token budget with one round of deferral."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 
 import numpy as np
 
-from ftis_swarm.node.daemon import drop_rounds_after, select_peer_groups
+from ftis_swarm.config import load_node_config
+from ftis_swarm.node.daemon import drop_rounds_after
+from ftis_swarm.node.intake import Budget, PeerIntake
 
 from wire_samples import random_group
 
@@ -21,16 +24,65 @@ def groups_from(rng, sender_tag: str, n: int, length: int = 5):
     return out
 
 
-def test_caps_dedup_and_context():
+def budget(**over) -> Budget:
+    fields = dict(max_groups=4, max_groups_per_peer=2, max_tokens=10**6, max_tokens_per_peer=10**6, context=5000)
+    return Budget(**{**fields, **over})
+
+
+def allow_all(peer: str) -> bool:
+    return True
+
+
+def test_caps_dedup_context_and_refused_peers():
     rng = np.random.default_rng(0)
     a, b = groups_from(rng, "peer-a", 4), groups_from(rng, "peer-b", 3)
-    long = groups_from(rng, "peer-c", 1, length=5000)
+    long, banned = groups_from(rng, "peer-c", 1, length=5000), groups_from(rng, "peer-x", 2)
     consumed = {a[0].group_id: None}
-    kept, dropped = select_peer_groups(a + b + long, consumed, max_total=4, max_per_peer=2,
-                                       context=5000)
-    assert [g.sender for g in kept] == ["peer-a", "peer-a", "peer-b", "peer-b"]
-    assert kept[0] is a[1] and kept[1] is a[2]  # a[0] was consumed before
-    assert dropped == {"peer_already_consumed": 1, "peer_over_cap": 2, "peer_too_long": 1}
+    taken = PeerIntake(budget()).take(a + b + long + banned, consumed, lambda p: p != "peer-x")
+    assert [g.sender for g in taken.kept] == ["peer-a", "peer-a", "peer-b", "peer-b"]
+    assert taken.kept[0] is a[1] and taken.kept[1] is a[2]  # a[0] was consumed before
+    assert taken.counts == {"peer_already_consumed": 1, "peer_over_cap": 2, "peer_too_long": 1, "peer_refused": 2}
+    assert taken.by_peer[("peer-x", "peer_refused")] == 2 and taken.by_peer[("peer-c", "peer_too_long")] == 1
+
+
+def test_token_budget_defers_one_round_then_drops():
+    rng = np.random.default_rng(1)
+    a = groups_from(rng, "peer-a", 3, length=10)  # 20 completion tokens each
+    b = groups_from(rng, "peer-b", 2, length=10)
+    flood = groups_from(rng, "peer-f", 1, length=400)  # 800 tokens: over the per-peer budget on its own
+    intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=60, max_tokens_per_peer=40))
+    first = intake.take(a + b + flood, {}, allow_all)
+    assert [g.group_id for g in first.kept] == [a[0].group_id, a[1].group_id, b[0].group_id]
+    assert sum(g.num_completion_tokens for g in first.kept) <= 60
+    assert first.counts == {"peer_deferred": 2, "peer_over_budget": 1}  # a[2] over a's 40, b[1] over the 60
+    second = intake.take(groups_from(rng, "peer-b", 2, length=10), {}, allow_all)
+    assert second.kept[:2] == [a[2], b[1]]  # last round's deferred groups come first
+    assert len(second.kept) == 3 and second.counts == {"peer_deferred": 1}
+    third = intake.take([], {}, allow_all)
+    assert len(third.kept) == 1 and third.counts == {}
+
+
+def test_a_deferred_group_that_still_does_not_fit_is_dropped():
+    rng = np.random.default_rng(2)
+    a = groups_from(rng, "peer-a", 2, length=10)
+    intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=20, max_tokens_per_peer=20))
+    assert intake.take(a, {}, allow_all).counts == {"peer_deferred": 1}
+    fresh = groups_from(rng, "peer-a", 1, length=10)
+    nxt = intake.take(fresh, {}, allow_all)
+    assert nxt.kept == [a[1]] and nxt.counts == {"peer_deferred": 1}
+    assert intake.take([], {}, allow_all).kept == [fresh[0]]
+    intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=20, max_tokens_per_peer=20))
+    intake.take(a, {}, allow_all)
+    later = intake.take(groups_from(rng, "peer-b", 1, length=10), {}, lambda p: p != "peer-a")
+    assert later.counts == {"peer_refused": 1} and len(later.kept) == 1  # deferred, then its peer was banned
+
+
+def test_default_budget_is_a_multiple_of_the_nodes_own_tokens():
+    cfg = load_node_config(None, {"prompts_per_round": 2, "sampling.group_size": 4, "sampling.max_new_tokens": 24})
+    b = Budget.of(cfg, context=2048)
+    assert (b.max_tokens, b.max_tokens_per_peer, b.max_groups_per_peer) == (4 * 192, 2 * 192, 16)
+    cfg = load_node_config(None, {"learner.max_peer_tokens": 1000, "learner.max_peer_tokens_per_peer": 300})
+    assert (Budget.of(cfg, context=1).max_tokens, Budget.of(cfg, context=1).max_tokens_per_peer) == (1000, 300)
 
 
 def test_resume_drops_the_rounds_after_the_checkpoint(tmp_path):

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from ftis_swarm.tasks import (
+    ItemOutOfRangeError,
     MalformedItemIdError,
     UnknownItemError,
     UnknownSplitError,
     UnknownTaskError,
     get_task,
+    has_train_split,
     list_tasks,
 )
 from ftis_swarm.tasks.dataset import TaskSourceError
@@ -105,6 +107,21 @@ def test_draws_arith_passes_over_are_no_items():
     assert passed_over  # about a third of reasoning-gym's draws have a term of 0 or 10
     with pytest.raises(UnknownItemError, match=f"index {passed_over[0]} of seed 0 is no arith item"):
         task.item(f"arith/v1/s0/{passed_over[0]}")
+
+
+def test_ids_past_the_real_range_are_refused_as_out_of_range():
+    task = get_task("arith")
+    for bad in (f"arith/v1/s0/{10**6}", f"arith/v1/s{2**63}/3", f"arith/v1/s0/{10**40}"):
+        with pytest.raises(ItemOutOfRangeError, match="out of range"):
+            task.item(bad)
+    last = task.sample(1, seed=2**63 - 1)[0]  # the last seed in range still resolves
+    assert task.item(last.item_id) == last
+    with pytest.raises(ItemOutOfRangeError, match="has no row P_Nothing_1"):
+        get_task("champ").item("champ/v1/test/P_Nothing_1")
+
+
+def test_which_tasks_can_be_trained_on():
+    assert [t for t in list_tasks() if has_train_split(t)] == ["arith", "gsm_symbolic", "gsm8k"]
 
 
 def test_evaluation_tasks_have_no_train_split():

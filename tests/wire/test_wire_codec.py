@@ -80,6 +80,10 @@ def _bin(arr, dtype):
         (lambda r: r.update(v=2), "unknown wire version 2"),
         (lambda r: r.update(pv=-1), "policy version"),
         (lambda r: r.update(T=0.0), "temperature"),
+        (lambda r: r.update(T=1e-300), "temperature"),
+        (lambda r: r.update(T=0.0499), "temperature"),
+        (lambda r: r.update(T=10.5), "temperature"),
+        (lambda r: r.update(T=float("nan")), "temperature"),
         (lambda r: r.update(ts=float("nan")), "creation time"),
         (lambda r: r.update(run=""), "'run'"),
         (lambda r: r.update(mdl=b"bytes"), "'mdl'"),
@@ -99,6 +103,13 @@ def test_invalid_fields_are_refused_with_a_reason(change, message):
     change(rec)
     with pytest.raises(WireError, match=message):
         decode_group(_pack(rec))
+
+
+def test_temperatures_at_the_bounds_are_accepted():
+    for T in (0.05, 10.0):
+        rec = _record(random_group(np.random.default_rng(7), G=2, length=3))
+        rec["T"] = T
+        assert decode_group(_pack(rec)).temperature == T
 
 
 def test_zero_length_completion_refused():

@@ -12,16 +12,19 @@ from wire_samples import random_group
 
 
 def _decode_or_wire_error(data: bytes) -> bool:
+    """True when the buffer decodes (and then re-encodes to itself), False on WireError; any
+    other exception propagates and fails the test."""
     try:
-        decode_group(data, vocab_size=151_669)
+        group = decode_group(data, vocab_size=151_669)
     except WireError:
         return False
+    assert encode_group(group) == data  # an accepted buffer is the canonical encoding of what it decoded to
     return True
 
 
 def test_thousands_of_mutations_raise_only_wire_error():
     rng = np.random.default_rng(11)
-    accepted = rejected = 0
+    outcome: dict[int, list[bool]] = {0: [], 1: [], 2: [], 3: []}
     for i in range(3000):
         data = bytearray(encode_group(random_group(rng, G=int(rng.integers(2, 5)), length=int(rng.integers(1, 6)))))
         kind = i % 4
@@ -35,12 +38,11 @@ def test_thousands_of_mutations_raise_only_wire_error():
             data = data[:pos] + bytes([int(rng.integers(0, 256))]) + data[pos:] if rng.random() < 0.5 else data[:pos] + data[pos + 1:]
         else:  # pure random bytes
             data = bytearray(rng.integers(0, 256, int(rng.integers(0, 400)), dtype=np.uint8).tobytes())
-        if _decode_or_wire_error(bytes(data)):
-            accepted += 1
-        else:
-            rejected += 1
-    assert rejected > 2000  # most mutations break the group...
-    assert accepted + rejected == 3000  # ...and nothing but WireError was ever raised
+        outcome[kind].append(_decode_or_wire_error(bytes(data)))
+    assert not any(outcome[1])  # a truncated group never decodes
+    assert not any(outcome[3])  # nor do random bytes
+    # some byte flips land in ids or log-probs and leave a valid group, which must then decode
+    assert 0 < sum(outcome[0]) < len(outcome[0]) // 2
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,194 @@
+"""`PeerLedger`: what each peer's groups have cost this node, and which peers it refuses.
+
+The learner and the swarm may not import each other, so their signals about a peer meet
+here, in the node: the learner's (a refused, non-finite, forged or failing group), the
+scorer's (wrong task, split, item or prompt), the node's intake (over budget, too long)
+and the swarm's (`charge_swarm`: bodies that contradict their pointer, forged or unbound
+records, stalled fetches, floods of requests; `SWARM_COSTS`). Each reason has a cost (`COSTS`; a reason
+not listed costs `DEFAULT_COST`); each group that went into an update earns
+`CREDIT_PER_GROUP`. `score` is credit minus cost: above 0 for a peer whose groups were
+used, below 0 once its faults outweigh them.
+
+A ban: when a peer's cost since its last ban reaches `ban_threshold` (20 points by
+default: one forged or non-finite group, four groups naming test items), the peer is
+refused for `ban_seconds` (60 s), doubling with each further ban up to `max_ban_seconds`
+(1 h). Bans are wall-clock times, kept in the checkpoint, so a restarted node keeps them.
+`deny_peers` are always refused; a non-empty `allow_peers` refuses everyone else.
+
+The ledger judges; it does not act. The node drops a refused peer's groups before scoring,
+and the swarm stops fetching from and storing for them (it is handed the ledger as its
+`PeerPolicy`: `allows` and `score`, read on the swarm's event-loop thread; only the node's
+thread changes the ledger).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ftis_swarm.config import LedgerConfig
+
+log = logging.getLogger(__name__)
+
+COSTS: dict[str, float] = {
+    # the learner (the swarm's reasons: SWARM_COSTS, charged as swarm_<reason>)
+    "forgery": 20.0, "nonfinite": 20.0, "temperature": 20.0, "learn_error": 10.0, "malformed": 10.0,
+    "out_of_vocab": 10.0, "tokenizer": 2.0,
+    # the scorer
+    "eval_task": 5.0, "item_out_of_range": 5.0, "not_train_split": 5.0, "prompt_mismatch": 5.0,
+    "prompt_too_long": 5.0, "item_error": 5.0, "decode_error": 5.0, "score_error": 5.0, "unknown_item": 1.0,
+    "unknown_task": 1.0, "task_not_accepted": 0.0,
+    # the node's intake
+    "peer_too_long": 2.0, "peer_over_budget": 1.0, "peer_over_cap": 0.0, "peer_already_consumed": 0.0,
+    "peer_deferred": 0.0, "peer_refused": 0.0,
+}
+"""Cost of each counted reason, in points. Zero: not a fault (an honest peer on another task,
+or sending more than this node takes); one: may be an honest peer on other data or versions;
+five and up: a group no honest node of this task sends."""
+SWARM_COSTS: dict[str, float] = {
+    # not faults: another run or tokenizer, a clock or a load an honest peer can have
+    "run_id": 0.0, "tokenizer": 0.0, "stale": 0.0, "denied": 0.0, "busy": 0.0, "expired": 1.0, "future": 1.0,
+    # a publisher that does not serve what it announced, or serves it too slowly
+    "fetch_failed": 0.5, "stalled": 2.0, "stall": 2.0, "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0,
+    "fetch_error": 1.0, "too_many_streams": 2.0,
+    # records and replies no honest peer sends
+    "bad_encoding": 5.0, "bad_schema": 5.0, "bad_reply": 5.0, "bad_request": 5.0, "oversize_record": 5.0,
+    "oversized_reply": 5.0, "overwrite": 5.0, "unbound_key": 5.0,
+    # bodies that contradict their signed pointer, forged signatures
+    "size_mismatch": 10.0, "hash_mismatch": 10.0, "malformed": 10.0, "sender_mismatch": 10.0,
+    "pointer_mismatch": 10.0, "bad_signature": 10.0,
+}
+"""Costs of the swarm's reasons (`ftis_swarm.swarm.counters`), charged as `swarm_<reason>`."""
+DEFAULT_COST = 1.0
+CREDIT_PER_GROUP = 1.0
+SWARM_PREFIX = "swarm_"
+UNATTRIBUTED = "<others>"
+"""The swarm's bucket for faults of peers past its per-peer table: no one peer to charge."""
+
+
+def short_peer(peer_id: str) -> str:
+    """The last 8 characters of a peer id: enough to tell a swarm's peers apart in a table."""
+    return peer_id[-8:]
+
+
+@dataclass
+class PeerRecord:
+    """One peer's account."""
+
+    counts: Counter = field(default_factory=Counter)  # reason -> times charged
+    cost: float = 0.0
+    credit: float = 0.0
+    debt: float = 0.0  # cost since the last ban
+    bans: int = 0
+    banned_until: float = 0.0  # wall-clock seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "cost": self.cost, "credit": self.credit, "debt": self.debt,
+                "bans": self.bans, "banned_until": self.banned_until}
+
+
+def _cost(reason: str) -> float:
+    if reason.startswith(SWARM_PREFIX):
+        return SWARM_COSTS.get(reason[len(SWARM_PREFIX):], DEFAULT_COST)
+    return COSTS.get(reason, DEFAULT_COST)
+
+
+class PeerLedger:
+    """Per peer: counted reasons with a cost each, a score, and a ban that doubles (module docstring)."""
+
+    def __init__(self, cfg: LedgerConfig | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg or LedgerConfig()
+        self._clock = clock
+        self._peers: dict[str, PeerRecord] = {}
+        self._round: Counter = Counter()  # reason -> charges since the last `take_round`
+        self._allow = frozenset(self.cfg.allow_peers)
+        self._deny = frozenset(self.cfg.deny_peers)
+
+    def allows(self, peer_id: str) -> bool:
+        """False when the peer is denied, outside a non-empty allow list, or banned now."""
+        if peer_id in self._deny or (self._allow and peer_id not in self._allow):
+            return False
+        rec = self._peers.get(peer_id)
+        return rec is None or rec.banned_until <= self._clock()
+
+    def score(self, peer_id: str) -> float:
+        """Credit minus cost: > 0 for a peer whose groups were used, < 0 after faults."""
+        rec = self._peers.get(peer_id)
+        return 0.0 if rec is None else rec.credit - rec.cost
+
+    def charge(self, peer_id: str, reason: str, n: int = 1) -> None:
+        """Counts `n` faults of `reason` against the peer; bans it when its debt reaches the threshold."""
+        if n <= 0:
+            return
+        rec = self._peers.setdefault(peer_id, PeerRecord())
+        rec.counts[reason] += n
+        self._round[reason] += n
+        cost = _cost(reason) * n
+        rec.cost += cost
+        rec.debt += cost
+        if cost > 0 and rec.debt >= self.cfg.ban_threshold:
+            seconds = min(self.cfg.ban_seconds * 2**rec.bans, self.cfg.max_ban_seconds)
+            rec.banned_until = self._clock() + seconds
+            rec.bans += 1
+            rec.debt = 0.0
+            log.warning("peer %s banned for %.0f s (ban %d; last fault: %s)", peer_id, seconds, rec.bans, reason)
+
+    def charge_swarm(self, faults: dict[str, Counter], *, me: str = "") -> None:
+        """Charges what the swarm saw (`SwarmClient.drain_peer_faults()`) as `swarm_<reason>`."""
+        for peer, reasons in faults.items():
+            if peer in (me, UNATTRIBUTED):
+                continue
+            for reason, n in reasons.items():
+                self.charge(peer, SWARM_PREFIX + reason, n)
+
+    def credit(self, peer_id: str, n: int = 1) -> None:
+        """`n` of the peer's groups went into an update."""
+        if n > 0:
+            self._peers.setdefault(peer_id, PeerRecord()).credit += CREDIT_PER_GROUP * n
+
+    def charge_counts(self, by_peer: Counter, *, me: str = "") -> None:
+        """Charges `(peer, reason) -> n` counts (what the intake and the scorer report), `me` aside."""
+        for (peer, reason), n in by_peer.items():
+            if peer != me:
+                self.charge(peer, reason, n)
+
+    def settle_update(self, report: dict[str, Counter], *, me: str = "") -> None:
+        """The learner's `peer_report`: credit for each peer's groups in the update, charges for its faults."""
+        for peer, counts in report.items():
+            if peer == me:
+                continue
+            self.credit(peer, counts.get("groups", 0))
+            for reason, n in counts.items():
+                if reason != "groups":
+                    self.charge(peer, reason, n)
+
+    def banned(self) -> list[str]:
+        """Peers refused right now (bans, and denied peers this node has heard from)."""
+        return sorted(p for p in self._peers if not self.allows(p))
+
+    def take_round(self) -> dict[str, Any]:
+        """For the round's metrics record: `banned_peers` (short ids; `peers_banned`, their number, for
+        Prometheus) and `charged_<reason>` since the last call."""
+        banned = self.banned()
+        out: dict[str, Any] = {"banned_peers": [short_peer(p) for p in banned], "peers_banned": len(banned)}
+        out.update({f"charged_{reason}": n for reason, n in sorted(self._round.items())})
+        self._round.clear()
+        return out
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Every peer's account and score, JSON-able."""
+        return {p: {**rec.as_dict(), "score": self.score(p), "allowed": self.allows(p)} for p, rec in self._peers.items()}
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """What a checkpoint keeps, so a resumed node keeps its bans and scores."""
+        return {p: rec.as_dict() for p, rec in self._peers.items()}
+
+    def load_state(self, state: dict[str, dict[str, Any]]) -> None:
+        self._peers = {
+            p: PeerRecord(counts=Counter(r["counts"]), cost=float(r["cost"]), credit=float(r["credit"]),
+                          debt=float(r["debt"]), bans=int(r["bans"]), banned_until=float(r["banned_until"]))
+            for p, r in state.items()
+        }

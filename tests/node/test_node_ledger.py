@@ -1,0 +1,99 @@
+"""`PeerLedger`: costs, credit and score, bans that double up to an hour, allow and deny lists, state."""
+
+from __future__ import annotations
+
+import pytest
+
+from ftis_swarm.config import LedgerConfig
+from ftis_swarm.node.ledger import COSTS, PeerLedger, short_peer
+
+A, B = "12D3KooWpeerAaaaaaaaaaaa", "12D3KooWpeerBbbbbbbbbbbb"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_credit_and_costs_make_the_score():
+    ledger = PeerLedger()
+    ledger.credit(A, 3)
+    assert ledger.score(A) == 3.0 and ledger.score(B) == 0.0
+    ledger.charge(A, "prompt_mismatch")
+    ledger.charge(A, "unknown_item", 2)
+    assert ledger.score(A) == 3.0 - COSTS["prompt_mismatch"] - 2 * COSTS["unknown_item"] < 0
+    ledger.charge(B, "task_not_accepted", 5)  # an honest peer on another task costs nothing
+    assert ledger.score(B) == 0.0 and ledger.allows(B)
+    ledger.charge(B, "reason_the_swarm_adds")
+    assert ledger.score(B) == -1.0
+
+
+def test_bans_double_from_a_minute_to_an_hour_and_end():
+    clock = Clock()
+    ledger = PeerLedger(LedgerConfig(), clock=clock)
+    lengths = []
+    for _ in range(8):
+        ledger.charge(A, "forgery")  # 20 points: the threshold at once
+        assert not ledger.allows(A)
+        lengths.append(ledger.snapshot()[A]["banned_until"] - clock.now)
+        clock.now += lengths[-1]
+        assert ledger.allows(A)
+    assert lengths == [60, 120, 240, 480, 960, 1920, 3600, 3600]
+    assert ledger.snapshot()[A]["bans"] == 8
+
+
+def test_small_faults_add_up_to_a_ban_and_the_debt_starts_afresh():
+    clock = Clock()
+    ledger = PeerLedger(LedgerConfig(ban_threshold=20.0), clock=clock)
+    for _ in range(3):
+        ledger.charge(A, "not_train_split")
+    assert ledger.allows(A)
+    ledger.charge(A, "not_train_split")  # 4 x 5 = 20
+    assert not ledger.allows(A) and ledger.banned() == [A]
+    clock.now += 61
+    ledger.charge(A, "not_train_split")
+    assert ledger.allows(A)  # 5 points since the ban, not 25
+
+
+def test_allow_and_deny_lists():
+    ledger = PeerLedger(LedgerConfig(deny_peers=[B]))
+    assert ledger.allows(A) and not ledger.allows(B)
+    private = PeerLedger(LedgerConfig(allow_peers=[A]))
+    assert private.allows(A) and not private.allows(B)
+
+
+def test_round_record_and_state_round_trip():
+    clock = Clock()
+    ledger = PeerLedger(clock=clock)
+    ledger.charge(A, "nonfinite")
+    ledger.charge(B, "unknown_item", 2)
+    ledger.credit(B, 4)
+    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1, "charged_nonfinite": 1,
+                                   "charged_unknown_item": 2}
+    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1}  # counts per round; bans persist
+    again = PeerLedger(clock=clock)
+    again.load_state(ledger.state())
+    assert not again.allows(A) and again.score(B) == pytest.approx(2.0)
+    assert again.snapshot() == ledger.snapshot()
+
+
+def test_swarm_faults_are_charged_with_their_own_costs_and_ban_the_forger():
+    from collections import Counter
+
+    from ftis_swarm.node.ledger import SWARM_COSTS
+    from ftis_swarm.swarm import PeerPolicy
+
+    ledger = PeerLedger()
+    assert isinstance(ledger, PeerPolicy)  # what the swarm is handed
+    me = "12D3KooWmeeeeeeeeeeeeeeee"
+    ledger.charge_swarm({A: Counter(hash_mismatch=1), B: Counter(run_id=3, stale=2), me: Counter(malformed=9),
+                         "<others>": Counter(bad_signature=50)}, me=me)
+    assert ledger.score(A) == -SWARM_COSTS["hash_mismatch"] and ledger.allows(A)
+    assert ledger.score(B) == 0.0  # another run, old groups: not faults
+    assert ledger.score(me) == 0.0 and ledger.score("<others>") == 0.0  # never charged
+    ledger.charge_swarm({A: Counter(hash_mismatch=1)})
+    assert not ledger.allows(A)  # 20 points: banned, and the swarm stops fetching from it
+    assert ledger.take_round()["charged_swarm_hash_mismatch"] == 2
