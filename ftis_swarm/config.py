@@ -142,7 +142,18 @@ class SwarmConfig(_Strict):
     max_groups_per_peer_per_gather: int = Field(32, ge=1)
     """Most groups one peer may contribute to one gather; its further groups wait for the next one."""
     poll_interval: float = Field(1.0, gt=0, le=60)
-    """Seconds between two reads of the pointer keys by the background gatherer."""
+    """Seconds between two ticks of the background gatherer (re-reads, fetch back-off); with gossip
+    off, also between two reads of the DHT's membership keys."""
+    gossip: bool = True
+    """Push each signed pointer to the run's peers over gossipsub (p2pd's pubsub) the moment it is
+    published; the DHT stays for discovery, late joiners and pointers gossip missed. False: poll only."""
+    dht_poll_interval: float = Field(5.0, gt=0, le=600)
+    """Seconds between two reads of the DHT's membership keys while gossip is on (the fallback)."""
+    gossip_rate: float = Field(4.0, gt=0, le=1000)
+    """Pointers per second one sender may gossip, sustained (after `gossip_burst`); more are dropped."""
+    gossip_burst: int = Field(64, ge=1, le=4096)
+    """Pointers one sender may gossip at once (a round's groups); a sender that goes on dropping
+    more than this past its rate is disconnected and ignored for a while."""
     fetch_timeout: float = Field(10.0, gt=0)
     """Seconds to fetch one group body from its publisher before the attempt counts as failed."""
     max_fetch_attempts: int = Field(3, ge=1)

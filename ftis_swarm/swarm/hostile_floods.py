@@ -192,7 +192,7 @@ class Floods:
         s = self.h.s
         return {"v": RECORD_VERSION, "group_id": gid, "size": size, "sha256": gid + "0" * 32,
                 "publisher": signer.peer_id, "created_at": time.time(), "run_id": s["run_id"],
-                "tokenizer_fp": s["tokenizer_fp"], "window": w}
+                "tokenizer_fp": s["tokenizer_fp"], "window": w, "round": 0, "round_groups": 1}
 
     async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]

@@ -102,14 +102,15 @@ class Node(Proc):
         self.peer_id, self.maddrs = hello["peer_id"], hello["maddrs"]
         return self
 
-    def publish(self, items: list[str], *, tokens: int = 64) -> list[dict]:
-        """One group per item; each answer's "body" is the encoded group (bytes)."""
-        answers = self.request({"op": "publish", "items": items, "tokens": tokens})
+    def publish(self, items: list[str], *, tokens: int = 64, round: int = 0) -> list[dict]:
+        """One group per item, the groups of `round`; each answer's "body" is the encoded group (bytes)."""
+        answers = self.request({"op": "publish", "items": items, "tokens": tokens, "round": round})
         return [{**a, "body": base64.b64decode(a["body"])} for a in answers]
 
-    def gather(self, deadline: float) -> dict:
-        """{"bodies": [encoded groups], "elapsed": seconds the gather call took in the node}."""
-        answer = self.request({"op": "gather", "deadline": deadline}, timeout=deadline + 30.0)
+    def gather(self, deadline: float, *, round: Optional[int] = None) -> dict:
+        """{"bodies": [encoded groups], "elapsed": seconds the gather call took in the node,
+        "arrivals": {group id: unix time its body was accepted}}."""
+        answer = self.request({"op": "gather", "deadline": deadline, "round": round}, timeout=deadline + 30.0)
         return {**answer, "bodies": [base64.b64decode(b) for b in answer["bodies"]]}
 
     def counters(self) -> dict:
