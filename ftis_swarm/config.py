@@ -203,7 +203,8 @@ class NodeConfig(_Strict):
     prompts_per_round: int = Field(4, ge=1)
     """Own prompts per round, one vertical group each."""
     round_deadline: float = Field(10.0, gt=0)
-    """Seconds to wait for peers' groups after publishing."""
+    """Most seconds to wait for peers' groups after publishing; the wait ends sooner once every live
+    peer's round is in (a peer is live when a pointer of it was seen within two deadlines)."""
     checkpoint_every: int = Field(5, ge=1)
     """Rounds between checkpoints (the last round is always checkpointed)."""
     keep_checkpoints: int = Field(2, ge=1)

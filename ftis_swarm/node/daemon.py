@@ -6,8 +6,9 @@ This is the one place where rollout, learner and swarm meet. A round:
    draws what it would have drawn) and render them with this node's chat template;
 2. generate one vertical group per prompt with the policy version being served;
 3. publish each group; a publish that did not replicate is counted, not retried;
-4. gather peers' groups until the round's deadline, whatever has arrived; drop those
-   already consumed by a persisted update, cap per peer and in total;
+4. gather peers' groups until every live peer's round is in or the round's deadline
+   passes, whichever comes first; drop those already consumed by a persisted update,
+   cap per peer and in total;
 5. score every group with this node's verifier, then one F-TIS update on own + peers';
 6. serve the new weights (the update advances the policy version on both sides);
 7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
@@ -135,8 +136,8 @@ class Node:
         own = self._generate(r, counts)
         t_gen = time.perf_counter()
         for g in own:
-            counts["published" if p.swarm.publish(g).ok else "publish_failed"] += 1
-        peers = self._take_peer_groups(p.swarm.gather(deadline=cfg.round_deadline), counts)
+            counts["published" if p.swarm.publish(g, round=r, round_groups=len(own)).ok else "publish_failed"] += 1
+        peers = self._take_peer_groups(p.swarm.gather(deadline=cfg.round_deadline, round=r), counts)
         t_gather = time.perf_counter()
 
         scored = score_groups(own + peers, p.tokenizer, p.tasks)
