@@ -23,6 +23,8 @@ import pytest
 
 from ftis_swarm.config import SwarmConfig, WireConfig
 
+from record_peers import Peer
+
 HERE = Path(__file__).parent
 LOOPBACK = "127.0.0.1"
 _spec = importlib.util.spec_from_file_location("node_proc", HERE / "node_proc.py")
@@ -188,6 +190,17 @@ class Swarm:
     def kill_all(self) -> None:
         for proc in self.procs:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def alice() -> Peer:
+    """An identity that signs records as an honest publisher (record_peers.Peer)."""
+    return Peer()
+
+
+@pytest.fixture(scope="module")
+def bob() -> Peer:
+    return Peer()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import secrets
 import time
 
 import msgpack
-import pytest
 
 from ftis_swarm.swarm.gossip import MAX_MESSAGE_BYTES, GossipGate, decode_message, encode_message
 from ftis_swarm.swarm.keys import pointer_key
@@ -15,16 +14,6 @@ from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
 from ftis_swarm.swarm.rounds import RoundTracker
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
-
-
-@pytest.fixture(scope="module")
-def alice() -> Peer:
-    return Peer()
-
-
-@pytest.fixture(scope="module")
-def bob() -> Peer:
-    return Peer()
 
 
 def _gate(bob: Peer, policy: Scores, *, rate: float = 100.0, burst: int = 1000) -> GossipGate:

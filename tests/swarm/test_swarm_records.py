@@ -27,16 +27,6 @@ from ftis_swarm.swarm.storage import GuardedStorage
 from record_peers import RUN, SER, TTL, W, Peer, Scores
 
 
-@pytest.fixture(scope="module")
-def alice() -> Peer:
-    return Peer()
-
-
-@pytest.fixture(scope="module")
-def bob() -> Peer:
-    return Peer()
-
-
 def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, bob):
     checker = bob.checker
     for record in (alice.pointer(), alice.member()):
