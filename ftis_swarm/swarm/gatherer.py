@@ -45,7 +45,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.swarm.fetching import FetchScheduler
-from ftis_swarm.swarm.keys import member_key, pointer_key, windows_between
+from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_between
 from ftis_swarm.swarm.policy import PeerPolicy
 from ftis_swarm.swarm.reading import FoundRecord, KeyReader
 from ftis_swarm.swarm.records import GroupPointer, MemberRecord, check_body, screen_pointer
@@ -94,6 +94,7 @@ class Gatherer:
         self._gossip: Optional["GossipChannel"] = None
         self._gossiped: dict[tuple[str, int], set[str]] = {}  # (peer, window) -> group ids pushed to this node
         self._next_member_read = 0.0
+        self._members_from = 0  # the oldest window whose membership is remembered (set at each tick)
         self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
@@ -153,12 +154,13 @@ class Gatherer:
         pointer = record.content
         if not isinstance(pointer, GroupPointer):
             return
-        member = (pointer.publisher, pointer.window)
-        pushed = self._gossiped.setdefault(member, set())
-        pushed.add(pointer.group_id)
-        state = self._members.get(member)
-        if state is not None:
-            state.have = max(state.have, len(pushed))
+        member, cfg = (pointer.publisher, pointer.window), self._cfg
+        if self._members_from <= pointer.window <= window_of(get_dht_time() + cfg.max_clock_skew, cfg.window):
+            pushed = self._gossiped.setdefault(member, set())  # a window the membership reads can still see
+            pushed.add(pointer.group_id)
+            state = self._members.get(member)
+            if state is not None:
+                state.have = max(state.have, len(pushed))
         self._consider(pointer, source="pointers_gossiped")
         self._scheduler.schedule()
 
@@ -236,14 +238,15 @@ class Gatherer:
                 or (accepted is not None and accepted[0] == pointer.publisher)):
             return
         self._counters.add(source)
-        self.rounds.note(pointer, now=get_dht_time())
-        self.changed.set()
+        cfg, now = self._cfg, get_dht_time()
+        reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
+                                ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew, max_bytes=cfg.wire.max_bytes)
+        if reason not in ("future", "stale"):  # a pointer outside the TTL is no part of a round, and never forgotten
+            self.rounds.note(pointer, now=now)
+            self.changed.set()
         if accepted is not None:  # the body names its sender, who is not this publisher
             self._reject(pointer, "sender_mismatch", "re-announces a group accepted from its sender")
             return
-        cfg = self._cfg
-        reason = screen_pointer(pointer, now=get_dht_time(), run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
-                                ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew, max_bytes=cfg.wire.max_bytes)
         if not reason and not self._policy.allows(pointer.publisher):
             reason = "denied"
         if reason:
@@ -293,7 +296,7 @@ class Gatherer:
             del self._accepted[gid]
         for key in [k for k, until in self._rejected.items() if until < now]:
             del self._rejected[key]
-        oldest = windows_between(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, now, cfg.window)[0]
+        oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)
         for member in [m for m in self._members if m[1] < oldest]:
             del self._members[member]
         for member in [m for m in self._gossiped if m[1] < oldest]:
