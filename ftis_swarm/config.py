@@ -275,7 +275,18 @@ class SwarmConfig(_Strict):
     """Most groups one peer may contribute to one gather; its further groups wait for the next one.
     A node lowers it to its `learner.max_groups_per_peer` when that is smaller."""
     poll_interval: float = Field(1.0, gt=0, le=60)
-    """Seconds between two reads of the pointer keys by the background gatherer."""
+    """Seconds between two ticks of the background gatherer (re-reads, fetch back-off); with gossip
+    off, also between two reads of the DHT's membership keys."""
+    gossip: bool = True
+    """Push each signed pointer to the run's peers over gossipsub (p2pd's pubsub) the moment it is
+    published; the DHT stays for discovery, late joiners and pointers gossip missed. False: poll only."""
+    dht_poll_interval: float = Field(5.0, gt=0, le=600)
+    """Seconds between two reads of the DHT's membership keys while gossip is on (the fallback)."""
+    gossip_rate: float = Field(4.0, gt=0, le=1000)
+    """Pointers per second one sender may gossip, sustained (after `gossip_burst`); more are dropped."""
+    gossip_burst: int = Field(64, ge=1, le=4096)
+    """Pointers one sender may gossip at once (a round's groups); a sender that goes on dropping
+    more than this past its rate is disconnected and ignored for a while."""
     fetch_timeout: float = Field(10.0, gt=0)
     """Seconds to fetch one group body from its publisher before the attempt counts as failed."""
     max_fetch_attempts: int = Field(3, ge=1)
@@ -351,7 +362,8 @@ class NodeConfig(_Strict):
     prompts_per_round: int = Field(4, ge=1)
     """Own prompts per round, one vertical group each."""
     round_deadline: float = Field(10.0, gt=0)
-    """Seconds to wait for peers' groups after publishing."""
+    """Most seconds to wait for peers' groups after publishing; the wait ends sooner once every live
+    peer's round is in (a peer is live when a pointer of it was seen within two deadlines)."""
     checkpoint_every: int = Field(5, ge=1)
     """Rounds between checkpoints (the last round is always checkpointed)."""
     keep_checkpoints: int = Field(2, ge=1)

@@ -6,7 +6,8 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - learner_bench.py   an F-TIS step against a NoIS step; the loss alone; TRL's GRPO loss as the anchor
 - logprob_memory.py  chunked vs naive per-token log-probs at a 150k vocabulary (fresh processes)
 - rollout_bench.py   tokens/s of each installed rollout backend and log-prob parity with the learner
-- swarm_bench.py     publish-to-visible latency and groups/s for N nodes (swarm_worker.py: one node)
+- swarm_bench.py     publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
+                     polling (swarm_worker.py: one node)
 - experiment*.py     two heterogeneous learners, alone and together, per mode; vertical vs horizontal
 
 The end-to-end bench (a swarm round against a solo round) runs real node processes and lives

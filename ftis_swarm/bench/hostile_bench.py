@@ -180,6 +180,10 @@ def _phase(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, *,
         sent = len(answer["answers"])
         stored = max(sum(bool(per_peer[j] and per_peer[j][0]) for per_peer in answer["answers"].values())
                      for j in range(len(answer["asked"])))
+    elif name == "gossip":
+        targets = [node.peer_id for node in ledger.nodes]
+        hostile.request({"op": "flood", "attack": name, "n": n,
+                         "params": {"burst": SwarmConfig().gossip_burst, "targets": targets}})
     elif name != "baseline":
         hostile.request({"op": "flood", "attack": name, "n": n})
     times, overruns = [], []
@@ -194,6 +198,8 @@ def _phase(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, *,
     if name not in ("baseline", "records"):
         result = hostile.request({"op": "results"})[name]
         sent = result.get("sent", 0)
+        if name == "gossip":  # messages written to each node; gossip stores nothing
+            sent = max(sum(per_target.values()) for per_target in sent.values())
         stored = max(result.get("accepted", {0: 0}).values(), default=0)
     new = set(ledger.published) - before
     return PhaseRow(attack=name, sent=sent, stored=stored, from_attacker=ledger.from_attacker - attacker_before,
@@ -203,7 +209,7 @@ def _phase(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, *,
                     peak_mb={role: _status_mb(pid, "VmHWM") for role, pid in pids.items()})
 
 
-ATTACKS = ("records", "bodies", "dictionary", "random_keys", "replays", "pointers")
+ATTACKS = ("records", "bodies", "dictionary", "random_keys", "replays", "gossip", "pointers")
 """In this order: the pointer flood last, as its records fill the attacker's quota on every peer for a TTL."""
 
 
@@ -212,7 +218,7 @@ def run_hostile_bench(*, rounds: int, groups: int, deadline: float, identities: 
                       progress: Callable[[str], None] = lambda s: None) -> HostileBench:
     """Runs the baseline and every attack in turn; no process outlives this call."""
     sizes = {"pointers": pointers, "random_keys": random_keys, "dictionary": dictionary_items,
-             "bodies": bad_bodies, "replays": 3, "records": 0}
+             "bodies": bad_bodies, "replays": 3, "records": 0, "gossip": 4}
     with tempfile.TemporaryDirectory(prefix="ftis-bench-hostile-") as tmp:
         roles = _start(Path(tmp), ttl=600.0, identities=identities)
         try:

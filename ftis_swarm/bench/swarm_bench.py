@@ -1,12 +1,16 @@
-"""`ftis-node bench swarm`: publish-to-visible latency and throughput of N nodes on loopback.
+"""`ftis-node bench swarm`: publish-to-visible latency, throughput and traffic of N nodes on loopback.
 
-For each swarm size N, N worker processes (`swarm_worker`) join through the first one.
-After one unreported warm-up round (first connections between peers), each size of group
-(32 KiB and 1 MiB) gets one round: every node publishes `groups` groups back to back from
-a common start time while gathering every 20 ms. A group's latency is the time from the
-start of its publish until the last other node has it (gathered, checked and decoded);
+For each swarm size N and transport (`gossip`: pointers pushed on the run's topic, the DHT
+read every `dht_poll_interval` as the fallback; `poll`: gossip off, the DHT read every
+`poll_interval`, the layout before push), N worker processes (`swarm_worker`) join through
+the first one. After one unreported warm-up round (first connections between peers), each
+size of group (32 KiB and 1 MiB) gets one round: every node publishes `groups` groups back
+to back from a common start time while gathering. A group's latency is the time from the
+start of its publish until the last other node accepted its body (checked and decoded);
 groups/s is the number of groups that reached every peer over the time from the first
-publish to the last arrival. All processes share this machine's clock and CPU cores.
+publish to the last arrival. Traffic is what each peer received over the round, which
+lasts `round_seconds` at least: gossip messages and DHT calls, their bytes (records and
+replies), and body bytes. All processes share this machine's clock and CPU cores.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ftis_swarm.config import SwarmConfig
 logger = logging.getLogger(__name__)
 
 GROUP_SIZES = {"32KiB": 32 * 1024, "1MiB": 1024 * 1024}
+TRANSPORTS = ("gossip", "poll")
 _WARMUP_SIZE = 4 * 1024
 
 
@@ -38,6 +43,7 @@ class SwarmBenchRow:
     """The figures of one (swarm size, group size) round."""
 
     nodes: int
+    transport: str
     group: str
     published: int
     """Groups published successfully."""
@@ -48,6 +54,12 @@ class SwarmBenchRow:
     p50_s: float
     p95_s: float
     groups_per_s: float
+    messages_per_peer: float
+    """Gossip messages and DHT calls one peer received or made in the round (mean over peers)."""
+    kib_per_peer: float
+    """KiB of gossip messages, DHT records and DHT replies per peer in the round."""
+    body_mib_per_peer: float
+    """MiB of bodies one peer fetched in the round."""
 
 
 class JsonProcess:
@@ -112,17 +124,19 @@ def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[JsonProcess]:
     return workers
 
 
-def _round(workers: list[JsonProcess], *, size: int, count: int, timeout: float) -> tuple[list, list[dict]]:
+def _round(workers: list[JsonProcess], *, number: int, size: int, count: int, timeout: float,
+           min_seconds: float) -> list[dict]:
     start_at = time.time() + 1.0
     expect = count * (len(workers) - 1)
     for worker in workers:
-        worker.send({"op": "round", "size": size, "count": count, "expect": expect, "start_at": start_at,
-                     "timeout": timeout})
-    answers = [worker.read() for worker in workers]
-    return [a["published"] for a in answers], [a["arrivals"] for a in answers]
+        worker.send({"op": "round", "round": number, "size": size, "count": count, "expect": expect,
+                     "start_at": start_at, "timeout": timeout, "min_seconds": min_seconds})
+    return [worker.read() for worker in workers]
 
 
-def _figures(n: int, label: str, published: list, arrivals: list[dict]) -> SwarmBenchRow:
+def _figures(n: int, transport: str, label: str, answers: list[dict]) -> SwarmBenchRow:
+    published, arrivals = [a["published"] for a in answers], [a["arrivals"] for a in answers]
+    traffic = {name: float(np.mean([a["traffic"][name] for a in answers])) for name in answers[0]["traffic"]}
     latencies, last_arrivals, publish_s, first_start, ok = [], [], [], float("inf"), 0
     for publisher, items in enumerate(published):
         for group_id, started, success, seconds, reason in items:
@@ -138,51 +152,74 @@ def _figures(n: int, label: str, published: list, arrivals: list[dict]) -> Swarm
                 last_arrivals.append(max(seen))
     nan = float("nan")
     return SwarmBenchRow(
-        nodes=n, group=label, published=ok, complete=len(latencies),
+        nodes=n, transport=transport, group=label, published=ok, complete=len(latencies),
         publish_p50_s=float(np.percentile(publish_s, 50)) if publish_s else nan,
         p50_s=float(np.percentile(latencies, 50)) if latencies else nan,
         p95_s=float(np.percentile(latencies, 95)) if latencies else nan,
         groups_per_s=len(latencies) / (max(last_arrivals) - first_start) if latencies else 0.0,
+        messages_per_peer=traffic["gossip_received"] + traffic["dht_requests"],
+        kib_per_peer=(traffic["gossip_bytes"] + traffic["dht_bytes"]) / 1024,
+        body_mib_per_peer=traffic["fetched_bytes"] / (1 << 20),
     )
 
 
 def run_swarm_bench(node_counts: list[int], *, groups_per_node: int, poll_interval: float,
+                    transports: tuple[str, ...] = TRANSPORTS, round_seconds: float = 5.0,
                     round_timeout: float = 120.0) -> list[SwarmBenchRow]:
-    """Measures every (N, group size) pair; worker processes never outlive this call."""
+    """Measures every (N, transport, group size); worker processes never outlive this call."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftis-bench-swarm-") as tmp:
         for n in node_counts:
-            base = SwarmConfig(host="127.0.0.1", run_id=f"bench-{n}", poll_interval=poll_interval)
-            workers = _start_swarm(n, base, Path(tmp))
-            try:
-                _round(workers, size=_WARMUP_SIZE, count=1, timeout=round_timeout)
-                for label, size in GROUP_SIZES.items():
-                    published, arrivals = _round(workers, size=size, count=groups_per_node, timeout=round_timeout)
-                    rows.append(_figures(n, label, published, arrivals))
-                    logger.info("N=%d %s: %s", n, label, rows[-1])
-                for worker in workers:
-                    worker.send({"op": "quit"})
-                for worker in workers:
-                    worker.read()
-            finally:
-                for worker in workers:
-                    worker.kill()
+            for transport in transports:
+                rows += _measure(n, transport, Path(tmp), groups_per_node=groups_per_node,
+                                 poll_interval=poll_interval, round_seconds=round_seconds,
+                                 round_timeout=round_timeout)
     return rows
 
 
-def format_table(rows: list[SwarmBenchRow], *, poll_interval: float) -> str:
+def _measure(n: int, transport: str, logs: Path, *, groups_per_node: int, poll_interval: float,
+             round_seconds: float, round_timeout: float) -> list[SwarmBenchRow]:
+    base = SwarmConfig(host="127.0.0.1", run_id=f"bench-{n}-{transport}", poll_interval=poll_interval,
+                       gossip=transport == "gossip")
+    workers = _start_swarm(n, base, logs)
+    rows = []
+    try:
+        _round(workers, number=0, size=_WARMUP_SIZE, count=1, timeout=round_timeout, min_seconds=0.0)
+        for number, (label, size) in enumerate(GROUP_SIZES.items(), start=1):
+            answers = _round(workers, number=number, size=size, count=groups_per_node, timeout=round_timeout,
+                             min_seconds=round_seconds)
+            rows.append(_figures(n, transport, label, answers))
+            logger.info("N=%d %s %s: %s", n, transport, label, rows[-1])
+        for worker in workers:
+            worker.send({"op": "quit"})
+        for worker in workers:
+            worker.read()
+    finally:
+        for worker in workers:
+            worker.kill()
+    return rows
+
+
+def format_table(rows: list[SwarmBenchRow], *, poll_interval: float, round_seconds: float) -> str:
+    """One line per row; `vs poll` is the visible p50 over the poll row of the same nodes and group."""
+    poll = {(r.nodes, r.group): r.p50_s for r in rows if r.transport == "poll"}
     lines = [
-        f"swarm on 127.0.0.1, publish-to-visible-at-every-peer (poll interval {poll_interval:g} s)",
-        f"{'nodes':>5} {'group':>6} {'published':>9} {'complete':>8} {'publish p50 s':>13} "
-        f"{'visible p50 s':>13} {'visible p95 s':>13} {'groups/s':>9}",
+        f"swarm on 127.0.0.1: publish-to-visible at every peer (ms); per peer per round of {round_seconds:g} s "
+        f"(poll interval {poll_interval:g} s; gossip reads the DHT every {SwarmConfig().dht_poll_interval:g} s)",
+        f"{'nodes':>5} {'transport':>9} {'group':>6} {'published':>9} {'complete':>8} {'publish p50':>11} "
+        f"{'visible p50':>11} {'visible p95':>11} {'vs poll':>7} {'groups/s':>8} {'msgs':>6} {'KiB':>7} "
+        f"{'body MiB':>8}",
     ]
     for r in rows:
-        lines.append(f"{r.nodes:>5} {r.group:>6} {r.published:>9} {r.complete:>8} {r.publish_p50_s:>13.2f} "
-                     f"{r.p50_s:>13.2f} {r.p95_s:>13.2f} {r.groups_per_s:>9.1f}")
+        ratio = r.p50_s / poll[(r.nodes, r.group)] if (r.nodes, r.group) in poll else float("nan")
+        lines.append(f"{r.nodes:>5} {r.transport:>9} {r.group:>6} {r.published:>9} {r.complete:>8} "
+                     f"{1e3 * r.publish_p50_s:>11.1f} {1e3 * r.p50_s:>11.1f} {1e3 * r.p95_s:>11.1f} {ratio:>7.3f} "
+                     f"{r.groups_per_s:>8.1f} {r.messages_per_peer:>6.0f} {r.kib_per_peer:>7.1f} "
+                     f"{r.body_mib_per_peer:>8.2f}")
     return "\n".join(lines)
 
 
-def rows_as_json(rows: list[SwarmBenchRow], *, poll_interval: float, groups_per_node: int,
+def rows_as_json(rows: list[SwarmBenchRow], *, poll_interval: float, groups_per_node: int, round_seconds: float,
                  extra: Optional[dict] = None) -> str:
     return json.dumps({"bench": "swarm", "poll_interval": poll_interval, "groups_per_node": groups_per_node,
-                       "rows": [asdict(r) for r in rows], **(extra or {})}, indent=2)
+                       "round_seconds": round_seconds, "rows": [asdict(r) for r in rows], **(extra or {})}, indent=2)

@@ -3,10 +3,13 @@
 It speaks JSON lines: it writes `{"peer_id", "maddrs"}` once joined, then answers each
 command read from stdin with one line.
 
-    {"op": "round", "size": bytes, "count": k, "expect": n, "start_at": unix time, "timeout": s}
-        publishes k synthetic groups of about `size` bytes from `start_at`, while a watcher
-        thread gathers every 20 ms until n peers' groups arrived or `timeout` passed; answers
-        {"published": [[group id, publish start, ok, seconds, reason], ...], "arrivals": {group id: time}}
+    {"op": "round", "round": r, "size": bytes, "count": k, "expect": n, "start_at": unix time,
+     "timeout": s, "min_seconds": s}
+        publishes k synthetic groups of about `size` bytes (round r, k groups) from `start_at`,
+        while a watcher thread gathers until n peers' groups arrived or `timeout` passed, and
+        the round lasted `min_seconds` at least; answers {"published": [[group id, publish
+        start, ok, seconds, reason], ...], "arrivals": {group id: unix time its body was
+        accepted}, "traffic": {counter: increase over the round}}
     {"op": "exchange", "size": bytes, "count": k, "deadline": s}
         one node round: publishes k groups, then gathers once with `deadline`; answers
         {"published": [[group id, ok]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
@@ -30,6 +33,8 @@ from ftis_swarm.wire import Group, encode_group
 TOKENIZER_FP = "bench-tokenizer"
 VOCAB_SIZE = 50_000
 _PROMPT_TOKENS = 64
+_WATCH_EVERY = 0.05
+TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes")
 
 
 def synthetic_group(*, sender: str, run_id: str, size: int, seed: int) -> Group:
@@ -52,11 +57,13 @@ def synthetic_group(*, sender: str, run_id: str, size: int, seed: int) -> Group:
 def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> dict:
     arrivals: dict[str, float] = {}
     deadline = time.time() + cmd["timeout"]
+    before = client.counters()
 
     def watch() -> None:
         while len(arrivals) < cmd["expect"] and time.time() < deadline:
-            for group in client.gather(0.02):
-                arrivals.setdefault(group.group_id, time.time())
+            client.gather(_WATCH_EVERY)
+            for group_id, accepted_at in client.arrival_times().items():
+                arrivals.setdefault(group_id, accepted_at)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -65,10 +72,13 @@ def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> di
     for i in range(cmd["count"]):
         group = synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
         started = time.time()
-        result = client.publish(group)
+        result = client.publish(group, round=cmd["round"], round_groups=cmd["count"])
         published.append([result.group_id, started, result.ok, result.seconds, result.reason])
     watcher.join()
-    return {"published": published, "arrivals": arrivals}
+    time.sleep(max(0.0, cmd["start_at"] + cmd["min_seconds"] - time.time()))
+    after = client.counters()
+    return {"published": published, "arrivals": arrivals,
+            "traffic": {name: after[name] - before[name] for name in TRAFFIC}}
 
 
 def _exchange(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> dict:

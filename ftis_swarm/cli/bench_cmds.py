@@ -143,27 +143,36 @@ def bench_hostile(
 def bench_swarm(
     nodes: Optional[list[int]] = typer.Option(None, help="Swarm size to measure (repeatable); default 2, 4 and 8."),
     groups: int = typer.Option(8, help="Groups each node publishes per group size."),
-    poll_interval: Optional[float] = typer.Option(None, help="Seconds between pointer reads (default: the config's)."),
+    transport: Optional[list[str]] = typer.Option(None, help="gossip or poll (repeatable); default both, poll the baseline."),
+    poll_interval: Optional[float] = typer.Option(None, help="Seconds between pointer reads with gossip off (default: the config's)."),
+    round_seconds: float = typer.Option(5.0, help="Seconds a round lasts at least, for the traffic per peer per round."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
-    """Publish-to-visible-at-every-peer latency (p50, p95) and groups/s for 32 KiB and 1 MiB groups."""
+    """Publish-to-visible latency (p50, p95), groups/s and traffic per peer for 32 KiB and 1 MiB groups."""
     from ftis_swarm.config import SwarmConfig
 
     counts = nodes or [2, 4, 8]
-    if any(not 2 <= n <= 16 for n in counts):
-        fail("--nodes must be between 2 and 16")
-    if not 1 <= groups <= 256:
-        fail("--groups must be between 1 and 256")
+    if any(not 2 <= n <= 32 for n in counts):
+        fail("--nodes must be between 2 and 32")
+    if not 1 <= groups <= 64:
+        fail("--groups must be between 1 and 64")
+    transports = tuple(transport or ["gossip", "poll"])
+    if any(t not in ("gossip", "poll") for t in transports):
+        fail("--transport must be gossip or poll")
     interval = poll_interval if poll_interval is not None else SwarmConfig().poll_interval
     if not 0 < interval <= 60:
         fail("--poll-interval must be in (0, 60] seconds")
+    if not 0 <= round_seconds <= 600:
+        fail("--round-seconds must be in [0, 600]")
     _check_json_path(json_path)
     from ftis_swarm.bench.swarm_bench import format_table, rows_as_json, run_swarm_bench
 
-    rows = run_swarm_bench(counts, groups_per_node=groups, poll_interval=interval)
-    typer.echo(format_table(rows, poll_interval=interval))
+    rows = run_swarm_bench(counts, groups_per_node=groups, poll_interval=interval, transports=transports,
+                           round_seconds=round_seconds)
+    typer.echo(format_table(rows, poll_interval=interval, round_seconds=round_seconds))
     if json_path is not None:
-        json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups))
+        json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups,
+                                          round_seconds=round_seconds))
 
 
 @bench_app.command("rollout")

@@ -73,7 +73,7 @@ def join(
     epochs: Optional[int] = typer.Option(None, help="PPO epochs per batch. [learner.epochs]"),
     dtype: Optional[str] = typer.Option(None, help="fp32 or bf16 (autocast). [learner.dtype]"),
     mode: Optional[str] = typer.Option(None, help="Loss mode, ftis by default; --help-modes lists each mode and what it does. [learner.ftis.mode]"),
-    round_deadline: Optional[float] = typer.Option(None, help="Seconds to gather peers' groups each round. [round_deadline]"),
+    round_deadline: Optional[float] = typer.Option(None, help="Most seconds to gather peers' groups each round (less once every live peer's round is in). [round_deadline]"),
     checkpoint_every: Optional[int] = typer.Option(None, help="Rounds between checkpoints. [checkpoint_every]"),
     backend: Optional[str] = typer.Option(None, help="auto, transformers or vllm. [backend]"),
     seed: Optional[int] = typer.Option(None, help="Seed of prompt sampling and generation. [seed]"),

@@ -6,9 +6,10 @@ This is the one place where rollout, learner and swarm meet. A round:
    draws what it would have drawn) and render them with this node's chat template;
 2. generate one vertical group per prompt with the policy version being served;
 3. publish each group; a publish that did not replicate is counted, not retried;
-4. gather peers' groups until the round's deadline, whatever has arrived; drop those of
-   refused peers and those already consumed by a persisted update, cap them per peer and in
-   total, in groups and in completion tokens (`intake.py`);
+4. gather peers' groups until every live peer's round is in or the round's deadline
+   passes, whichever comes first; drop those of refused peers and those already consumed by
+   a persisted update, cap them per peer and in total, in groups and in completion tokens
+   (`intake.py`);
 5. admit and score every group with this node's verifier (`learner.rewards`), then one F-TIS
    update on own + peers'; charge each peer's faults to the ledger (`ledger.py`) and credit
    the groups it used;
@@ -153,8 +154,8 @@ class Node:
                 counts["publish_out_of_vocab"] += 1
                 counts["publish_failed"] += 1
                 continue
-            counts["published" if p.swarm.publish(g).ok else "publish_failed"] += 1
-        gathered = p.swarm.gather(deadline=cfg.round_deadline)
+            counts["published" if p.swarm.publish(g, round=r, round_groups=len(own)).ok else "publish_failed"] += 1
+        gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
         peers = self._take_peer_groups(gathered, counts)
         t_gather = time.perf_counter()

@@ -12,8 +12,12 @@ The only package that imports hivemind. docs/swarm.md describes the design as bu
 - guard.py          DHTServicer: the DHT calls other peers make on this one, screened and bounded
 - storage.py        GuardedStorage: what a peer keeps for others, with quotas and rank-ordered eviction
 - reading.py        KeyReader: a Kademlia lookup whose replies are decoded strictly and checked record by record
-- publishing.py     store_records: signed records on the nearest peers, counting who accepted each
-- gatherer.py       the background poller: membership, pointers, screening, the inbox of accepted groups
+- publishing.py     sign_records, store_records: signed records on the nearest peers, counting who accepted each
+- pubsub.py         gossipsub in hivemind's p2pd (PubsubP2P) and its control requests (subscribe, Publisher, ...)
+- gossip.py         the gossip message (one signed record) and GossipGate: rate per sender, bans, record checks
+- channel.py        GossipChannel: the run's topic on this peer (pointers out, peers' pointers in, connections)
+- rounds.py         RoundTracker: which live peers' newest rounds are in (when a gather of a round ends)
+- gatherer.py       pointers pushed or read from the DHT, screening, the inbox of accepted groups
 - fetching.py       FetchScheduler: slots per publisher, stalls and back-off, which body to fetch next
 - bodies.py         the body store and the `ftis.body.v1` stream protocol (fetch with clocks, bounded serving)
 - identity.py       the RSA identity file (peer id = record signer) and its single-process lock
@@ -22,6 +26,7 @@ The only package that imports hivemind. docs/swarm.md describes the design as bu
 - errors.py         SwarmError: one sentence for the user
 - hostile.py        a hostile peer (`python -m ftis_swarm.swarm.hostile`) for the tests and `bench hostile`
 - hostile_floods.py its floods and bad body servers
+- hostile_gossip.py its gossip flood: raw gossipsub streams, messages signed by any of its identities
 """
 
 from ftis_swarm.swarm.client import PublishResult, SwarmClient

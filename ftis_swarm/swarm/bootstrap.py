@@ -30,8 +30,12 @@ class BootstrapPeer:
 
     @classmethod
     def start(cls, cfg: SwarmConfig) -> "BootstrapPeer":
-        """Starts p2pd and a DHT peer on cfg.host:cfg.port (joining cfg.peers, if any)."""
-        return cls(open_peer(cfg, thread_name="ftis-bootstrap"))
+        """Starts p2pd and a DHT peer on cfg.host:cfg.port (joining cfg.peers, if any).
+
+        Without gossipsub: gossip reaches only the peers that subscribe to a run's topic, and
+        a bootstrap peer subscribes to none (the nodes of a run connect to each other).
+        """
+        return cls(open_peer(cfg.model_copy(update={"gossip": False}), thread_name="ftis-bootstrap"))
 
     def connected_peers(self) -> set[str]:
         """Peer ids with an open libp2p connection to this peer."""

@@ -1,12 +1,13 @@
 """`SwarmClient`: what a node calls to publish its groups and gather its peers'.
 
 The client owns an in-process DHT peer on a background event loop (`runtime`), the store
-of its own bodies with the stream handler that serves them (`bodies`), and the background
-gatherer (`gatherer`). All calls are synchronous and safe from the node's main thread:
+of its own bodies with the stream handler that serves them (`bodies`), the run's gossip
+topic (`channel`) and the background gatherer (`gatherer`). All calls are synchronous and
+safe from the node's main thread:
 
     client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V, policy=ledger)  # blocks until joined
-    result = client.publish(group)          # PublishResult: ok only if peers hold the pointer and membership
-    groups = client.gather(deadline=10.0)   # whatever arrived by then; never waits for a count
+    result = client.publish(group, round=r, round_groups=n)  # gossiped at once; ok if peers hold it in the DHT
+    groups = client.gather(deadline=10.0, round=r)  # as soon as every live peer's round is in, or at the deadline
     client.drain_peer_faults()              # {peer id: Counter(reason)} since the last call, for the ledger
     client.counters(); client.shutdown()
 """
@@ -24,17 +25,23 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.bodies import BodyStore, serve_bodies
+from ftis_swarm.swarm.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.gatherer import Gatherer
-from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, member_key, member_shard, pointer_key, window_of
+from ftis_swarm.swarm.gossip import GossipGate
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
-from ftis_swarm.swarm.publishing import Record, store_records
+from ftis_swarm.swarm.publishing import Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.reading import KeyReader
-from ftis_swarm.swarm.records import RECORD_VERSION, MemberRecord, make_pointer, make_subkey
+from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
+                                      make_subkey)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
 
 logger = logging.getLogger(__name__)
+
+RECHECK_EVERY = 0.25
+"""Seconds between two looks at who is live while a gather of a round waits (liveness ends without an event)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +61,8 @@ class PublishResult:
     """Bytes of the encoded body."""
     seconds: float = 0.0
     """Wall time of the publish call."""
+    gossiped: bool = False
+    """The pointer was handed to the run's gossip topic (before the DHT store)."""
 
 
 class SwarmClient:
@@ -72,6 +81,7 @@ class SwarmClient:
         self._gatherer = Gatherer(reader=KeyReader(self._node, peer.checker, self._counters), p2p=self._node.p2p,
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
                                   counters=self._counters, policy=policy)
+        self._arrivals: dict[str, float] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._member_updated = 0.0
         self._stop = threading.Event()
@@ -81,6 +91,15 @@ class SwarmClient:
                                     min_rate=cfg.min_body_rate, max_streams_per_peer=cfg.max_streams_per_peer,
                                     policy=policy, counters=self._counters,
                                     on_served=lambda n: self._counters.add("served_bytes", n)), timeout=10.0)
+        self._gossip: Optional[GossipChannel] = None
+        if cfg.gossip:
+            gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
+                              ttl=cfg.ttl)
+            self._gossip = GossipChannel(p2p=self._node.p2p, topic=gossip_topic(cfg.run_id), gate=gate,
+                                         self_id=self.peer_id, counters=self._counters,
+                                         on_pointer=self._gatherer.on_gossip)
+            self._loop.run(self._gossip.start(), timeout=10.0)
+            self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
 
     @classmethod
@@ -107,13 +126,18 @@ class SwarmClient:
                     "client mode" if cfg.client_mode else " ".join(client.visible_maddrs), len(cfg.peers))
         return client
 
-    def publish(self, group: Group) -> PublishResult:
+    def publish(self, group: Group, *, round: int = 0, round_groups: int = 1) -> PublishResult:
         """Makes `group` available to every peer; `ok` is False, with a reason, when it is not.
 
-        Stores the group's pointer under this node's key of the current window and, at the
-        same time, this node's membership record of the window (the count of its pointers).
-        Never raises for what the swarm does: every failure is a result with a reason.
+        `round` is this node's round number and `round_groups` how many groups it publishes
+        for that round (both signed into the pointer: a peer's gather knows when it has
+        them all). Gossips the signed pointer on the run's topic, then stores it under this
+        node's key of the current window together with this node's membership record of the
+        window (the count of its pointers). Never raises for what the swarm does: every
+        failure is a result with a reason (ValueError only for a bad `round` or `round_groups`).
         """
+        if round < 0 or not 1 <= round_groups <= MAX_GROUPS_PER_ROUND:
+            raise ValueError(f"round must be >= 0 and round_groups in 1..{MAX_GROUPS_PER_ROUND}")
         started = time.monotonic()
         reason = self._refusal(group)
         if reason:
@@ -125,9 +149,11 @@ class SwarmClient:
         group_id = content_id(body)
         expiration = group.created_at + self._cfg.ttl
         self._bodies.put(group_id, body, until=expiration + self._cfg.max_clock_skew)
-        records, window = self._records(group, body, group_id, expiration)
+        records, window = self._records(group, body, group_id, expiration, round=round, round_groups=round_groups)
+        gossiped: list[bool] = []
         try:
-            pointer, member = self._loop.run(store_records(self._node, records), timeout=self._cfg.publish_timeout)
+            pointer, member = self._loop.run(self._publish_records(records, gossiped),
+                                             timeout=self._cfg.publish_timeout)
         except TimeoutError as exc:
             return self._failed(str(exc), started, group_id=group_id, size=len(body))
         except Exception as exc:  # p2pd, hivemind or this node's own checks: a failed publish, not a crash
@@ -142,7 +168,7 @@ class SwarmClient:
                                   f"{member.accepted} of {pointer.asked} peers asked, fewer than "
                                   f"min_replicas={self._cfg.min_replicas}"),
             group_id=group_id, replicas=pointer.accepted, asked=pointer.asked, size=len(body),
-            seconds=time.monotonic() - started,
+            seconds=time.monotonic() - started, gossiped=bool(gossiped and gossiped[0]),
         )
         if ok:
             self._counters.add("published")
@@ -151,7 +177,17 @@ class SwarmClient:
             logger.warning("publish of %s failed: %s", group_id, result.reason)
         return result
 
-    def _records(self, group: Group, body: bytes, group_id: str, expiration: float) -> tuple[list[Record], int]:
+    async def _publish_records(self, records: list[Record], gossiped: list[bool]) -> list[StoreOutcome]:
+        """Signs the pointer and gossips it, then signs the membership record and stores both in the DHT."""
+        pointer, member = records
+        signed = sign_records(self._node, [pointer])
+        if self._gossip is not None:
+            gossiped.append(await self._gossip.publish(signed[0].signed))
+        signed += sign_records(self._node, [member])
+        return await store_records(self._node, signed, self._counters)
+
+    def _records(self, group: Group, body: bytes, group_id: str, expiration: float, *, round: int,
+                 round_groups: int) -> tuple[list[Record], int]:
         """The pointer of `group` and this node's membership record of the current window, unsigned."""
         cfg, now = self._cfg, get_dht_time()
         window = window_of(now, cfg.window)
@@ -164,23 +200,50 @@ class SwarmClient:
         public_key = self._peer.identity.identity.public_key
         return [
             Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, group_id),
-                   make_pointer(group, body, group_id, window=window).dict(), expiration),
+                   make_pointer(group, body, group_id, window=window, round=round,
+                                round_groups=round_groups).dict(), expiration),
             Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
                    make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl),
         ], window
 
-    def gather(self, deadline: float) -> list[Group]:
-        """Peers' groups accepted since the last call, returned `deadline` seconds from now.
+    def gather(self, deadline: float, *, round: Optional[int] = None) -> list[Group]:
+        """Peers' groups accepted since the last call. Never this node's own, never a group twice.
 
-        Never this node's own groups, never a group twice. It waits for the deadline, not
-        for a number of peers: whatever has arrived by then is returned (possibly nothing).
+        With `round` (this node's round number) it returns as soon as no live peer is owed a
+        round (`rounds`: every peer whose pointer was seen within two deadlines and whose
+        groups were accepted before has its newest round in, accepted or rejected), or at the
+        deadline, whichever comes first; alone, at once. Without `round` it returns `deadline`
+        seconds from now. Either way it never waits for a number of peers.
         """
         if deadline < 0:
             raise ValueError("deadline must be >= 0 seconds")
-        self._stop.wait(deadline)
+        if round is None:
+            self._stop.wait(deadline)
+        else:
+            self._wait_for_round(deadline)
         if self._closed:
             return []
-        return self._gatherer.drain()
+        drained = self._gatherer.drain()
+        self._arrivals = {group.group_id: accepted_at for group, accepted_at in drained}
+        return [group for group, _ in drained]
+
+    def arrival_times(self) -> dict[str, float]:
+        """{group id: unix time its body was accepted here} for the groups the last gather returned."""
+        return dict(self._arrivals)
+
+    def _wait_for_round(self, deadline: float) -> None:
+        changed, ends = self._gatherer.changed, time.monotonic() + deadline
+        while not self._closed:
+            changed.clear()
+            if not self._gatherer.owed(2 * deadline):
+                self._counters.add("gathers_complete")
+                break
+            left = ends - time.monotonic()
+            if left <= 0:
+                self._counters.add("gathers_at_deadline")
+                break
+            changed.wait(min(left, RECHECK_EVERY))
+        self._gatherer.rounds.consume()
 
     def counters(self) -> dict:
         """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
@@ -204,7 +267,10 @@ class SwarmClient:
                 return
             self._closed = True
             self._stop.set()
+            self._gatherer.changed.set()
             self._poller.cancel()
+            if self._gossip is not None:
+                self._loop.loop.call_soon_threadsafe(self._gossip.close)
             self._peer.close()
             logger.info("left the swarm (%s)", self.peer_id)
 

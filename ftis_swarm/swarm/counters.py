@@ -24,6 +24,16 @@ last call, for the node's ledger.
 
 `deferred` counts groups held back once because their peer had reached
 `max_groups_per_peer_per_gather`; they are fetched for a later gather, not rejected.
+
+Traffic: `gossip_sent`, `gossip_failed`, `gossip_received`, `gossip_bytes` (messages and
+bytes received on the run's topic), `gossip_disconnects` (senders disconnected for
+flooding; their refusals are faults `gossip_<reason>`, see `gossip`); `dht_requests` and
+`dht_bytes`: the find and store calls this peer made for the swarm's records and the
+bytes of their records and replies (hivemind's own nearest-peer lookups not included);
+`pointers_gossiped` and `pointers_read`: peers' pointers first seen on the topic, or first
+read from the DHT (the fallback).
+Gathers of a round end `gathers_complete` (every live peer's round in) or
+`gathers_at_deadline`.
 Per-peer maps hold at most `MAX_PEERS` peers; the rest are counted under `OTHERS`.
 """
 
@@ -41,7 +51,10 @@ OTHERS = "<others>"
 class SwarmCounters:
     """Thread-safe counters; `snapshot()` copies them."""
 
-    _PLAIN = ("published", "publish_failed", "gathered", "deferred", "fetched_bytes", "served_bytes", "fetch_retries")
+    _PLAIN = ("published", "publish_failed", "gathered", "deferred", "fetched_bytes", "served_bytes", "fetch_retries",
+              "gossip_sent", "gossip_failed", "gossip_received", "gossip_bytes", "gossip_disconnects",
+              "dht_requests", "dht_bytes", "pointers_gossiped", "pointers_read", "gathers_complete",
+              "gathers_at_deadline")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -27,6 +27,8 @@ JSON line per command:
         dictionary: one whole-dictionary store holding n unknown msgpack extension types
         bodies: n pointers per bad body server (stall, header then silence, dribble, endless)
         replays: n re-sends of every honest record it can read (old and current versions)
+        gossip: pushed on the run's topic, n per identity and kind (`hostile_gossip`), with
+            "params": {"burst": the nodes' gossip_burst, "targets": [peer ids]}
     {"op": "results"}  waits for the floods -> {name: {"sent": n, "accepted": {peer id: n}}}
     {"op": "done"}  whether every flood started has finished -> {"done": bool}
     {"op": "quit"}
@@ -281,7 +283,7 @@ async def amain() -> None:
         elif cmd["op"] == "publish_groups":
             _send(await hostile.publish_groups([base64.b64decode(b) for b in cmd["bodies"]]))
         elif cmd["op"] == "flood":
-            hostile.floods.launch(cmd["attack"], cmd["n"])
+            hostile.floods.launch(cmd["attack"], cmd["n"], **cmd.get("params", {}))
             _send({"started": cmd["attack"]})
         elif cmd["op"] == "results":
             _send(await hostile.floods.results())

@@ -10,6 +10,7 @@
   nothing), `dribble` (a header, then one byte every 2 s), `endless` (a header, then
   random bytes without end).
 - `replays`: every honest record it can read, stored again n times as it was.
+- `gossip`: pointers pushed on the run's topic (`hostile_gossip`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from hivemind.proto import dht_pb2
 
 from ftis_swarm.swarm.bodies import BODY_PROTOCOL
 from ftis_swarm.swarm.dhtcodec import DICTIONARY_EXT
+from ftis_swarm.swarm.hostile_gossip import GossipFlood
 from ftis_swarm.swarm.identity import load_identity
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
@@ -87,7 +89,11 @@ class Floods:
             await p2p.add_binary_stream_handler(BODY_PROTOCOL, _bad_server(kind))
             self.body_peers[kind] = (p2p, Signer(load_identity(path).private_key))
 
-    def launch(self, name: str, n: int) -> None:
+    def launch(self, name: str, n: int, **params: object) -> None:
+        """Starts flood `name` in the background; `gossip` takes `burst` and `targets` (peer ids)."""
+        if name == "gossip":
+            self._tasks[name] = asyncio.create_task(GossipFlood(self.h, self.signers).run(n, **params))
+            return
         attack = {"pointers": self.pointers, "random_keys": self.random_keys, "dictionary": self.dictionary,
                   "bodies": self.bodies, "replays": self.replays}[name]
         self._tasks[name] = asyncio.create_task(attack(n))
@@ -146,7 +152,7 @@ class Floods:
             for _ in range(min(_CHUNK, n - start)):
                 kid, gid = DHTID.generate(), secrets.token_hex(16)
                 subkey = make_subkey(me.public_key, gid)
-                value = SER.dumps(self._pointer(me, gid, window_of(now, s["window"]), BODY_SIZE))
+                value = SER.dumps(self.pointer_value(me, gid, window_of(now, s["window"]), BODY_SIZE))
                 items.append((kid, subkey, me.sign(kid, subkey, value, now + s["ttl"]), now + s["ttl"]))
             for peer in await self.h.honest_peers(items[0][0]):
                 answer = await self.h.node.protocol.call_store(
@@ -188,11 +194,12 @@ class Floods:
                         _add(accepted, await self._store(kid, items))
         return {"sent": sent, "accepted": accepted}
 
-    def _pointer(self, signer: "Signer", gid: str, w: int, size: int) -> dict:
+    def pointer_value(self, signer: "Signer", gid: str, w: int, size: int) -> dict:
+        """A pointer of `signer` in window `w` (round 0, one group) whose body it never serves."""
         s = self.h.s
         return {"v": RECORD_VERSION, "group_id": gid, "size": size, "sha256": gid + "0" * 32,
                 "publisher": signer.peer_id, "created_at": time.time(), "run_id": s["run_id"],
-                "tokenizer_fp": s["tokenizer_fp"], "window": w}
+                "tokenizer_fp": s["tokenizer_fp"], "window": w, "round": 0, "round_groups": 1}
 
     async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]
@@ -200,7 +207,7 @@ class Floods:
         for _ in range(n):
             gid = secrets.token_hex(16)
             subkey = make_subkey(signer.public_key, gid)
-            items.append((subkey, signer.sign(kid, subkey, SER.dumps(self._pointer(signer, gid, w, size)), exp), exp))
+            items.append((subkey, signer.sign(kid, subkey, SER.dumps(self.pointer_value(signer, gid, w, size)), exp), exp))
         return await self._store(kid, items)
 
     async def _store(self, kid: DHTID, items: list) -> dict[str, int]:

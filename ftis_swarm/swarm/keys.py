@@ -2,6 +2,7 @@
 
     ftis/<run id>/members/<w>/<s>     one membership record per peer that published in window w
     ftis/<run id>/groups/<peer id>/<w>  that peer's pointers of window w, one subkey per group
+    ftis/<run id>/pointers            the run's gossip topic: each pointer again, pushed as published
 
 `w = floor(publish time / window)`; `s = member_shard(peer id, shards)`. Every record names
 the window (and, for a membership record, the shard count) it was stored under, and its
@@ -46,6 +47,11 @@ def member_key(run_id: str, w: int, shard: int) -> str:
 
 def pointer_key(run_id: str, peer_id: str, w: int) -> str:
     return f"ftis/{run_id}/groups/{peer_id}/{w}"
+
+
+def gossip_topic(run_id: str) -> str:
+    """The gossipsub topic on which a run's peers push their pointers (`gossip`)."""
+    return f"ftis/{run_id}/pointers"
 
 
 def key_id(key: str) -> DHTID:

@@ -93,8 +93,10 @@ class KeyReader:
         faults: Counter[str] = Counter()
         nothing = {query: ((), False) for query in queries}
         request = dht_pb2.FindRequest(keys=[q.to_bytes() for q in queries], peer=self._protocol.node_info)
+        self._counters.add("dht_requests")
         try:
             response = await self._protocol.get_stub(peer).rpc_find(request, timeout=self._protocol.wait_timeout)
+            self._counters.add("dht_bytes", response.ByteSize())
         except Exception as exc:  # p2pd and hivemind raise assorted types for a peer that does not answer
             logger.debug("no find reply from %s: %r", peer, exc)
             self._counters.fault(peer.to_base58(), Counter(dht_no_reply=1))

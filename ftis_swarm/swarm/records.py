@@ -3,8 +3,10 @@
 - `GroupPointer`, under the publisher's own pointer key (`keys.pointer_key`), subkey
   `[owner:<ssh-rsa public key>]/<group id>`: the group id, the body's size and sha256, the
   publisher's peer id (the peer id of the owner key), the signed creation time, run id,
-  tokenizer fingerprint and the window it was published in. The last four let a receiver
-  drop a group without downloading it.
+  tokenizer fingerprint and the window it was published in (these let a receiver drop a
+  group without downloading it), and the publisher's round with the number of groups it
+  has for that round (so a gather knows when a peer's round is in). The same signed
+  record is stored in the DHT and gossiped on the run's topic (`gossip`).
 - `MemberRecord`, under a membership key (`keys.member_key`), subkey
   `[owner:<key>]/member`: "this peer published `groups` pointers in window w". One per
   peer and window; each publish re-signs it with a later expiry, which replaces it.
@@ -26,11 +28,12 @@ import pydantic.v1 as pydantic
 from ftis_swarm.config import WireConfig
 from ftis_swarm.wire import Group, WireError, decode_group
 
-RECORD_VERSION = 2
-"""Version of both record schemas (1 was the shared window key of the first layout)."""
+RECORD_VERSION = 3
+"""Version of both record schemas (1 was the shared window key of the first layout; 2 had no round)."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
+MAX_GROUPS_PER_ROUND = 4096
 
 _SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/([0-9a-f]{32}|member)$")
 _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
@@ -80,6 +83,10 @@ class GroupPointer(_StrictRecord):
     """The body's tokenizer fingerprint."""
     window: pydantic.conint(strict=True, ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
+    round: pydantic.conint(strict=True, ge=0)
+    """The publisher's round number in the run (0 when the publisher has no rounds)."""
+    round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
+    """How many groups the publisher publishes for that round: a reader knows when it has them all."""
 
     _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
@@ -118,8 +125,10 @@ def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
     return match.group(1), match.group(2).decode()
 
 
-def make_pointer(group: Group, body: bytes, group_id: str, *, window: int) -> GroupPointer:
-    """The pointer this node stores for one of its own encoded groups, published in `window`."""
+def make_pointer(group: Group, body: bytes, group_id: str, *, window: int, round: int = 0,
+                 round_groups: int = 1) -> GroupPointer:
+    """The pointer this node stores for one of its own encoded groups, published in `window`,
+    the `round_groups` groups of its round `round`."""
     return GroupPointer(
         v=RECORD_VERSION,
         group_id=group_id,
@@ -130,6 +139,8 @@ def make_pointer(group: Group, body: bytes, group_id: str, *, window: int) -> Gr
         run_id=group.run_id,
         tokenizer_fp=group.tokenizer_fp,
         window=window,
+        round=round,
+        round_groups=round_groups,
     )
 
 

@@ -34,6 +34,7 @@ from ftis_swarm.swarm.errors import SwarmError
 from ftis_swarm.swarm.guard import DHTServicer
 from ftis_swarm.swarm.identity import NodeIdentity
 from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.swarm.pubsub import PubsubP2P
 from ftis_swarm.swarm.storage import GuardedStorage
 from ftis_swarm.swarm.validators import RecordChecker
 
@@ -108,9 +109,10 @@ def check_maddrs(maddrs: list[str], *, what: str, need_peer_id: bool) -> None:
 
 async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChecker, policy: PeerPolicy,
                     counters: SwarmCounters) -> DHTNode:
-    """Starts p2pd with this identity, joins the DHT through `cfg.peers` (if any), and guards it."""
+    """Starts p2pd with this identity (and gossipsub, if `cfg.gossip`), joins the DHT through
+    `cfg.peers` (if any), and guards it."""
     try:
-        p2p = await P2P.create(
+        p2p = await (PubsubP2P if cfg.gossip else P2P).create(
             initial_peers=cfg.peers or None,
             host_maddrs=listen_maddrs(cfg.host, cfg.port),
             announce_maddrs=cfg.announce or None,

@@ -103,7 +103,7 @@ class RecordChecker(RecordValidatorBase):
 
     def examine(self, record: DHTRecord) -> Verdict:
         """The verdict on `record`, with its owner and parsed content when it is accepted."""
-        digest = _digest(record)
+        digest = record_digest(record)
         remembered = self._accepted.get(digest)
         if remembered is not None:
             self._accepted.move_to_end(digest)
@@ -181,7 +181,8 @@ def _bound_key(value: object, owner: Owner) -> Optional[str]:
     return member_key(run_id, window, member_shard(owner.peer_id, shards))
 
 
-def _digest(record: DHTRecord) -> bytes:
+def record_digest(record: DHTRecord) -> bytes:
+    """A sha256 over (key, subkey, value, expiry), each length-prefixed: one record, one digest."""
     hasher = hashlib.sha256()
     for part in (record.key, record.subkey, record.value, repr(record.expiration_time).encode()):
         hasher.update(len(part).to_bytes(8, "big") + part)  # length-prefixed: no two records collide

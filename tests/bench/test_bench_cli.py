@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ftis_swarm.bench.logprob_memory import measure_logprobs
+from ftis_swarm.bench.swarm_bench import SwarmBenchRow, format_table
 from ftis_swarm.bench.wire_bench import paper_group
 from ftis_swarm.models.tiny import build_tiny_qwen2
 from ftis_swarm.wire import encode_group
@@ -101,3 +102,23 @@ def test_bench_attacks_on_tiny_models(tmp_path):
         assert d["false_alarms"] == 0 and d["delay_fresh"] == 1, d  # 4 completions of 24 tokens: over 28 at once
         assert d["forged_mean"] == pytest.approx(2.0, abs=1e-3)
     assert "forgery detector" in proc.stdout and "stopped by" in proc.stdout
+
+
+def test_bench_swarm_refuses_bad_flags_in_one_sentence():
+    for flags in (["--nodes", "1"], ["--transport", "carrier-pigeon"], ["--round-seconds", "-1"], ["--groups", "65"]):
+        proc = subprocess.run(CLI + ["swarm", *flags], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_bench_swarm_table_gives_each_gossip_row_its_ratio_to_the_poll_row():
+    def row(transport: str, group: str, p50: float) -> SwarmBenchRow:
+        return SwarmBenchRow(nodes=2, transport=transport, group=group, published=16, complete=16, publish_p50_s=0.02,
+                             p50_s=p50, p95_s=2 * p50, groups_per_s=10.0, messages_per_peer=26.0, kib_per_peer=25.8,
+                             body_mib_per_peer=0.25)
+
+    table = format_table([row("gossip", "32KiB", 0.022), row("gossip", "1MiB", 0.05), row("poll", "32KiB", 1.1),
+                          row("poll", "1MiB", 2.0)], poll_interval=1.0, round_seconds=5.0)
+    lines = table.splitlines()[2:]
+    assert [line.split()[8] for line in lines] == ["0.020", "0.025", "1.000", "1.000"]
+    assert lines[0].split()[6:8] == ["22.0", "44.0"]  # p50 and p95 in ms

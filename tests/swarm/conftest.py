@@ -23,6 +23,8 @@ import pytest
 
 from ftis_swarm.config import SwarmConfig, WireConfig
 
+from record_peers import Peer
+
 HERE = Path(__file__).parent
 LOOPBACK = "127.0.0.1"
 _spec = importlib.util.spec_from_file_location("node_proc", HERE / "node_proc.py")
@@ -102,14 +104,15 @@ class Node(Proc):
         self.peer_id, self.maddrs = hello["peer_id"], hello["maddrs"]
         return self
 
-    def publish(self, items: list[str], *, tokens: int = 64) -> list[dict]:
-        """One group per item; each answer's "body" is the encoded group (bytes)."""
-        answers = self.request({"op": "publish", "items": items, "tokens": tokens})
+    def publish(self, items: list[str], *, tokens: int = 64, round: int = 0) -> list[dict]:
+        """One group per item, the groups of `round`; each answer's "body" is the encoded group (bytes)."""
+        answers = self.request({"op": "publish", "items": items, "tokens": tokens, "round": round})
         return [{**a, "body": base64.b64decode(a["body"])} for a in answers]
 
-    def gather(self, deadline: float) -> dict:
-        """{"bodies": [encoded groups], "elapsed": seconds the gather call took in the node}."""
-        answer = self.request({"op": "gather", "deadline": deadline}, timeout=deadline + 30.0)
+    def gather(self, deadline: float, *, round: Optional[int] = None) -> dict:
+        """{"bodies": [encoded groups], "elapsed": seconds the gather call took in the node,
+        "arrivals": {group id: unix time its body was accepted}}."""
+        answer = self.request({"op": "gather", "deadline": deadline, "round": round}, timeout=deadline + 30.0)
         return {**answer, "bodies": [base64.b64decode(b) for b in answer["bodies"]]}
 
     def counters(self) -> dict:
@@ -187,6 +190,17 @@ class Swarm:
     def kill_all(self) -> None:
         for proc in self.procs:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def alice() -> Peer:
+    """An identity that signs records as an honest publisher (record_peers.Peer)."""
+    return Peer()
+
+
+@pytest.fixture(scope="module")
+def bob() -> Peer:
+    return Peer()
 
 
 @pytest.fixture

@@ -4,8 +4,10 @@
 
 Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
 
-    {"op": "publish", "items": [...], "tokens": n}  -> [{"ok", "reason", "group_id", "replicas", "body"}]
-    {"op": "gather", "deadline": s}                   -> {"bodies": [...], "elapsed": s}
+    {"op": "publish", "items": [...], "tokens": n, "round": r}
+        -> [{"ok", "reason", "group_id", "replicas", "body", "started"}]  (the items are round r's groups)
+    {"op": "gather", "deadline": s, "round": r or null}
+        -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
     {"op": "counters"}                                -> the client's counters
     {"op": "quit"}                                    -> {"ok": true}, after shutdown
 
@@ -43,14 +45,16 @@ def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
         out = []
         for item in cmd["items"]:
             group = make_group(sender=client.peer_id, run_id=cfg.run_id, item=item, tokens=cmd["tokens"])
-            result = client.publish(group)
+            started = time.time()
+            result = client.publish(group, round=cmd.get("round", 0), round_groups=len(cmd["items"]))
             out.append({"ok": result.ok, "reason": result.reason, "group_id": result.group_id,
-                        "replicas": result.replicas, "body": b64(encode_group(group))})
+                        "replicas": result.replicas, "body": b64(encode_group(group)), "started": started})
         return out
     if cmd["op"] == "gather":
         started = time.monotonic()
-        groups = client.gather(cmd["deadline"])
-        return {"bodies": [b64(encode_group(g)) for g in groups], "elapsed": time.monotonic() - started}
+        groups = client.gather(cmd["deadline"], round=cmd.get("round"))
+        return {"bodies": [b64(encode_group(g)) for g in groups], "elapsed": time.monotonic() - started,
+                "arrivals": client.arrival_times()}
     if cmd["op"] == "counters":
         return client.counters()
     raise ValueError(f"unknown op {cmd['op']!r}")

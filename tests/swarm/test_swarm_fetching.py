@@ -74,7 +74,7 @@ class StandInP2P:
 def pointer(publisher: str) -> GroupPointer:
     gid = secrets.token_hex(16)
     return GroupPointer(v=RECORD_VERSION, group_id=gid, size=len(BODY), sha256=gid + "0" * 32, publisher=publisher,
-                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1)
+                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0, round_groups=1)
 
 
 class Harness:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import secrets
 import time
 from collections import Counter
 from types import SimpleNamespace
@@ -17,59 +16,15 @@ from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import dht_pb2
-from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.serializer import MSGPackSerializer
 
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dhtcodec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
 from ftis_swarm.swarm.guard import DHTServicer
-from ftis_swarm.swarm.identity import peer_id_from_public_key
-from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
-from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
+from ftis_swarm.swarm.keys import member_key, pointer_key
 from ftis_swarm.swarm.storage import GuardedStorage
-from ftis_swarm.swarm.validators import RecordChecker
 
-SER = DHTProtocol.serializer
-TTL, SKEW, RUN, W = 600.0, 30.0, "run", 7
-
-
-class Peer:
-    """An identity that signs records, as an honest publisher would."""
-
-    def __init__(self) -> None:
-        self.key = RSAPrivateKey()
-        self.public_key = self.key.get_public_key().to_bytes()
-        self.peer_id = peer_id_from_public_key(self.public_key)
-        self.checker = RecordChecker(self.key, max_record_bytes=4096, ttl=TTL, max_clock_skew=SKEW)
-
-    def pointer(self, **changes: object) -> DHTRecord:
-        gid = secrets.token_hex(16)
-        value = {"v": RECORD_VERSION, "group_id": gid, "size": 100, "sha256": gid + "0" * 32,
-                 "publisher": self.peer_id, "created_at": time.time(), "run_id": RUN, "tokenizer_fp": "tok",
-                 "window": W}
-        key = changes.pop("key", pointer_key(RUN, self.peer_id, W))
-        return self.sign(key, make_subkey(self.public_key, gid), {**value, **changes})
-
-    def member(self, **changes: object) -> DHTRecord:
-        value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "window": W, "shards": 4,
-                 "groups": 3, "updated_at": time.time()}
-        key = changes.pop("key", member_key(RUN, W, member_shard(self.peer_id, 4)))
-        return self.sign(key, make_subkey(self.public_key, MEMBER_SUBKEY_NAME), {**value, **changes})
-
-    def sign(self, key: str, subkey: bytes, value: object, expiration: float | None = None) -> DHTRecord:
-        record = DHTRecord(key_id(key).to_bytes(), SER.dumps(subkey), SER.dumps(value),
-                           time.time() + TTL if expiration is None else expiration)
-        return dataclasses.replace(record, value=self.checker.sign_value(record))
-
-
-@pytest.fixture(scope="module")
-def alice() -> Peer:
-    return Peer()
-
-
-@pytest.fixture(scope="module")
-def bob() -> Peer:
-    return Peer()
+from record_peers import RUN, SER, TTL, W, Peer, Scores
 
 
 def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, bob):
@@ -114,18 +69,6 @@ def test_strict_decoding_refuses_extension_types_at_once(alice):
         BoundedSerializer.loads(hostile)
     with pytest.raises(NotPointerForm):
         BoundedSerializer.loads(msgpack.packb(msgpack.ExtType(0x40, b"\x90")))  # hivemind's tuples: not ours
-
-
-class Scores:
-    def __init__(self) -> None:
-        self.scores: dict[str, float] = {}
-        self.denied: set[str] = set()
-
-    def allows(self, peer_id: str) -> bool:
-        return peer_id not in self.denied
-
-    def score(self, peer_id: str) -> float:
-        return self.scores.get(peer_id, 0.0)
 
 
 def _storage(policy: Scores, **limits: int) -> GuardedStorage:

@@ -1,0 +1,62 @@
+"""Identities that sign swarm records as honest publishers do, and a settable peer policy (no network)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.validation import DHTRecord
+from hivemind.utils.crypto import RSAPrivateKey
+
+from ftis_swarm.swarm.identity import peer_id_from_public_key
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
+from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
+from ftis_swarm.swarm.validators import RecordChecker
+
+SER = DHTProtocol.serializer
+TTL, SKEW, RUN, W = 600.0, 30.0, "run", 7
+
+
+class Peer:
+    """An identity that signs records, as an honest publisher would."""
+
+    def __init__(self) -> None:
+        self.key = RSAPrivateKey()
+        self.public_key = self.key.get_public_key().to_bytes()
+        self.peer_id = peer_id_from_public_key(self.public_key)
+        self.checker = RecordChecker(self.key, max_record_bytes=4096, ttl=TTL, max_clock_skew=SKEW)
+
+    def pointer(self, **changes: object) -> DHTRecord:
+        gid = secrets.token_hex(16)
+        value = {"v": RECORD_VERSION, "group_id": gid, "size": 100, "sha256": gid + "0" * 32,
+                 "publisher": self.peer_id, "created_at": time.time(), "run_id": RUN, "tokenizer_fp": "tok",
+                 "window": W, "round": 0, "round_groups": 1}
+        key = changes.pop("key", pointer_key(RUN, self.peer_id, W))
+        return self.sign(key, make_subkey(self.public_key, gid), {**value, **changes})
+
+    def member(self, **changes: object) -> DHTRecord:
+        value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "window": W, "shards": 4,
+                 "groups": 3, "updated_at": time.time()}
+        key = changes.pop("key", member_key(RUN, W, member_shard(self.peer_id, 4)))
+        return self.sign(key, make_subkey(self.public_key, MEMBER_SUBKEY_NAME), {**value, **changes})
+
+    def sign(self, key: str, subkey: bytes, value: object, expiration: float | None = None) -> DHTRecord:
+        record = DHTRecord(key_id(key).to_bytes(), SER.dumps(subkey), SER.dumps(value),
+                           time.time() + TTL if expiration is None else expiration)
+        return dataclasses.replace(record, value=self.checker.sign_value(record))
+
+
+class Scores:
+    """A peer policy the test sets: scores by peer, and the peers it denies."""
+
+    def __init__(self) -> None:
+        self.scores: dict[str, float] = {}
+        self.denied: set[str] = set()
+
+    def allows(self, peer_id: str) -> bool:
+        return peer_id not in self.denied
+
+    def score(self, peer_id: str) -> float:
+        return self.scores.get(peer_id, 0.0)
