@@ -97,6 +97,9 @@ class LearnerConfig(_Strict):
     """Sequences per forward/backward; the gradient accumulates over the batch."""
     logprob_chunk: int = Field(512, ge=1)
     """Positions per chunk of the output head (no [B, T, V] logits tensor for the whole batch)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
+    about a third more compute, and activation memory falls to each layer's input plus one layer's."""
     lora: Optional[LoRAConfig] = None
     """Train a LoRA adapter instead of the full model."""
     max_peer_groups: int = Field(64, ge=0)

@@ -27,6 +27,7 @@ from ftis_swarm.config import LearnerConfig
 from ftis_swarm.core.ftis import filtered_samples, ftis_loss, sample_kl
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
+from ftis_swarm.learner.sharding import checkpoint_layers
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class Learner:
         self.model = model.eval()
         self.pad_id = pad_id
         self.is_lora = cfg.lora is not None
+        if cfg.activation_checkpointing:
+            checkpoint_layers(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -97,7 +100,7 @@ class Learner:
         t_old = time.perf_counter()
 
         active = torch.nonzero(torch.where(dropped, 0.0, batch.advantages) != 0).flatten().tolist()
-        micro = batch.micro_for(active)
+        micro = self._micro_batches(batch, active)
         losses, grad_norm = [], 0.0
         for _ in range(self.cfg.epochs if active else 0):
             self.optimizer.zero_grad(set_to_none=True)
@@ -107,11 +110,12 @@ class Learner:
                 logp = self._logprobs(mb)  # (n, T)
                 loss, _ = ftis_loss(logp, logp_old[i], batch.logp_gen[i], batch.advantages[i], batch.mask[i],
                                     batch.offpolicy[i], fcfg)
-                (loss * (len(i) / N)).backward()
-                total += loss.item() * len(i) / N
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+                share = self._share(mb, N)
+                (loss * share).backward()
+                total += loss.item() * share
+            grad_norm = self._clip_gradients()
             self.optimizer.step()
-            losses.append(total)
+            losses.append(self._sum_over_ranks(total))
         if active:
             self.policy_version += 1
         else:
@@ -133,6 +137,23 @@ class Learner:
         )
         log.debug("update %d: loss %.4f over %d sequences", self.policy_version, losses[0], N)
         return metrics
+
+    # -- hooks the sharded learner (learner/distributed.py) overrides; identities in one process --
+    def _micro_batches(self, batch: Batch, rows: list[int]) -> list[MicroBatch]:
+        """The micro-batches this process runs for `rows` of the batch (here: all of them)."""
+        return batch.micro_for(rows)
+
+    def _share(self, mb: MicroBatch, N: int) -> float:
+        """The weight of a micro-batch's mean loss in the batch's mean over N sequences."""
+        return len(mb.idx) / N
+
+    def _clip_gradients(self) -> float:
+        """Clips the gradient to `grad_clip` by its global norm; returns the norm before clipping."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+
+    def _sum_over_ranks(self, value: float) -> float:
+        """A per-process partial sum, summed over every process of the learner (here: one)."""
+        return value
 
     def save_weights(self, path: Path) -> Path:
         """Writes the full model or the adapter as safetensors (what a rollout backend reloads)."""
