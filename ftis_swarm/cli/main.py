@@ -168,7 +168,7 @@ def bench_rollout(
         json_path.write_text(rows_as_json(rows, temperature=temperature, seed=seed, **settings))
 
 
-from ftis_swarm.cli import bench_cmds, node_cmds  # noqa: E402,F401  (register their commands)
+from ftis_swarm.cli import bench_cmds, node_cmds, plan_cmd  # noqa: E402,F401  (register their commands)
 from ftis_swarm.cli import experiment_cmd  # noqa: E402,F401  (registers experiment)
 
 
