@@ -97,6 +97,7 @@ def shard_model(model: Any, cfg: LearnerConfig, mesh: Any) -> LogprobRoot:
     units = [root] + [m for m in root.modules() if m is not root and hasattr(m, "set_gradient_divide_factor")]
     for unit in units:  # a plain sum over ranks; every backend has SUM (gloo has no PREMUL_SUM)
         unit.set_gradient_divide_factor(1.0)
-        unit.set_force_sum_reduction_for_comms(True)
+        if hasattr(unit, "set_force_sum_reduction_for_comms"):  # older torch: NCCL's PREMUL_SUM(1.0) instead
+            unit.set_force_sum_reduction_for_comms(True)
     log.info("sharded %d decoder layers over %d ranks (%s)", len(units) - 1, mesh.size(), cfg.dtype)
     return root
