@@ -36,6 +36,13 @@ from ftis_swarm.config import LearnerConfig
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup
 from ftis_swarm.learner.learner import Learner
 from ftis_swarm.learner.sharding import shard_model
+from ftis_swarm.learner.state import (
+    adapter_keys,
+    check_full_weights,
+    load_optimizer_state,
+    optimizer_state_by_name,
+    read_weights,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +146,25 @@ class ShardedLearner(Learner):
             self.model.save_pretrained(path, state_dict=state, safe_serialization=True)
         dist.barrier()
         return path
+
+    def optimizer_state(self) -> dict:
+        """AdamW's state by parameter name, gathered whole (every rank returns it; rank 0 writes it)."""
+        self._announce("optimizer_state")
+        return optimizer_state_by_name(self.model, self.optimizer)
+
+    def load_checkpoint(self, weights: Path, optimizer_file: Path) -> None:
+        """Every rank reads the (one-machine) checkpoint files and keeps its shard of each tensor."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        self._announce("load_checkpoint", weights, optimizer_file)
+        tensors = read_weights(weights)
+        if self.is_lora:
+            tensors = adapter_keys(self.model, tensors)
+        else:
+            check_full_weights(self.model, tensors)
+        set_model_state_dict(self.root, {f"model.{k}": v for k, v in tensors.items()},
+                             options=StateDictOptions(full_state_dict=True, strict=False))
+        load_optimizer_state(self.model, self.optimizer, torch.load(optimizer_file, weights_only=True))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The model's full state dict on rank 0's CPU (empty on the others); collective."""

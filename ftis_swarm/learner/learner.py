@@ -28,6 +28,13 @@ from ftis_swarm.core.ftis import filtered_samples, ftis_loss, sample_kl
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
 from ftis_swarm.learner.sharding import checkpoint_layers
+from ftis_swarm.learner.state import (
+    adapter_keys,
+    check_full_weights,
+    load_optimizer_state,
+    optimizer_state_by_name,
+    read_weights,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +167,17 @@ class Learner:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
         return path
+
+    def optimizer_state(self) -> dict:
+        """The optimiser's state keyed by parameter name: a checkpoint any process count loads."""
+        return optimizer_state_by_name(self.model, self.optimizer)
+
+    def load_checkpoint(self, weights: Path, optimizer_file: Path) -> None:
+        """Restores what `save_weights` and `optimizer_state` wrote; raises CheckpointError on a misfit."""
+        tensors = read_weights(weights)
+        if self.is_lora:
+            tensors = adapter_keys(self.model, tensors)
+        else:
+            check_full_weights(self.model, tensors)
+        self.model.load_state_dict(tensors, strict=False)
+        load_optimizer_state(self.model, self.optimizer, torch.load(optimizer_file, weights_only=True))

@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig
 from ftis_swarm.learner.batch import ScoredGroup
+from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner
 
 from learner_samples import build_learner_model, sample_group, shift_logp
@@ -53,7 +54,12 @@ def sharded(tmp_path_factory, tiny_dir):
     work = tmp_path_factory.mktemp("dist")
     items = _items(AutoModelForCausalLM.from_pretrained(tiny_dir))
     cases = [{"name": name, "model_dir": str(tiny_dir), "cfg": cfg.model_dump_json(), "items": items[which],
-              "save_dir": str(work / f"saved-{name}")} for name, (cfg, which) in CASES.items()]
+              "save_dir": str(work / f"saved-{name}"), "ckpt_save": str(work / f"ckpt-{name}")}
+             for name, (cfg, which) in CASES.items()]
+    one, _ = _single(tiny_dir, "full", items)  # a one-process checkpoint for two ranks to resume from
+    CheckpointManager(work / "ckpt-one").save(round_idx=1, learner=one, state={})
+    cases.append({"name": "resumed", "model_dir": str(tiny_dir), "cfg": CASES["full"][0].model_dump_json(),
+                  "ckpt_load": str(work / "ckpt-one"), "save_dir": str(work / "saved-resumed")})
     torch.save(cases, work / "cases.pt")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -63,10 +69,17 @@ def sharded(tmp_path_factory, tiny_dir):
     return torch.load(work / "out.pt", weights_only=False), items, work
 
 
+_SINGLE: dict[tuple[str, str], tuple[Learner, dict]] = {}
+
+
 def _single(tiny_dir, name: str, items) -> tuple[Learner, dict]:
-    cfg, which = CASES[name]
-    learner = Learner(build_learner_model(str(tiny_dir), cfg), cfg=cfg, pad_id=0)
-    return learner, learner.update(items[which])
+    """The one-process learner after one update on the case's batch (built once per module; read only)."""
+    key = (str(tiny_dir), name)
+    if key not in _SINGLE:
+        cfg, which = CASES[name]
+        learner = Learner(build_learner_model(str(tiny_dir), cfg), cfg=cfg, pad_id=0)
+        _SINGLE[key] = learner, learner.update(items[which])
+    return _SINGLE[key]
 
 
 @pytest.mark.slow
@@ -115,3 +128,26 @@ def test_bf16_lora_keeps_bf16_base_weights_and_fp32_adapter(sharded, tiny_dir) -
     adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_dir), work / "saved-lora_bf16")
     names = [n for n, _ in adapted.named_parameters() if "lora_A" in n]
     assert len(names) == 2 * 7  # 2 layers x 7 target modules
+
+
+@pytest.mark.slow
+def test_checkpoints_move_between_one_process_and_two_ranks(sharded, tiny_dir) -> None:
+    results, items, work = sharded
+    one, _ = _single(tiny_dir, "full", items)
+    expected = one.optimizer_state()
+    # two ranks resume a one-process checkpoint: the same weights, the same AdamW state, shard by shard
+    loaded = results["resumed"]["optimizer_state"]
+    assert set(loaded["state"]) == set(expected["state"]) and len(expected["state"]) > 10
+    for name, entry in expected["state"].items():
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(loaded["state"][name][key], entry[key], atol=0, rtol=0)
+    resumed = AutoModelForCausalLM.from_pretrained(work / "saved-resumed")
+    for (n, p), (_, q) in zip(one.model.named_parameters(), resumed.named_parameters()):
+        assert torch.equal(p.detach(), q), n
+    # one process resumes the two ranks' checkpoint, and holds what it would have after its own update
+    fresh = Learner(build_learner_model(str(tiny_dir), CASES["full"][0]), cfg=CASES["full"][0], pad_id=0)
+    manager = CheckpointManager(work / "ckpt-full")
+    state = manager.load(manager.latest(), fresh)
+    assert state["round"] == 1 and fresh.policy_version == 1
+    for name, entry in fresh.optimizer_state()["state"].items():
+        torch.testing.assert_close(entry["exp_avg"], expected["state"][name]["exp_avg"], atol=1e-7, rtol=0)
