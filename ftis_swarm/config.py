@@ -180,6 +180,8 @@ class NodeConfig(_Strict):
     """Rollout backend: auto = vLLM where CUDA is present, else transformers sharing the learner's model."""
     vllm_gpu_memory_utilization: float = Field(0.35, gt=0, lt=1)
     """Share of the GPU's memory vLLM may take; the rest is the learner's (both live on one GPU)."""
+    vllm_tensor_parallel_size: int = Field(1, ge=1, le=64)
+    """GPUs one vLLM engine spans (tensor parallel); `ftis-node plan` says how many a model needs."""
     seed: int = 0
     """Seeds prompt sampling (per round), generation and torch."""
     threads: Optional[int] = Field(None, ge=1, le=1024)

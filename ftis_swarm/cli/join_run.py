@@ -1,4 +1,8 @@
-"""Runs a node for `ftis-node join`: logging, the live table, and errors as one sentence."""
+"""Runs a node for `ftis-node join`: logging, the live table, errors as one sentence, and torchrun.
+
+Under torchrun with several processes rank 0 runs the node and the others follow its learner
+(`node/ranks.py`); `join --nproc-per-node N` starts torchrun itself (`torchrun_argv`).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,12 @@ TABLE_COLUMNS = ("round", "reward", "accuracy", "peer_groups", "frac_filtered", 
                  "time_generate", "time_gather", "time_learn")
 
 
-def setup_logging(cfg: NodeConfig) -> None:
+def setup_logging(cfg: NodeConfig, *, rank: int = 0) -> None:
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    file_handler = logging.FileHandler(cfg.run_dir / "node.log")
+    file_handler = logging.FileHandler(cfg.run_dir / ("node.log" if rank == 0 else f"node-rank{rank}.log"))
     file_handler.setFormatter(fmt)
     root.addHandler(file_handler)
     console = logging.StreamHandler(sys.stderr)
@@ -31,6 +35,20 @@ def setup_logging(cfg: NodeConfig) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
+
+
+def torchrun_argv(argv: list[str], nproc: int) -> list[str]:
+    """The command that reruns `ftis-node join` (argv without --nproc-per-node) under torchrun."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc-per-node":
+            skip = True
+        elif not arg.startswith("--nproc-per-node="):
+            rest.append(arg)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "ftis_swarm.cli", *rest]
 
 
 def format_cell(value: object) -> str:
@@ -45,12 +63,17 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
     from ftis_swarm.learner.checkpoint import CheckpointError
     from ftis_swarm.models import ModelNotFoundError
     from ftis_swarm.node.daemon import Node, RoundResult
+    from ftis_swarm.node.ranks import join_ranks, launched_with_ranks, run_follower
     from ftis_swarm.swarm import SwarmError
     from ftis_swarm.tasks import UnknownTaskError
 
-    setup_logging(cfg)
+    ranks = join_ranks() if launched_with_ranks() else None
+    setup_logging(cfg, rank=ranks.rank if ranks else 0)
+    if ranks is not None and not ranks.leader:
+        run_follower(cfg, ranks)
+        return
     try:
-        node = Node(cfg)
+        node = Node(cfg, ranks=ranks)
     except (ModelNotFoundError, UnknownTaskError, SwarmError, CheckpointError, FileNotFoundError) as exc:
         fail(str(exc))
     node.install_signal_handlers()

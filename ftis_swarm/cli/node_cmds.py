@@ -23,6 +23,8 @@ JOIN_FLAGS = {
     "round_deadline": "round_deadline",
     "checkpoint_every": "checkpoint_every",
     "backend": "backend",
+    "vllm_memory": "vllm_gpu_memory_utilization",
+    "vllm_tp": "vllm_tensor_parallel_size",
     "seed": "seed",
     "threads": "threads",
     "metrics_port": "metrics_port",
@@ -33,6 +35,7 @@ JOIN_FLAGS = {
     "lr": "learner.lr",
     "epochs": "learner.epochs",
     "dtype": "learner.dtype",
+    "activation_checkpointing": "learner.activation_checkpointing",
     "lora_rank": "learner.lora.rank",
     "mode": "learner.ftis.mode",
     "peers": "swarm.peers",
@@ -68,6 +71,9 @@ def join(
     round_deadline: Optional[float] = typer.Option(None, help="Seconds to gather peers' groups each round. [round_deadline]"),
     checkpoint_every: Optional[int] = typer.Option(None, help="Rounds between checkpoints. [checkpoint_every]"),
     backend: Optional[str] = typer.Option(None, help="auto, transformers or vllm. [backend]"),
+    vllm_memory: Optional[float] = typer.Option(None, help="Share of the GPU vLLM may take when it shares it with the learner. [vllm_gpu_memory_utilization]"),
+    vllm_tp: Optional[int] = typer.Option(None, help="GPUs one vLLM engine spans (tensor parallel). [vllm_tensor_parallel_size]"),
+    activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute layer activations in backward. [learner.activation_checkpointing]"),
     seed: Optional[int] = typer.Option(None, help="Seed of prompt sampling and generation. [seed]"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads. [threads]"),
     metrics_port: Optional[int] = typer.Option(None, help="Serve Prometheus /metrics on this port. [metrics_port]"),
@@ -80,6 +86,7 @@ def join(
     run_id: Optional[str] = typer.Option(None, help="Swarm run name; only groups of the same run are used. [swarm.run_id]"),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one log line per round)."),
     print_config: bool = typer.Option(False, "--print-config", help="Validate, print the resolved config as JSON, and exit."),
+    nproc_per_node: int = typer.Option(1, help="Learner processes (GPUs) on this machine: reruns this command under torchrun; rank 0 is the node."),
 ) -> None:
     """Join a swarm (or start one) and train this node's model on its own and its peers' groups."""
     from ftis_swarm.config import ConfigError, load_node_config
@@ -95,6 +102,17 @@ def join(
 
         typer.echo(dump_node_config(cfg))
         return
+    if nproc_per_node < 1:
+        fail("--nproc-per-node must be at least 1")
+    import os
+
+    if nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: become torchrun
+        import sys
+
+        from ftis_swarm.cli.join_run import torchrun_argv
+
+        argv = torchrun_argv(sys.argv[1:], nproc_per_node)
+        os.execv(argv[0], argv)
     from ftis_swarm.cli.join_run import run_node
 
     run_node(cfg, table=table)
