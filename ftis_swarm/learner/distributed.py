@@ -131,10 +131,11 @@ class ShardedLearner(Learner):
         self._announce("stop")
 
     def update(self, items: Sequence[ScoredGroup], *, allow_mixed: bool = False) -> dict[str, float]:
-        self._announce("_update", items, allow_mixed)
-        return self._update(items, allow_mixed)
+        self._announce("update_local", items, allow_mixed)
+        return self.update_local(items, allow_mixed)
 
-    def _update(self, items: Sequence[ScoredGroup], allow_mixed: bool) -> dict[str, float]:
+    def update_local(self, items: Sequence[ScoredGroup], allow_mixed: bool = False) -> dict[str, float]:
+        """The update without announcing it: for callers that run every rank in lock step (benches)."""
         return super().update(items, allow_mixed=allow_mixed)
 
     def save_weights(self, path: Path) -> Path:

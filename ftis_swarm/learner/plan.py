@@ -1,27 +1,44 @@
 """How much GPU memory a node needs: the learner's own dtype and sharding choices, added up per GPU.
 
-Every term follows from what the code does (`learner.py`, `sharding.py`), not from a rule of thumb:
+Every term follows from what the code does (`learner.py`, `sharding.py`, `core/logprobs.py`),
+not from a rule of thumb:
 
 - master weights fp32, sharded over the ranks when there are several (FSDP2); a bf16 LoRA
   keeps its frozen base in bf16 (`sharding.base_dtype`) and only the adapter in fp32;
 - gradients fp32 (reduced in fp32), AdamW's two fp32 states, and the step's one fp32
   temporary (foreach AdamW's sqrt of the second moment), each the size of the trainable shard;
-- under FSDP, the units gathered at once: the root (embedding, tied or untied head, norm; not
-  freed after forward) and two decoder layers (the running one and the prefetched one), with
-  their gradients before the reduce-scatter;
+- under FSDP, the units gathered at once: the root (embedding, head, norm; FSDP keeps the
+  root gathered from forward to backward) and two decoder layers (the running one and the
+  prefetched one), with their gradients before the reduce-scatter;
 - in one process with `dtype = "bf16"` (autocast), the bf16 copies autocast makes of the fp32
-  weights in matmuls, kept for backward;
-- activations of one micro-batch (`micro_batch` x `seq_len` tokens), counted per decoder
-  layer from what Qwen2's layer saves for backward (`ACT_*` below), or with activation
-  checkpointing each layer's input plus one layer's; the chunked head's one chunk of logits;
+  layer weights in matmuls, kept for backward;
+- activations of one micro-batch, `layer_activation_bytes` per token and decoder layer: an
+  enumeration of the tensors a Qwen2 layer saves for backward (below), or with activation
+  checkpointing each layer's input plus one layer's;
+- the chunked head's backward (`head_backward_bytes`): the head weight's gradient summed over
+  its uses and one chunk's logits;
 - the rollout side on rank 0: nothing extra when the transformers backend shares the
   one-process learner's model (its KV cache and sampling logits while it generates); its own
   copy when the learner is sharded; vLLM's reserved share when vLLM sits on the same GPU.
 
+How the per-layer enumeration was derived and checked: the tensors autograd saves were
+listed from the layer's code (RMSNorm upcasts to fp32 and saves its input and the normalised
+value; a Linear saves its input, under autocast a bf16 copy made per Linear; SiLU saves its
+input; the product saves both factors) and counted with `torch.autograd.graph.saved_tensors_hooks`
+on a 1.5B-wide layer on CPU (fp32: 229,384 bytes per token and layer at 512 tokens, the
+enumeration gives 229,376). The attention core depends on the SDPA kernel PyTorch picks:
+with equal-length rows transformers passes no mask and asks for grouped-query attention,
+which the fp32 kernels other than the math one do not support, so fp32 runs the math kernel
+and keeps the attention probabilities (`heads x seq` per token); bf16 runs flash attention
+(q, k, v, output, log-sum-exp). With a padding mask, the keys and values are repeated to every
+head and the memory-efficient kernel keeps q, k, v, output and the mask. A plan takes the
+larger of the two. The head term was checked the same way with the CPU memory profiler
+(fp32: 2.65 GiB at a 151,936 vocabulary and 1,536 completion positions, the enumeration
+gives 2.61 + the final norm's 0.03). The GPU check (tests/gpu/check_gpu.py) compares the
+whole peak with a measured one on a 1.5B-shaped model (docs/benchmarks.md).
+
 The peak is the largest of three phases (generate, forward/backward, optimiser step): what
-`torch.cuda.max_memory_allocated` should read. The activation count is an estimate (it
-ignores the allocator's fragmentation and a few small buffers); the GPU check
-(tests/gpu/check_gpu.py) measures the real peak of a 1.5B-shaped step against this figure.
+`torch.cuda.max_memory_allocated` should read.
 """
 
 from __future__ import annotations
@@ -39,8 +56,8 @@ ADAM_STATES = 2
 """AdamW keeps exp_avg and exp_avg_sq, fp32, per trainable parameter."""
 STEP_TEMPORARIES = 1
 """Foreach AdamW allocates one fp32 tensor per parameter (the denominator) during `step`."""
-HEAD_CHUNK_COPIES = 3
-"""The chunked head holds a chunk's fp32 logits, their log-softmax and, in backward, their gradient."""
+SAMPLE_LOGIT_COPIES = 3
+"""Sampling one token per row holds its fp32 logits, their log-softmax and the cumulative sum it draws from."""
 RUNTIME_GIB = 1.5
 """CUDA context and allocator slack, outside `max_memory_allocated`; an assumption, not a count."""
 
@@ -91,24 +108,60 @@ class MemoryPlan:
                 "terms_gib": self.terms, "phases_gib": self.phases, "peak_gib": self.peak, "fits": self.fits}
 
 
-def activation_bytes_per_token_layer(shape: ModelShape, compute: int) -> int:
-    """What one Qwen2 decoder layer saves for backward per token.
+def layer_activation_bytes(shape: ModelShape, regime: str, seq_len: int, masked: bool | None = None) -> int:
+    """Bytes one Qwen2 decoder layer saves for backward, per token.
 
-    In the compute dtype: the two norms' outputs, q/k/v, q and k before rotary, the attention
-    output (twice: SDPA's and o_proj's input), the MLP's gate, up, SiLU(gate) and product
-    (`6h + 3kv + 4I`); in fp32, the two RMSNorms' inputs (they upcast).
+    `regime`: "fp32"; "autocast" (one process, bf16 matmuls, fp32 residual stream); "bf16"
+    (FSDP mixed precision: bf16 parameters, so a bf16 residual stream). `masked`: rows padded
+    (a mask) or not; None takes the larger.
     """
-    h, kv, inter = shape.hidden, shape.kv_dim, shape.intermediate
-    return compute * (6 * h + 3 * kv + 4 * inter) + 2 * FP32 * h
+    h, kv, inter, heads = shape.hidden, shape.kv_dim, shape.intermediate, shape.heads
+    if regime == "fp32":
+        norms = 2 * 3 * h * FP32  # per RMSNorm: its input, the normalised value, the output the Linears share
+        unmasked = (3 * h + heads * seq_len + h) * FP32  # math SDPA: scaled q, k; v; probabilities; o_proj input
+        masked_ = (4 * h + h) * FP32 + seq_len * FP32  # efficient SDPA: q, k, v repeated to every head, output; mask
+        mlp = 4 * inter * FP32  # gate output, SiLU output, up output, their product
+    else:
+        if regime == "autocast":  # fp32 input and normalised value; a bf16 copy of the output per Linear (3, 2)
+            norms = (2 * FP32 * h + 3 * BF16 * h) + (2 * FP32 * h + 2 * BF16 * h)
+        else:  # fp32 upcast and normalised value, its bf16 cast, and the bf16 output the Linears share
+            norms = 2 * (2 * FP32 * h + 2 * BF16 * h)
+        unmasked = (2 * h + 2 * kv + h) * BF16 + heads * FP32  # flash: q, k, v, output, log-sum-exp; o_proj input
+        masked_ = (4 * h + h) * BF16 + seq_len * BF16 + heads * FP32
+        mlp = 4 * inter * BF16
+    attention = {None: max(unmasked, masked_), True: masked_, False: unmasked}[masked]
+    return norms + attention + mlp
+
+
+def head_backward_bytes(shape: ModelShape, regime: str, positions: int, chunk: int) -> int:
+    """The chunked head's backward beyond the layers' activations, for one micro-batch.
+
+    The head weight is used once per chunk (and again by the embedding when tied); autograd
+    sums the uses' gradients in a buffer, out of place: the running sum, the new gradient and
+    their sum at once. Next to the buffer, one chunk: its log-softmax output and the two
+    gradients of its logits (fp32), and under autocast the chunk's bf16 copy of the weight.
+    """
+    grad = BF16 if regime == "bf16" else FP32
+    weight = shape.vocab * shape.hidden
+    uses = -(-positions // chunk) + (1 if shape.tied else 0)
+    rows = min(chunk, positions)
+    one_chunk = 3 * rows * shape.vocab * FP32 + (weight * BF16 if regime == "autocast" else 0)
+    if uses > 1:
+        return max(3 * weight * grad, weight * grad + one_chunk)
+    return weight * grad + one_chunk
 
 
 def plan_memory(shape: ModelShape, cfg: LearnerConfig, *, nproc: int = 1, seq_len: int = 1024,
                 completion_len: int | None = None, rollout: RolloutPlan = RolloutPlan(),
-                gpu_gib: float = 80.0) -> MemoryPlan:
-    """Per-GPU memory of a node training `shape` with `cfg` on `nproc` learner ranks."""
+                gpu_gib: float = 80.0, sharded: bool | None = None) -> MemoryPlan:
+    """Per-GPU memory of a node training `shape` with `cfg` on `nproc` learner ranks.
+
+    `sharded`: the learner is FSDP2's (`ShardedLearner`); by default exactly when `nproc > 1`
+    (`ftis-node join` runs one process without FSDP), True also plans one FSDP rank.
+    """
     if nproc < 1 or seq_len < 2:
         raise ValueError("nproc must be >= 1 and seq_len >= 2")
-    sharded = nproc > 1
+    sharded = nproc > 1 if sharded is None else sharded
     compute = BF16 if cfg.dtype == "bf16" else FP32
     base = BF16 if base_dtype(cfg) == "bf16" else FP32
     P = shape.params
@@ -124,26 +177,26 @@ def plan_memory(shape: ModelShape, cfg: LearnerConfig, *, nproc: int = 1, seq_le
         "optimizer": trainable * FP32 * ADAM_STATES * per_rank,
         "optimizer_step_temp": trainable * FP32 * STEP_TEMPORARIES * per_rank,
     }
-    head_rows = shape.vocab * shape.hidden
-    if sharded:
-        gathered = shape.root_params + 2 * shape.layer_params
+    if sharded:  # gathered parameters; two layers' gradients and their fp32 copies for the reduce-scatter
         grad_bytes = (compute + (FP32 if compute != FP32 else 0)) if cfg.lora is None else 0
-        t["fsdp_gathered"] = gathered * (compute + grad_bytes)
-    elif cfg.dtype == "bf16" and base == FP32:
-        t["autocast_copies"] = (shape.layers * shape.layer_params + head_rows) * BF16
+        t["fsdp_gathered"] = ((shape.root_params + 2 * shape.layer_params) * compute
+                              + 2 * shape.layer_params * grad_bytes)
+    elif cfg.dtype == "bf16" and base == FP32:  # the head's copy is made chunk by chunk (head_backward)
+        t["autocast_copies"] = shape.layers * shape.layer_params * BF16
     tokens = cfg.micro_batch * seq_len
     comp = completion_len if completion_len is not None else seq_len // 2
-    residual = FP32 if not sharded else compute
-    per_layer = activation_bytes_per_token_layer(shape, compute)
-    if cfg.activation_checkpointing:
+    regime = "fp32" if cfg.dtype == "fp32" else ("bf16" if sharded else "autocast")
+    residual = BF16 if regime == "bf16" else FP32
+    per_layer = layer_activation_bytes(shape, regime, seq_len)
+    if cfg.activation_checkpointing:  # each layer's input, and one layer recomputed in backward
         t["activations"] = tokens * (shape.layers * shape.hidden * residual + per_layer)
     else:
         t["activations"] = tokens * shape.layers * per_layer
-    t["activations"] += (tokens * shape.hidden * residual + cfg.micro_batch * comp * shape.hidden * FP32
-                         + min(cfg.logprob_chunk, cfg.micro_batch * comp) * shape.vocab * FP32 * HEAD_CHUNK_COPIES
-                         + cfg.micro_batch * seq_len * seq_len)  # final hidden, gathered rows, head chunk, mask
+    positions = cfg.micro_batch * comp
+    final_norm = tokens * 2 * FP32 * shape.hidden + positions * shape.hidden * residual
+    t["head_backward"] = final_norm + head_backward_bytes(shape, regime, positions, cfg.logprob_chunk)
     kv_cache = rollout.rows * rollout.tokens * shape.layers * 2 * shape.kv_dim
-    sample_logits = rollout.rows * shape.vocab * FP32 * HEAD_CHUNK_COPIES
+    sample_logits = rollout.rows * shape.vocab * FP32 * SAMPLE_LOGIT_COPIES
     if rollout.backend == "shared":
         if sharded:
             raise ValueError("a sharded learner cannot share its model with the transformers backend")
@@ -168,7 +221,7 @@ def learner_phases(terms: dict[str, float]) -> dict[str, float]:
     return {
         "generate": resident,
         "forward_backward": (resident + terms.get("fsdp_gathered", 0.0) + terms.get("autocast_copies", 0.0)
-                             + terms["activations"]),
+                             + terms["activations"] + terms["head_backward"]),
         "step": resident + terms["optimizer_step_temp"],
     }
 

@@ -11,9 +11,12 @@ Steps, each guarded so that one failure still lets the others run and print:
    device against the learner's `token_logprobs` on the same sequences, fp32 (the 1e-4
    contract) and bf16 (the gap a bf16 sampler leaves against an fp32 learner, reported);
 3. the learner step through our `Learner` (fp32; bf16 autocast; bf16 with activation
-   checkpointing): tokens per second and peak memory against `ftis-node plan`'s figure;
+   checkpointing; bf16 on completions of different lengths, so padded micro-batches; LoRA
+   rank 64 on bf16 base weights): tokens per second and peak memory against `ftis-node
+   plan`'s figure (a step fails when its peak exceeds the plan by more than 10%);
 4. FSDP2 with one rank on NCCL through `ShardedLearner`, the code `torchrun` runs: fp32 loss
    and gradient norm against the one-process learner's on the same batch, then a bf16 step;
+   both peaks against the plan for one sharded rank;
 5. vLLM: checked only where it imports; otherwise reported "not checked", never "ok".
 
 Imports only what the steps need (config, core, learner, rollout.sampler, wire, models.shapes):
@@ -89,8 +92,12 @@ def build_model(size: str, device, seed: int = 0):
     return model.float().eval()
 
 
-def synthetic_groups(model, w: dict, seed: int = 0):
-    """Random prompts and completions, with the model's own log-probs as logp_gen (on-policy own groups)."""
+def synthetic_groups(model, w: dict, seed: int = 0, ragged: bool = False):
+    """Random prompts and completions, with the model's own log-probs as logp_gen (on-policy own groups).
+
+    `ragged`: completions of different lengths (half to all of the budget), so that micro-batches
+    carry a padding mask and SDPA takes its masked kernels.
+    """
     import torch
 
     from ftis_swarm.core.logprobs import token_logprobs
@@ -107,9 +114,11 @@ def synthetic_groups(model, w: dict, seed: int = 0):
         ids = torch.cat([prompt.expand(w["G"], -1), comps], dim=1).to(device)  # (G, P+T)
         with torch.no_grad():
             lp = token_logprobs(model, ids)[:, w["prompt"] - 1:].cpu()  # (G, T)
+        cut = [w["completion"] - (i * w["completion"] // (2 * w["G"]) if ragged else 0) for i in range(w["G"])]
         g = Group.build(run_id="gpucheck", sender="self", model_id="gpucheck", policy_version=0, created_at=0.0,
                         tokenizer_fp="0" * 32, task_id="arith", item_id=f"arith/v1/s0/{k}", prompt_ids=prompt.numpy(),
-                        temperature=1.0, completion_ids=list(comps.numpy()), logp_gen=list(lp.numpy()))
+                        temperature=1.0, completion_ids=[c[:n].numpy() for c, n in zip(comps, cut)],
+                        logp_gen=[x[:n].numpy() for x, n in zip(lp, cut)])
         out.append(ScoredGroup.vertical(g, [float((i + k) % 2) for i in range(w["G"])], offpolicy=False, source=0))
     return out
 
@@ -199,31 +208,43 @@ def timed_updates(learner, items, repeats: int) -> tuple[dict, float, float, flo
     return first, sorted(times)[len(times) // 2], _peak_gib(), resident
 
 
-def learner_step(checks: Checks, name: str, init_state: dict, size: str, device, w: dict, items, *,
-                 dtype: str, ac: bool, repeats: int) -> dict:
-    from ftis_swarm.config import LearnerConfig
-    from ftis_swarm.learner.learner import Learner
+def against_plan(figures: dict, cfg, model, w: dict, peak: float, *, sharded: bool) -> bool:
+    """Adds the plan's figure for this step to `figures`; False when the measured peak exceeds it by > PLAN_SLACK."""
     from ftis_swarm.learner.plan import RolloutPlan, learner_peak, plan_memory
     from ftis_swarm.models.shapes import shape_from_config
 
-    cfg = LearnerConfig(lr=1e-6, dtype=dtype, micro_batch=w["micro_batch"], activation_checkpointing=ac)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    shape = shape_from_config(base.config.to_dict(), name="checked")
+    plan = plan_memory(shape, cfg, seq_len=w["prompt"] + w["completion"], completion_len=w["completion"],
+                       rollout=RolloutPlan(backend="transformers"), sharded=sharded)
+    planned = learner_peak(plan)
+    figures.update(plan_gib=planned, plan_activations_gib=plan.terms["activations"],
+                   plan_head_gib=plan.terms["head_backward"])
+    if peak == 0.0:  # no CUDA: nothing measured to hold against the plan
+        return True
+    figures["peak_over_plan"] = peak / planned
+    return peak <= PLAN_SLACK * planned
+
+
+def learner_step(checks: Checks, name: str, init_state: dict, size: str, device, w: dict, items, *,
+                 dtype: str, ac: bool, repeats: int, lora_rank: int | None = None) -> dict:
+    from ftis_swarm.config import LearnerConfig, LoRAConfig
+    from ftis_swarm.learner.learner import Learner, apply_lora
+    from ftis_swarm.learner.sharding import base_dtype
+    from ftis_swarm.models.loading import torch_dtype
+
+    lora = LoRAConfig(rank=lora_rank, alpha=2.0 * lora_rank) if lora_rank else None
+    cfg = LearnerConfig(lr=1e-6, dtype=dtype, micro_batch=w["micro_batch"], activation_checkpointing=ac, lora=lora)
     model = build_model(size, device)
     model.load_state_dict(init_state)
+    model = apply_lora(model.to(torch_dtype(base_dtype(cfg))), cfg)
     learner = Learner(model, cfg=cfg, pad_id=0)
     first, seconds, peak, resident = timed_updates(learner, items, repeats)
-    shape = shape_from_config(model.config.to_dict(), name=size)
-    plan = plan_memory(shape, cfg, seq_len=w["prompt"] + w["completion"], completion_len=w["completion"],
-                       rollout=RolloutPlan(backend="shared"))
-    planned = learner_peak(plan)
-    tokens = sum(it.group.G for it in items) * (w["prompt"] + w["completion"])
-    ok = first["grad_norm"] > 0 and abs(first["loss"]) < 1e3
+    tokens = sum(int(it.group.prompt_ids.size) * it.group.G + it.group.num_completion_tokens for it in items)
     figures = dict(loss=first["loss"], grad_norm=first["grad_norm"], step_s=seconds, tokens=tokens,
-                   tokens_per_s=tokens / seconds, peak_gib=peak, plan_gib=planned, resident_gib=resident,
-                   plan_resident_gib=plan.phases["generate"] - plan.terms.get("rollout_transient", 0.0),
-                   plan_activations_gib=plan.terms["activations"])
-    if device.type == "cuda":
-        figures["peak_over_plan"] = peak / planned
-        ok = ok and peak <= PLAN_SLACK * planned
+                   tokens_per_s=tokens / seconds, peak_gib=peak, resident_gib=resident)
+    ok = first["grad_norm"] > 0 and abs(first["loss"]) < 1e3
+    ok = against_plan(figures, cfg, model, w, peak, sharded=False) and ok
     checks.record(name, ok, **figures)
     del learner, model
     _free()
@@ -250,7 +271,7 @@ def fsdp_steps(checks: Checks, init_state: dict, size: str, device, w: dict, ite
                 figures = dict(backend=dist.get_backend(), world=ranks.world, loss=first["loss"],
                                grad_norm=first["grad_norm"], step_s=seconds, tokens_per_s=tokens / seconds,
                                peak_gib=peak, resident_gib=resident)
-                ok = first["grad_norm"] > 0
+                ok = against_plan(figures, cfg, model, w, peak, sharded=True) and first["grad_norm"] > 0
                 if dtype == "fp32" and reference is not None:
                     figures["grad_norm_rel_diff"] = abs(first["grad_norm"] / reference["grad_norm"] - 1)
                     figures["loss_abs_diff"] = abs(first["loss"] - reference["loss"])
@@ -302,15 +323,18 @@ def run(args: argparse.Namespace) -> Checks:
         del bf
     with checks.guard("batch"):
         items = synthetic_groups(model, w)
+        ragged = synthetic_groups(model, w, seed=1, ragged=True)
     del model
     _free()
     reference = None
-    for name, dtype, ac in (("learner.fp32", "fp32", False), ("learner.bf16", "bf16", False),
-                            ("learner.bf16_ac", "bf16", True)):
+    steps = (("learner.fp32", "fp32", False, None, False), ("learner.bf16", "bf16", False, None, False),
+             ("learner.bf16_ac", "bf16", True, None, False), ("learner.bf16_padded", "bf16", False, None, True),
+             ("learner.lora64_bf16", "bf16", False, 64, False))
+    for name, dtype, ac, lora_rank, padded in steps:
         with checks.guard(name):
-            first = learner_step(checks, name, init_state, size, device, w, items, dtype=dtype, ac=ac,
-                                 repeats=args.repeats)
-            reference = first if dtype == "fp32" else reference
+            first = learner_step(checks, name, init_state, size, device, w, ragged if padded else items, dtype=dtype,
+                                 ac=ac, repeats=args.repeats, lora_rank=lora_rank)
+            reference = first if name == "learner.fp32" else reference
     with checks.guard("fsdp2"):
         fsdp_steps(checks, init_state, size, device, w, items, reference, args.repeats)
     vllm_step(checks, args)

@@ -6,12 +6,20 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig
 from ftis_swarm.learner.learner import apply_lora
-from ftis_swarm.learner.plan import GIB, RolloutPlan, learner_peak, plan_memory, ranks_needed
-from ftis_swarm.models.shapes import shape_of
+from ftis_swarm.learner.plan import (
+    GIB,
+    RolloutPlan,
+    layer_activation_bytes,
+    learner_peak,
+    plan_memory,
+    ranks_needed,
+)
+from ftis_swarm.models.shapes import ModelShape, shape_of
 
 PUBLISHED_BILLIONS = {"Qwen2.5-1.5B": 1.54, "Qwen2.5-3B": 3.09, "Qwen2.5-7B": 7.62, "Qwen2.5-14B": 14.7,
                       "Qwen2.5-32B": 32.8}
@@ -67,3 +75,34 @@ def test_plan_cli_prints_a_plan_and_refuses_bad_flags() -> None:
     bad = subprocess.run(run + ["--model", "Qwen2.5-9B"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: no shape known for 'Qwen2.5-9B'")
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def _saved_bytes_per_token(layers: int, seq: int) -> float:
+    """What autograd saves in a forward of a Qwen2 decoder (math SDPA, no mask), per token; no parameters."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=128, attn_implementation="sdpa")
+    model = Qwen2ForCausalLM(cfg).eval()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    ids = torch.randint(0, 128, (2, seq))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), sdpa_kernel([SDPBackend.MATH]):
+        model.model(input_ids=ids, use_cache=False)
+    return sum(seen.values()) / ids.numel()
+
+
+def test_the_fp32_layer_count_is_what_autograd_saves() -> None:
+    seq = 48
+    per_layer = _saved_bytes_per_token(2, seq) - _saved_bytes_per_token(1, seq)
+    shape = ModelShape("probe", hidden=64, layers=1, heads=4, kv_heads=2, intermediate=96,
+                                               vocab=128, tied=True)
+    rsqrt = 2 * 4  # the two norms' per-token rsqrt, left out of the plan
+    assert per_layer == layer_activation_bytes(shape, "fp32", seq, masked=False) + rsqrt
