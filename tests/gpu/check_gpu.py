@@ -17,7 +17,9 @@ Steps, each guarded so that one failure still lets the others run and print:
 4. FSDP2 with one rank on NCCL through `ShardedLearner`, the code `torchrun` runs: fp32 loss
    and gradient norm against the one-process learner's on the same batch, then a bf16 step;
    both peaks against the plan for one sharded rank;
-5. vLLM: checked only where it imports; otherwise reported "not checked", never "ok".
+5. one bf16 learner step on a model shaped like Qwen2.5-3B (random weights of its own), for
+   the GPU recipe's time estimates;
+6. vLLM: checked only where it imports; otherwise reported "not checked", never "ok".
 
 Imports only what the steps need (config, core, learner, rollout.sampler, wire, models.shapes):
 no hivemind, vLLM, math-verify or gguf, so the wheels in `.whl/` (pydantic and its parts) are
@@ -39,9 +41,15 @@ from pathlib import Path
 SIZES = {
     "qwen1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                      intermediate_size=8960, vocab_size=151936),
+    "qwen3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+                   intermediate_size=11008, vocab_size=151936),
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                  intermediate_size=128, vocab_size=4096),
+    "tiny_wide": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=256, vocab_size=4096),
 }
+LARGER = {"qwen1.5b": "qwen3b", "tiny": "tiny_wide"}
+"""The second shape one bf16 learner step is measured on (throughput and peak for the GPU recipe's estimates)."""
 WORKLOADS = {  # groups, G, prompt tokens, completion tokens, micro-batch; sampling prompts x G x new tokens
     "qwen1.5b": dict(groups=2, G=8, prompt=128, completion=384, micro_batch=4, sample_prompts=4, sample_new=128),
     "tiny": dict(groups=2, G=4, prompt=12, completion=20, micro_batch=3, sample_prompts=2, sample_new=8),
@@ -226,7 +234,7 @@ def against_plan(figures: dict, cfg, model, w: dict, peak: float, *, sharded: bo
     return peak <= PLAN_SLACK * planned
 
 
-def learner_step(checks: Checks, name: str, init_state: dict, size: str, device, w: dict, items, *,
+def learner_step(checks: Checks, name: str, init_state: dict | None, size: str, device, w: dict, items, *,
                  dtype: str, ac: bool, repeats: int, lora_rank: int | None = None) -> dict:
     from ftis_swarm.config import LearnerConfig, LoRAConfig
     from ftis_swarm.learner.learner import Learner, apply_lora
@@ -236,7 +244,8 @@ def learner_step(checks: Checks, name: str, init_state: dict, size: str, device,
     lora = LoRAConfig(rank=lora_rank, alpha=2.0 * lora_rank) if lora_rank else None
     cfg = LearnerConfig(lr=1e-6, dtype=dtype, micro_batch=w["micro_batch"], activation_checkpointing=ac, lora=lora)
     model = build_model(size, device)
-    model.load_state_dict(init_state)
+    if init_state is not None:
+        model.load_state_dict(init_state)
     model = apply_lora(model.to(torch_dtype(base_dtype(cfg))), cfg)
     learner = Learner(model, cfg=cfg, pad_id=0)
     first, seconds, peak, resident = timed_updates(learner, items, repeats)
@@ -337,6 +346,11 @@ def run(args: argparse.Namespace) -> Checks:
             reference = first if name == "learner.fp32" else reference
     with checks.guard("fsdp2"):
         fsdp_steps(checks, init_state, size, device, w, items, reference, args.repeats)
+    del init_state
+    _free()
+    name = f"learner.{LARGER[size]}_bf16"
+    with checks.guard(name):
+        learner_step(checks, name, None, LARGER[size], device, w, items, dtype="bf16", ac=False, repeats=args.repeats)
     vllm_step(checks, args)
     return checks
 
@@ -344,7 +358,7 @@ def run(args: argparse.Namespace) -> Checks:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--size", choices=sorted(SIZES), default=None, help="default: qwen1.5b on cuda, tiny on cpu")
+    parser.add_argument("--size", choices=sorted(LARGER), default=None, help="default: qwen1.5b on cuda, tiny on cpu")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--repeats", type=int, default=2, help="timed updates per learner step")
     parser.add_argument("--skip-vllm", action="store_true", help="report vLLM as not checked without looking")

@@ -50,7 +50,7 @@ def test_gpu_check_dry_run_passes_on_cpu(tmp_path) -> None:
     assert checks["machine"]["size"] == "tiny"
     assert {k for k, v in checks.items() if v["status"] == "ok"} == {
         "build", "sampler.parity_fp32", "sampler.parity_bf16", "learner.fp32", "learner.bf16", "learner.bf16_ac",
-        "learner.bf16_padded", "learner.lora64_bf16", "fsdp2.fp32", "fsdp2.bf16"}
+        "learner.bf16_padded", "learner.lora64_bf16", "fsdp2.fp32", "fsdp2.bf16", "learner.tiny_wide_bf16"}
     assert checks["sampler.parity_fp32"]["tokens"] == 2 * 4 * 8 and checks["sampler.parity_fp32"]["max_abs_diff"] < 1e-4
     assert checks["learner.fp32"]["grad_norm"] > 0 and checks["learner.fp32"]["plan_gib"] > 0
     assert checks["learner.bf16_padded"]["tokens"] < checks["learner.bf16"]["tokens"]  # ragged completions
