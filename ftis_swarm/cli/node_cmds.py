@@ -154,12 +154,15 @@ def eval_cmd(
     max_new_tokens: int = typer.Option(512, help="Most tokens per greedy answer."),
     batch_size: int = typer.Option(8, help="Prompts per generate call."),
     out: Optional[Path] = typer.Option(None, help="Write the result as JSON here (default: eval-<task>.json)."),
+    backend: str = typer.Option("auto", help="auto (vLLM on CUDA when installed, else transformers; CUDA when present), transformers or vllm."),
 ) -> None:
-    """Greedy pass@1 on a task's held-out split; prints it and writes it as JSON."""
+    """Greedy pass@1 on a task's held-out split (on the GPU when there is one); prints it and writes it as JSON."""
     if limit is not None and limit < 1:
         fail("--limit must be at least 1")
     if max_new_tokens < 1 or batch_size < 1:
         fail("--max-new-tokens and --batch-size must be at least 1")
+    if backend not in ("auto", "transformers", "vllm"):
+        fail(f"--backend must be auto, transformers or vllm, not {backend!r}")
     import json
 
     from ftis_swarm.models import ModelNotFoundError
@@ -171,11 +174,11 @@ def eval_cmd(
 
     try:
         result = evaluate(model, task, limit=limit, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                          on_batch=progress)
-    except (ModelNotFoundError, UnknownTaskError, FileNotFoundError) as exc:
+                          on_batch=progress, backend=backend)
+    except (ModelNotFoundError, UnknownTaskError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     typer.echo(f"{task} greedy pass@1 = {result['pass_at_1']:.4f} ({result['correct']}/{result['items']}) "
-               f"for {model} in {result['seconds']:.0f} s")
+               f"for {model} in {result['seconds']:.0f} s ({result['backend']} on {result['device']})")
     path = out or Path(f"eval-{task}.json")
     path.write_text(json.dumps(result, indent=2))
     typer.echo(f"written to {path}")

@@ -89,3 +89,15 @@ def test_eval_writes_pass_at_1_json(tmp_path, tiny_model_dir):
     assert data["items"] == 4 and data["task"] == "arith" and data["split"] == "test"
     assert 0.0 <= data["pass_at_1"] <= 1.0 and data["correct"] == round(data["pass_at_1"] * 4)
     assert f"pass@1 = {data['pass_at_1']:.4f}" in result.output
+
+
+def test_eval_picks_transformers_on_cpu_and_vllm_only_when_asked() -> None:
+    from ftis_swarm.node.evaluate import pick_eval_backend
+    from ftis_swarm.rollout.factory import vllm_installed
+
+    assert pick_eval_backend("auto") == ("transformers", "cpu")  # no CUDA here: auto never starts vLLM on CPU
+    assert pick_eval_backend("transformers") == ("transformers", "cpu")
+    if vllm_installed():
+        assert pick_eval_backend("vllm") == ("vllm", "cpu")
+    with pytest.raises(ValueError, match="backend must be"):
+        pick_eval_backend("tpu")

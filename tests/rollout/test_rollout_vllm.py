@@ -101,3 +101,15 @@ def test_an_adapter_swap_takes_effect(engine, tiny_model, kit, tmp_path) -> None
     assert kit.gap(ref_b, with_b) < 1e-4 and kit.gap(ref_a, with_b) > 1e-2
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         engine.set_adapter(str(tmp_path))
+
+
+def test_greedy_decoding_matches_transformers_greedy(engine, tiny_model, kit) -> None:
+    """`greedy` is what `ftis-node eval` decodes with on vLLM: argmax at every step, EOS kept."""
+    import torch
+
+    prompts = [p.prompt_ids for p in kit.prompts]
+    got = engine.greedy(prompts, 6)
+    for prompt, ids in zip(prompts, got):
+        ref = tiny_model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=6, do_sample=False, top_k=None,
+                                  top_p=None, temperature=None, eos_token_id=engine.eos_ids)[0, len(prompt):]
+        assert ids == ref.tolist()[: len(ids)] and 1 <= len(ids) <= 6
