@@ -26,14 +26,17 @@
 #   cap; a `join` node's `learner.max_groups_per_peer`, default 16, would have to be raised to 24).
 #
 # Time per run (one arm, one seed; both learners in one process, one after the other):
-#   measured on an H200 (GPU check, docs/benchmarks.md): the transformers sampler on the 1.5B shape,
-#   1,201 tokens/s at 32 rows (fp32); the bf16 learner update, 14,085 tokens/s (1.5B).
-#   ESTIMATED from those: the 3B at half the 1.5B's rates; completions of 300 tokens on average
-#   (GSM8K answers; budget 512); prompts of 150 tokens; MATH-500 greedy evaluation 4 min a learner.
-#   A round: sampling 288 x 300 tokens, 72 s (1.5B) + 144 s (3B); updating on 576 sequences of
-#   450 tokens plus the log-prob pass, 25 s + 50 s: about 290 s, so 50 rounds 4 h and a run 4.2 h
-#   with its evaluation. All 15 runs: about 63 h on one GPU; with two GPUs (WORKERS=2, two runs at
-#   once on H200s) about 32 h; SHORT=1: about 1.8 h. Every finished run is kept: a rerun resumes.
+#   MEASURED on an H200 (GPU check runs 1 and 2, docs/benchmarks.md): the transformers sampler on
+#   the 1.5B shape, 969-1,201 tokens/s at 32 rows (fp32, the harness samples with the fp32 model);
+#   the bf16 learner update, 10,609-14,085 tokens/s (1.5B) and 7,384 tokens/s (3B shape).
+#   ESTIMATED: the 3B sampler at half the 1.5B's rate; completions of 300 tokens on average
+#   (GSM8K answers; budget 512); prompts of 150 tokens; the log-prob pass a third of an update;
+#   MATH-500 greedy evaluation (500 x up to 1,024 tokens, 64 rows) 4 min (1.5B) and 8 min (3B).
+#   A round: sampling 288 x 300 tokens, 72-89 s (1.5B) + 144-178 s (3B); updating on 576
+#   sequences of 450 tokens, 25-33 s + 47 s: 290-350 s, so 50 rounds 4.0-4.9 h and a run
+#   4.2-5.1 h with its evaluation. All 15 runs: 63-77 h on one GPU; with two H200s and WORKERS=2
+#   (two runs at once) about half; SHORT=1 (2 runs of 10 rounds): 2-2.4 h. A rerun resumes:
+#   every finished run is kept.
 set -euo pipefail
 
 MODEL_A=${MODEL_A:-Qwen2.5-3B}

@@ -6,10 +6,13 @@ measures itself after a warm-up update (AdamW's state exists by then), over `rep
 updates:
 
 - on CUDA, `torch.cuda.max_memory_allocated` (the peak of this rank's tensors);
-- on CPU, the peak resident set (VmHWM after resetting it through /proc/self/clear_refs),
-  which also holds the interpreter and torch's libraries, so the ratio understates what
-  sharding saves on tensors; and the tensors a step keeps (weights, gradients, AdamW's state:
-  this rank's shards), which is what sharding divides.
+- on CPU, the peak of live tensor bytes over one more update, from torch's memory profiler
+  (the CPU's `max_memory_allocated`); and, for reference, the peak resident set (VmHWM after
+  resetting it through /proc/self/clear_refs), which also holds the interpreter, torch's
+  libraries and what the allocator keeps after freeing (each rank loaded the whole model
+  before sharding it), so it says little about sharding;
+- the tensors a step keeps (weights, gradients, AdamW's state: this rank's shards), which is
+  what sharding divides.
 
 The parent starts the processes one after the other (never at once, so they do not share the
 cores they are timed on) and prints the ratios: the issue's goal is a peak per rank of at
@@ -49,6 +52,10 @@ class DistFigures:
         return max(r["peak_bytes"] for r in self.ranks) / self.one["peak_bytes"]
 
     @property
+    def rss_ratio(self) -> float:
+        return max(r["peak_rss_bytes"] for r in self.ranks) / self.one["peak_rss_bytes"]
+
+    @property
     def state_ratio(self) -> float:
         return max(r["state_bytes"] for r in self.ranks) / self.one["state_bytes"]
 
@@ -57,8 +64,8 @@ class DistFigures:
         return max(r["step_s"] for r in self.ranks) / self.one["step_s"]
 
     def as_dict(self) -> dict:
-        return {**self.__dict__, "peak_ratio": self.peak_ratio, "state_ratio": self.state_ratio,
-                "step_ratio": self.step_ratio}
+        return {**self.__dict__, "peak_ratio": self.peak_ratio, "rss_ratio": self.rss_ratio,
+                "state_ratio": self.state_ratio, "step_ratio": self.step_ratio}
 
 
 def _vm_kib(field_name: str) -> int:
@@ -80,6 +87,23 @@ def _state_bytes(learner: Any) -> int:
     for state in learner.optimizer.state.values():
         total += sum(local(v).numel() * local(v).element_size() for v in state.values() if hasattr(v, "numel"))
     return total
+
+
+def _profiled_peak(step: Callable[[], Any]) -> int:
+    """The peak of live tensor bytes while `step` runs (torch's memory profiler; CPU tensors included)."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import Action
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
+    current = peak = 0
+    for _, action, _, size in prof._memory_profile().timeline:  # (time, action, (tensor, version), bytes)
+        if action in (Action.PREEXISTING, Action.CREATE):
+            current += size
+        elif action == Action.DESTROY:
+            current -= size
+        peak = max(peak, current)
+    return peak
 
 
 def _worker(args: argparse.Namespace) -> dict:
@@ -118,9 +142,11 @@ def _worker(args: argparse.Namespace) -> dict:
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() if cuda else _vm_kib("VmHWM") * 1024
+    rss = _vm_kib("VmHWM") * 1024
+    step = (lambda: learner.update_local(items)) if ranks else (lambda: learner.update(items))
+    peak = torch.cuda.max_memory_allocated() if cuda else _profiled_peak(step)
     out = {"rank": ranks.rank if ranks else 0, "step_s": statistics.median(times), "peak_bytes": peak,
-           "state_bytes": _state_bytes(learner), "device": device}
+           "peak_rss_bytes": rss, "state_bytes": _state_bytes(learner), "device": device}
     if ranks:
         torch.distributed.destroy_process_group()
     return out
@@ -155,7 +181,7 @@ def _run(cmd: list[str], env: dict) -> None:
 
 def format_dist(f: DistFigures) -> str:
     gib = 2**30
-    peak_kind = "max_memory_allocated" if f.device.startswith("cuda") else "peak RSS (VmHWM)"
+    peak_kind = "max_memory_allocated" if f.device.startswith("cuda") else "live tensors, memory profiler"
     lines = [f"model {f.model}, full fine-tune, fp32; batch {f.sequences} sequences, {f.tokens} tokens; {f.device}",
              f"one process            step {f.one['step_s']:.3f} s   peak {f.one['peak_bytes'] / gib:.3f} GiB   "
              f"weights+grads+AdamW {f.one['state_bytes'] / gib:.3f} GiB"]
@@ -163,7 +189,7 @@ def format_dist(f: DistFigures) -> str:
         lines.append(f"rank {r['rank']} of {f.nproc}            step {r['step_s']:.3f} s   peak {r['peak_bytes'] / gib:.3f} GiB   "
                      f"weights+grads+AdamW {r['state_bytes'] / gib:.3f} GiB")
     lines.append(f"per rank / one process  peak {f.peak_ratio:.2f} x ({peak_kind}; goal <= 0.6)   "
-                 f"state {f.state_ratio:.2f} x   step time {f.step_ratio:.2f} x")
+                 f"state {f.state_ratio:.2f} x   step time {f.step_ratio:.2f} x   peak RSS {f.rss_ratio:.2f} x")
     return "\n".join(lines)
 
 

@@ -133,19 +133,22 @@ def layer_activation_bytes(shape: ModelShape, regime: str, seq_len: int, masked:
     return norms + attention + mlp
 
 
-def head_backward_bytes(shape: ModelShape, regime: str, positions: int, chunk: int) -> int:
+def head_backward_bytes(shape: ModelShape, regime: str, positions: int, chunk: int, *, trained: bool = True) -> int:
     """The chunked head's backward beyond the layers' activations, for one micro-batch.
 
     The head weight is used once per chunk (and again by the embedding when tied); autograd
     sums the uses' gradients in a buffer, out of place: the running sum, the new gradient and
     their sum at once. Next to the buffer, one chunk: its log-softmax output and the two
     gradients of its logits (fp32), and under autocast the chunk's bf16 copy of the weight.
+    A head that is not trained (LoRA leaves it frozen) has no weight gradient: one chunk only.
     """
     grad = BF16 if regime == "bf16" else FP32
     weight = shape.vocab * shape.hidden
     uses = -(-positions // chunk) + (1 if shape.tied else 0)
     rows = min(chunk, positions)
     one_chunk = 3 * rows * shape.vocab * FP32 + (weight * BF16 if regime == "autocast" else 0)
+    if not trained:
+        return one_chunk
     if uses > 1:
         return max(3 * weight * grad, weight * grad + one_chunk)
     return weight * grad + one_chunk
@@ -185,7 +188,8 @@ def plan_memory(shape: ModelShape, cfg: LearnerConfig, *, nproc: int = 1, seq_le
         t["autocast_copies"] = shape.layers * shape.layer_params * BF16
     tokens = cfg.micro_batch * seq_len
     comp = completion_len if completion_len is not None else seq_len // 2
-    regime = "fp32" if cfg.dtype == "fp32" else ("bf16" if sharded else "autocast")
+    # bf16 parameters (FSDP's gathered ones, or a bf16 LoRA's base) make a bf16 residual stream
+    regime = "fp32" if cfg.dtype == "fp32" else ("bf16" if sharded or base == BF16 else "autocast")
     residual = BF16 if regime == "bf16" else FP32
     per_layer = layer_activation_bytes(shape, regime, seq_len)
     if cfg.activation_checkpointing:  # each layer's input, and one layer recomputed in backward
@@ -194,7 +198,8 @@ def plan_memory(shape: ModelShape, cfg: LearnerConfig, *, nproc: int = 1, seq_le
         t["activations"] = tokens * shape.layers * per_layer
     positions = cfg.micro_batch * comp
     final_norm = tokens * 2 * FP32 * shape.hidden + positions * shape.hidden * residual
-    t["head_backward"] = final_norm + head_backward_bytes(shape, regime, positions, cfg.logprob_chunk)
+    t["head_backward"] = final_norm + head_backward_bytes(shape, regime, positions, cfg.logprob_chunk,
+                                                          trained=cfg.lora is None)
     kv_cache = rollout.rows * rollout.tokens * shape.layers * 2 * shape.kv_dim
     sample_logits = rollout.rows * shape.vocab * FP32 * SAMPLE_LOGIT_COPIES
     if rollout.backend == "shared":

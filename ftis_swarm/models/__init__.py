@@ -5,6 +5,7 @@
 - smollm2.py   the embedded SmolLM2-135M-Instruct (GGUF converted once) and its sibling with layers dropped
 - cache.py     cache_dir / cached_checkpoint: $FTIS_CACHE_DIR, built once, renamed into place
 - tiny.py      build_tiny_qwen2: seeded tiny Qwen2 with the real Qwen tokenizer (tests, benches)
+- shapes.py    ModelShape: the Qwen2.5 family's config shapes as data (memory plans, no download)
 
 Imports below it: core and config only (torch and transformers are imported inside functions).
 """

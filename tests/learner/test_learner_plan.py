@@ -106,3 +106,13 @@ def test_the_fp32_layer_count_is_what_autograd_saves() -> None:
                                                vocab=128, tied=True)
     rsqrt = 2 * 4  # the two norms' per-token rsqrt, left out of the plan
     assert per_layer == layer_activation_bytes(shape, "fp32", seq, masked=False) + rsqrt
+
+
+def test_the_docs_table_is_the_one_the_code_prints() -> None:
+    from pathlib import Path
+
+    from ftis_swarm.cli.plan_cmd import format_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "gpu.md").read_text()
+    rows = format_table(micro_batch=4, seq_len=1024).splitlines()
+    assert len(rows) == 12 and all(row in doc for row in rows), "regenerate with `ftis-node plan --table`"
