@@ -6,8 +6,8 @@ measures itself after a warm-up update (AdamW's state exists by then), over `rep
 updates:
 
 - on CUDA, `torch.cuda.max_memory_allocated` (the peak of this rank's tensors);
-- on CPU, the peak of live tensor bytes over one more update, from torch's memory profiler
-  (the CPU's `max_memory_allocated`); and, for reference, the peak resident set (VmHWM after
+- on CPU, the peak of live tensor bytes over one more update, counted by a dispatch mode (the
+  CPU's `max_memory_allocated`; torch's memory profiler trips over FSDP's backward hooks); and, for reference, the peak resident set (VmHWM after
   resetting it through /proc/self/clear_refs), which also holds the interpreter, torch's
   libraries and what the allocator keeps after freeing (each rank loaded the whole model
   before sharding it), so it says little about sharding;
@@ -37,6 +37,10 @@ from typing import Any, Callable
 log = logging.getLogger(__name__)
 
 
+RATIOS = ("peak_bytes", "peak_rss_bytes", "state_bytes", "step_s")
+"""The figures compared rank by rank with the one process's."""
+
+
 @dataclass
 class DistFigures:
     model: str
@@ -47,25 +51,12 @@ class DistFigures:
     one: dict[str, Any] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def peak_ratio(self) -> float:
-        return max(r["peak_bytes"] for r in self.ranks) / self.one["peak_bytes"]
-
-    @property
-    def rss_ratio(self) -> float:
-        return max(r["peak_rss_bytes"] for r in self.ranks) / self.one["peak_rss_bytes"]
-
-    @property
-    def state_ratio(self) -> float:
-        return max(r["state_bytes"] for r in self.ranks) / self.one["state_bytes"]
-
-    @property
-    def step_ratio(self) -> float:
-        return max(r["step_s"] for r in self.ranks) / self.one["step_s"]
+    def ratio(self, key: str) -> float:
+        """The worst rank's figure over the one process's (peak_bytes, peak_rss_bytes, state_bytes, step_s)."""
+        return max(r[key] for r in self.ranks) / self.one[key]
 
     def as_dict(self) -> dict:
-        return {**self.__dict__, "peak_ratio": self.peak_ratio, "rss_ratio": self.rss_ratio,
-                "state_ratio": self.state_ratio, "step_ratio": self.step_ratio}
+        return {**self.__dict__, **{f"{k}_ratio": self.ratio(k) for k in RATIOS}}
 
 
 def _vm_kib(field_name: str) -> int:
@@ -89,21 +80,66 @@ def _state_bytes(learner: Any) -> int:
     return total
 
 
-def _profiled_peak(step: Callable[[], Any]) -> int:
-    """The peak of live tensor bytes while `step` runs (torch's memory profiler; CPU tensors included)."""
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler._memory_profiler import Action
+class _LiveBytes:
+    """Counts the bytes of tensor storages created while active and not yet freed, and their peak.
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    A `TorchDispatchMode` sees every op's outputs (a DTensor's local shard in its place); a
+    storage is counted once, and a finalizer takes it off when its last tensor dies. Tensors
+    that existed before are not counted: the caller adds them (weights, AdamW's state).
+    """
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.peak = 0
+        self._seen: set[int] = set()
+
+    def add(self, t: Any) -> None:
+        import weakref
+
+        from torch.distributed.tensor import DTensor
+
+        t = t._local_tensor if isinstance(t, DTensor) else t
+        if t.device.type == "meta":
+            return
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key == 0 or key in self._seen:
+            return
+        self._seen.add(key)
+        self.current += storage.nbytes()
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(storage, self._free, key, storage.nbytes())
+
+    def _free(self, key: int, size: int) -> None:
+        self._seen.discard(key)
+        self.current -= size
+
+    def mode(self) -> Any:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+                out = func(*args, **(kwargs or {}))
+                for leaf in tree_leaves(out):
+                    if isinstance(leaf, torch.Tensor):
+                        counter.add(leaf)
+                return out
+
+        return Mode()
+
+
+def _tensor_peak(learner: Any, step: Callable[[], Any]) -> int:
+    """Peak tensor bytes over `step`: weights and AdamW's state, plus what the step allocates (CPU)."""
+    learner.optimizer.zero_grad(set_to_none=True)  # the step makes its gradients anew: count them once
+    before = _state_bytes(learner)
+    counter = _LiveBytes()
+    with counter.mode():
         step()
-    current = peak = 0
-    for _, action, _, size in prof._memory_profile().timeline:  # (time, action, (tensor, version), bytes)
-        if action in (Action.PREEXISTING, Action.CREATE):
-            current += size
-        elif action == Action.DESTROY:
-            current -= size
-        peak = max(peak, current)
-    return peak
+    return before + counter.peak
 
 
 def _worker(args: argparse.Namespace) -> dict:
@@ -144,7 +180,7 @@ def _worker(args: argparse.Namespace) -> dict:
         times.append(time.perf_counter() - t0)
     rss = _vm_kib("VmHWM") * 1024
     step = (lambda: learner.update_local(items)) if ranks else (lambda: learner.update(items))
-    peak = torch.cuda.max_memory_allocated() if cuda else _profiled_peak(step)
+    peak = torch.cuda.max_memory_allocated() if cuda else _tensor_peak(learner, step)
     out = {"rank": ranks.rank if ranks else 0, "step_s": statistics.median(times), "peak_bytes": peak,
            "peak_rss_bytes": rss, "state_bytes": _state_bytes(learner), "device": device}
     if ranks:
@@ -181,15 +217,16 @@ def _run(cmd: list[str], env: dict) -> None:
 
 def format_dist(f: DistFigures) -> str:
     gib = 2**30
-    peak_kind = "max_memory_allocated" if f.device.startswith("cuda") else "live tensors, memory profiler"
+    peak_kind = "max_memory_allocated" if f.device.startswith("cuda") else "live tensor bytes"
     lines = [f"model {f.model}, full fine-tune, fp32; batch {f.sequences} sequences, {f.tokens} tokens; {f.device}",
              f"one process            step {f.one['step_s']:.3f} s   peak {f.one['peak_bytes'] / gib:.3f} GiB   "
              f"weights+grads+AdamW {f.one['state_bytes'] / gib:.3f} GiB"]
     for r in f.ranks:
         lines.append(f"rank {r['rank']} of {f.nproc}            step {r['step_s']:.3f} s   peak {r['peak_bytes'] / gib:.3f} GiB   "
                      f"weights+grads+AdamW {r['state_bytes'] / gib:.3f} GiB")
-    lines.append(f"per rank / one process  peak {f.peak_ratio:.2f} x ({peak_kind}; goal <= 0.6)   "
-                 f"state {f.state_ratio:.2f} x   step time {f.step_ratio:.2f} x   peak RSS {f.rss_ratio:.2f} x")
+    lines.append(f"per rank / one process  peak {f.ratio('peak_bytes'):.2f} x ({peak_kind}; goal <= 0.6)   "
+                 f"state {f.ratio('state_bytes'):.2f} x   step time {f.ratio('step_s'):.2f} x   "
+                 f"peak RSS {f.ratio('peak_rss_bytes'):.2f} x")
     return "\n".join(lines)
 
 

@@ -36,13 +36,7 @@ from ftis_swarm.config import LearnerConfig
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup
 from ftis_swarm.learner.learner import Learner
 from ftis_swarm.learner.sharding import shard_model
-from ftis_swarm.learner.state import (
-    adapter_keys,
-    check_full_weights,
-    load_optimizer_state,
-    optimizer_state_by_name,
-    read_weights,
-)
+from ftis_swarm.learner.state import checkpoint_tensors, load_optimizer_state, optimizer_state_by_name
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +152,7 @@ class ShardedLearner(Learner):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         self._announce("load_checkpoint", weights, optimizer_file)
-        tensors = read_weights(weights)
-        if self.is_lora:
-            tensors = adapter_keys(self.model, tensors)
-        else:
-            check_full_weights(self.model, tensors)
+        tensors = checkpoint_tensors(self.model, weights, is_lora=self.is_lora)
         set_model_state_dict(self.root, {f"model.{k}": v for k, v in tensors.items()},
                              options=StateDictOptions(full_state_dict=True, strict=False))
         load_optimizer_state(self.model, self.optimizer, torch.load(optimizer_file, weights_only=True))

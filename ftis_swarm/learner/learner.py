@@ -28,13 +28,7 @@ from ftis_swarm.core.ftis import filtered_samples, ftis_loss, sample_kl
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
 from ftis_swarm.learner.sharding import checkpoint_layers
-from ftis_swarm.learner.state import (
-    adapter_keys,
-    check_full_weights,
-    load_optimizer_state,
-    optimizer_state_by_name,
-    read_weights,
-)
+from ftis_swarm.learner.state import checkpoint_tensors, load_optimizer_state, optimizer_state_by_name
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +168,5 @@ class Learner:
 
     def load_checkpoint(self, weights: Path, optimizer_file: Path) -> None:
         """Restores what `save_weights` and `optimizer_state` wrote; raises CheckpointError on a misfit."""
-        tensors = read_weights(weights)
-        if self.is_lora:
-            tensors = adapter_keys(self.model, tensors)
-        else:
-            check_full_weights(self.model, tensors)
-        self.model.load_state_dict(tensors, strict=False)
+        self.model.load_state_dict(checkpoint_tensors(self.model, weights, is_lora=self.is_lora), strict=False)
         load_optimizer_state(self.model, self.optimizer, torch.load(optimizer_file, weights_only=True))

@@ -54,6 +54,15 @@ def adapter_keys(model: Any, tensors: dict[str, torch.Tensor]) -> dict[str, torc
     return out
 
 
+def checkpoint_tensors(model: Any, weights: Path, *, is_lora: bool) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights (or adapter) under the model's parameter names, checked to fit it."""
+    tensors = read_weights(weights)
+    if is_lora:
+        return adapter_keys(model, tensors)
+    check_full_weights(model, tensors)
+    return tensors
+
+
 def _full(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
