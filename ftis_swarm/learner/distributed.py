@@ -23,6 +23,7 @@ checkpoint is the same files a single process writes and loads with transformers
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ from ftis_swarm.learner.sharding import shard_model
 from ftis_swarm.learner.state import checkpoint_tensors, load_optimizer_state, optimizer_state_by_name
 
 log = logging.getLogger(__name__)
+
+GROUP_TIMEOUT_S = 7200
+"""How long a rank waits in a collective: the followers wait in one while rank 0 generates,
+gathers and scores a round (NCCL's default of 10 minutes would abort them on a slow round)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,8 @@ def init_ranks(backend: Optional[str] = None) -> Ranks:
     if not dist.is_initialized():
         if cuda:
             torch.cuda.set_device(device)
-        dist.init_process_group(backend or ("nccl" if cuda else "gloo"), device_id=device if cuda else None)
+        dist.init_process_group(backend or ("nccl" if cuda else "gloo"), device_id=device if cuda else None,
+                                timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     return Ranks(rank=dist.get_rank(), world=dist.get_world_size(), device=device, mesh=mesh)
 
