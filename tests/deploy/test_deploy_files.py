@@ -76,6 +76,7 @@ def test_images_entry_point_is_the_installed_script(dockerfile):
     assert "deploy/setup.sh" in text and (ROOT / "deploy" / "setup.sh").is_file()
 
 
+@pytest.mark.slow
 def test_gpu_recipe_dry_run_plans_both_learners_and_prints_the_harness_command(tmp_path):
     import os
     import subprocess
