@@ -97,13 +97,13 @@ def join(
         cfg = load_node_config(config, overrides)
     except ConfigError as exc:
         fail(str(exc))
+    if nproc_per_node < 1:
+        fail("--nproc-per-node must be at least 1")
     if print_config:
         from ftis_swarm.config import dump_node_config
 
         typer.echo(dump_node_config(cfg))
         return
-    if nproc_per_node < 1:
-        fail("--nproc-per-node must be at least 1")
     import os
 
     if nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: become torchrun

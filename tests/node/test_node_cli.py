@@ -101,3 +101,15 @@ def test_eval_picks_transformers_on_cpu_and_vllm_only_when_asked() -> None:
         assert pick_eval_backend("vllm") == ("vllm", "cpu")
     with pytest.raises(ValueError, match="backend must be"):
         pick_eval_backend("tpu")
+
+
+def test_join_nproc_per_node_reruns_the_same_command_under_torchrun_without_the_flag():
+    import sys
+
+    from ftis_swarm.cli.join_run import torchrun_argv
+
+    argv = torchrun_argv(["join", "--model", "m", "--nproc-per-node", "2", "--rounds", "3", "--nproc-per-node=2"], 2)
+    assert argv[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert argv[5:] == ["-m", "ftis_swarm.cli", "join", "--model", "m", "--rounds", "3"]
+    bad = runner.invoke(app, ["join", "--nproc-per-node", "0", "--print-config"])
+    assert bad.exit_code == 2
