@@ -190,6 +190,9 @@ class LearnerConfig(_Strict):
     """Sequences per forward/backward; the gradient accumulates over the batch."""
     logprob_chunk: int = Field(512, ge=1)
     """Positions per chunk of the output head (no [B, T, V] logits tensor for the whole batch)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
+    about a third more compute, and activation memory falls to each layer's input plus one layer's."""
     lora: Optional[LoRAConfig] = None
     """Train a LoRA adapter instead of the full model."""
     max_peer_groups: int = Field(64, ge=0)
@@ -372,6 +375,8 @@ class NodeConfig(_Strict):
     """Rollout backend: auto = vLLM where CUDA is present, else transformers sharing the learner's model."""
     vllm_gpu_memory_utilization: float = Field(0.35, gt=0, lt=1)
     """Share of the GPU's memory vLLM may take; the rest is the learner's (both live on one GPU)."""
+    vllm_tensor_parallel_size: int = Field(1, ge=1, le=64)
+    """GPUs one vLLM engine spans (tensor parallel); `ftis-node plan` says how many a model needs."""
     seed: int = 0
     """Seeds prompt sampling (per round), generation and torch."""
     threads: Optional[int] = Field(None, ge=1, le=1024)

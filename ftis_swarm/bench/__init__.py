@@ -5,6 +5,7 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - wire_bench.py      bytes per completion token; encode/decode throughput against a memory copy
 - learner_bench.py   an F-TIS step against a NoIS step; the loss alone; TRL's GRPO loss as the anchor
 - logprob_memory.py  chunked vs naive per-token log-probs at a 150k vocabulary (fresh processes)
+- dist_bench.py      the FSDP2 learner on N ranks against one process: peak memory per rank, step time
 - rollout_bench.py   tokens/s of each installed rollout backend and log-prob parity with the learner
 - swarm_bench.py     publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
                      polling (swarm_worker.py: one node)

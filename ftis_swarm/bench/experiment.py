@@ -92,6 +92,10 @@ class ExperimentConfig(BaseModel):
     dtype: Literal["fp32", "bf16"] = "bf16"
     """The learner's autocast (rollout and evaluation stay fp32)."""
     micro_batch: int = Field(32, ge=1)
+    activation_checkpointing: bool = False
+    """Recompute each layer's activations in backward (for large models on a GPU; `ftis-node plan`)."""
+    eval_task: Optional[str] = None
+    """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: `task`."""
     eval_items: int = Field(40, ge=1)
     """Held-out test items for greedy pass@1 (the same items in every arm)."""
     eval_seed: int = Field(0, ge=0)

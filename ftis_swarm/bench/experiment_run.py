@@ -24,6 +24,7 @@ from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig, SamplingCon
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.learner.rewards import TaskCache, score_groups
+from ftis_swarm.learner.sharding import base_dtype
 from ftis_swarm.models import load_model
 from ftis_swarm.rollout import GroupHeader, PromptRequest, TransformersBackend
 from ftis_swarm.tasks import Task, TaskItem, get_task
@@ -63,11 +64,19 @@ class Peer:
         return scored.rewards
 
 
+def learner_device(index: int) -> str:
+    """Learner `index`'s device: GPU `index` modulo the GPUs present (one GPU: both share it), else the CPU."""
+    n = torch.cuda.device_count()
+    return f"cuda:{index % n}" if n else "cpu"
+
+
 def build_peer(name: str, spec: LearnerSpec, cfg: ExperimentConfig, mode: str) -> Peer:
-    model, tokenizer = load_model(spec.model)
     lcfg = LearnerConfig(lr=spec.lr, dtype=cfg.dtype, micro_batch=cfg.micro_batch,
+                         activation_checkpointing=cfg.activation_checkpointing,
                          lora=LoRAConfig(rank=spec.lora_rank, alpha=2.0 * spec.lora_rank) if spec.lora_rank else None,
                          ftis=FTISConfig(mode=mode))
+    model, tokenizer = load_model(spec.model, dtype=base_dtype(lcfg),
+                                  device=learner_device(cfg.learner_names.index(name)))
     model = apply_lora(model, lcfg)
     header = GroupHeader(run_id=RUN_ID, sender=name, model_id=spec.model + (f"+lora{spec.lora_rank}" if spec.lora_rank else ""))
     backend = TransformersBackend(model=model, tokenizer=tokenizer, header=header)
@@ -92,7 +101,7 @@ def _sampling(cfg: ExperimentConfig, seed: int, index: int, G: int) -> SamplingC
 def start_evaluation(cfg_json: str) -> dict[str, Any]:
     """Held-out accuracy of both learners' initial weights (shared by every run)."""
     cfg = ExperimentConfig.model_validate_json(cfg_json)
-    task = get_task(cfg.task)
+    task = get_task(cfg.eval_task or cfg.task)
     items = heldout_items(task, cfg.eval_items, cfg.eval_seed)
     out: dict[str, Any] = {"round": 0}
     for name, spec in zip(cfg.learner_names, cfg.learners):
@@ -100,7 +109,7 @@ def start_evaluation(cfg_json: str) -> dict[str, Any]:
         if same:  # a LoRA twin starts as its base model: the same greedy answers
             out[name] = out[same[0]]
             continue
-        model, tok = load_model(spec.model)
+        model, tok = load_model(spec.model, device=learner_device(cfg.learner_names.index(name)))
         backend = TransformersBackend(model=model, tokenizer=tok, header=GroupHeader(RUN_ID, name, spec.model))
         t0 = time.perf_counter()
         out[name] = heldout_accuracy(model, tok, task, items, max_new_tokens=cfg.eval_max_new_tokens,
@@ -118,7 +127,8 @@ def run_arm(cfg_json: str, arm: str, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     task = get_task(cfg.task)
     peers = [build_peer(n, s, cfg, mode) for n, s in zip(cfg.learner_names, cfg.learners)]
-    eval_set = heldout_items(task, cfg.eval_items, cfg.eval_seed)
+    eval_task = get_task(cfg.eval_task) if cfg.eval_task else task
+    eval_set = heldout_items(eval_task, cfg.eval_items, cfg.eval_seed)
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     step = {"solo": solo_round, "vertical": vertical_round, "horizontal": horizontal_round}[kind]
@@ -130,7 +140,7 @@ def run_arm(cfg_json: str, arm: str, seed: int) -> dict[str, Any]:
         if r in cfg.eval_rounds:
             ev: dict[str, Any] = {"round": r}
             for p in peers:
-                ev[p.name] = heldout_accuracy(p.backend.model, p.tokenizer, task, eval_set,
+                ev[p.name] = heldout_accuracy(p.backend.model, p.tokenizer, eval_task, eval_set,
                                               max_new_tokens=cfg.eval_max_new_tokens, eos_ids=p.backend.eos_ids,
                                               pad_id=p.backend.pad_id)
             evals.append(ev)

@@ -63,12 +63,34 @@ def bench_learner(
     repeats: int = typer.Option(5, help="Timed repeats per figure (median reported)."),
     threads: int = typer.Option(2, help="torch CPU threads."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Also measure chunked vs naive log-probs at 150k vocabulary (needs ~11 GB)."),
+    nproc: int = typer.Option(1, help="Above 1: the FSDP2 learner on this many ranks (torchrun) against one process instead."),
+    micro_batch: int = typer.Option(4, help="Sequences per forward/backward (with --nproc)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
-    """One F-TIS step vs one NoIS step, the loss alone, chunked vs naive log-probs, and TRL's GRPO loss."""
-    if min(groups, group_size - 1, prompt_tokens, completion_tokens, repeats, threads) < 1:
-        fail("--groups, --prompt-tokens, --completion-tokens, --repeats, --threads must be >= 1 and --group-size >= 2")
+    """One F-TIS step vs one NoIS step, the loss alone, chunked vs naive log-probs, and TRL's GRPO loss;
+    with --nproc N, the sharded learner's peak memory per rank and step time against one process."""
+    if min(groups, group_size - 1, prompt_tokens, completion_tokens, repeats, threads, nproc, micro_batch) < 1:
+        fail("--groups, --prompt-tokens, --completion-tokens, --repeats, --threads, --nproc, --micro-batch must be "
+             ">= 1 and --group-size >= 2")
     _check_json_path(json_path)
+    if nproc > 1:
+        from ftis_swarm.bench.dist_bench import format_dist, run_dist_bench
+        from ftis_swarm.models import ModelNotFoundError, resolve_model
+
+        try:
+            resolve_model(model)  # convert the embedded model once, before the measured processes
+        except ModelNotFoundError as exc:
+            fail(str(exc))
+        try:
+            dist = run_dist_bench(model=model, nproc=nproc, groups=groups, group_size=group_size,
+                                  prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                  micro_batch=micro_batch, repeats=repeats, threads=threads,
+                                  progress=lambda s: typer.echo(f"  ... {s}", err=True))
+        except RuntimeError as exc:
+            fail(str(exc))
+        typer.echo(format_dist(dist))
+        _write_json(json_path, dist.as_dict())
+        return
     from ftis_swarm.bench.learner_bench import format_learner, run_learner_bench
 
     figures = run_learner_bench(model_name=model, n_groups=groups, G=group_size, prompt_len=prompt_tokens,

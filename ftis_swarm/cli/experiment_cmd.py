@@ -45,6 +45,11 @@ def experiment(
     lora_rank_b: Optional[int] = typer.Option(None, help="B's LoRA rank (default 16); 0 trains B's full model."),
     dtype: Optional[str] = typer.Option(None, help="Learner autocast: fp32 or bf16."),
     limit: Optional[int] = typer.Option(None, help="Held-out test items for greedy pass@1 (the same in every arm)."),
+    task: Optional[str] = typer.Option(None, help="Training task (default arith)."),
+    eval_task: Optional[str] = typer.Option(None, help="Task of the held-out accuracy (default: the training task; math500 for the paper's)."),
+    eval_max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per greedy held-out answer."),
+    micro_batch: Optional[int] = typer.Option(None, help="Sequences per forward/backward (ftis-node plan says what fits)."),
+    activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute layer activations in backward."),
     workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
     threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
@@ -78,7 +83,9 @@ def experiment(
         overrides["seeds"] = [int(s) for s in seed_list]
     for key, value in dict(rounds=rounds, prompts_per_round=prompts_per_round, group_size=group_size,
                            temperature=temperature, max_new_tokens=max_new_tokens, dtype=dtype,
-                           eval_items=eval_items).items():
+                           eval_items=eval_items, task=task, eval_task=eval_task,
+                           eval_max_new_tokens=eval_max_new_tokens, micro_batch=micro_batch,
+                           activation_checkpointing=activation_checkpointing).items():
         if value is not None:
             overrides[key] = value
     try:

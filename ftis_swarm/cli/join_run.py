@@ -1,8 +1,11 @@
-"""Runs a node for `ftis-node join`: machine checks, logging, the live table, the closing summary.
+"""Runs a node for `ftis-node join`: machine checks, logging, the live table, the closing summary, torchrun.
 
 Order matters: the config is already valid (node_cmds.join), then the peers file and the
 ports are checked, and only then is the run directory made and the model loaded, so a
 mistake leaves nothing behind. The first line of output comes before the model loads.
+
+Under torchrun with several processes rank 0 runs the node and the others follow its learner
+(`node/ranks.py`); `join --nproc-per-node N` starts torchrun itself (`torchrun_argv`).
 """
 
 from __future__ import annotations
@@ -18,23 +21,45 @@ from ftis_swarm.cli.progress import console, status
 from ftis_swarm.config import NodeConfig
 
 
+def torchrun_argv(argv: list[str], nproc: int) -> list[str]:
+    """The command that reruns `ftis-node join` (argv without --nproc-per-node) under torchrun."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc-per-node":
+            skip = True
+        elif not arg.startswith("--nproc-per-node="):
+            rest.append(arg)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "ftis_swarm.cli", *rest]
+
+
 def run_node(cfg: NodeConfig, *, table: bool) -> None:
     from ftis_swarm.node.preflight import check_machine
+    from ftis_swarm.node.ranks import join_ranks, launched_with_ranks, run_follower
 
-    check_machine(cfg)
-    typer.echo(f"ftis-node join: {cfg.model}{' + LoRA' if cfg.learner.lora else ''} on {cfg.task}, "
-               f"{cfg.rounds} rounds, run directory {cfg.run_dir}")
+    ranks = join_ranks() if launched_with_ranks() else None
+    rank = ranks.rank if ranks else 0
+    if rank == 0:
+        check_machine(cfg)
+        typer.echo(f"ftis-node join: {cfg.model}{' + LoRA' if cfg.learner.lora else ''} on {cfg.task}, "
+                   f"{cfg.rounds} rounds, run directory {cfg.run_dir}")
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging("warning", log_file=cfg.run_dir / "node.log")
+    setup_logging("warning", log_file=cfg.run_dir / ("node.log" if rank == 0 else f"node-rank{rank}.log"))
     from transformers.utils import logging as hf_logging
 
     from ftis_swarm.node.daemon import Node, RoundResult
+
+    if ranks is not None and not ranks.leader:
+        run_follower(cfg, ranks)
+        return
 
     hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
     from ftis_swarm.node.summary import format_summary, summarize_run
 
     with status(f"loading {cfg.model} and joining the swarm (a first use downloads or converts the model)"):
-        node = Node(cfg)
+        node = Node(cfg, ranks=ranks)
     node.install_signal_handlers()
     typer.echo(f"peer id {node.parts.swarm.peer_id}")
     for maddr in node.parts.swarm.visible_maddrs:

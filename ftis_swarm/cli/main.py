@@ -170,7 +170,7 @@ def bootstrap(
     run_bootstrap(cfg, stop=stop, on_ready=ready, maddrs_file=maddrs_file)
 
 
-from ftis_swarm.cli import bench_cmds, node_cmds  # noqa: E402,F401  (register their commands)
+from ftis_swarm.cli import bench_cmds, node_cmds, plan_cmd  # noqa: E402,F401  (register their commands)
 from ftis_swarm.cli import experiment_cmd  # noqa: E402,F401  (registers experiment)
 
 

@@ -29,6 +29,8 @@ JOIN_FLAGS = {
     "round_deadline": "round_deadline",
     "checkpoint_every": "checkpoint_every",
     "backend": "backend",
+    "vllm_memory": "vllm_gpu_memory_utilization",
+    "vllm_tp": "vllm_tensor_parallel_size",
     "seed": "seed",
     "threads": "threads",
     "metrics_port": "metrics_port",
@@ -39,6 +41,7 @@ JOIN_FLAGS = {
     "lr": "learner.lr",
     "epochs": "learner.epochs",
     "dtype": "learner.dtype",
+    "activation_checkpointing": "learner.activation_checkpointing",
     "lora_rank": "learner.lora.rank",
     "mode": "learner.ftis.mode",
     "peers": "swarm.peers",
@@ -76,6 +79,9 @@ def join(
     round_deadline: Optional[float] = typer.Option(None, help="Most seconds to gather peers' groups each round (less once every live peer's round is in). [round_deadline]"),
     checkpoint_every: Optional[int] = typer.Option(None, help="Rounds between checkpoints. [checkpoint_every]"),
     backend: Optional[str] = typer.Option(None, help="auto, transformers or vllm. [backend]"),
+    vllm_memory: Optional[float] = typer.Option(None, help="Share of the GPU vLLM may take when it shares it with the learner. [vllm_gpu_memory_utilization]"),
+    vllm_tp: Optional[int] = typer.Option(None, help="GPUs one vLLM engine spans (tensor parallel). [vllm_tensor_parallel_size]"),
+    activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute layer activations in backward. [learner.activation_checkpointing]"),
     seed: Optional[int] = typer.Option(None, help="Seed of prompt sampling and generation. [seed]"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads. [threads]"),
     metrics_port: Optional[int] = typer.Option(None, help="Serve Prometheus /metrics on this port. [metrics_port]"),
@@ -90,9 +96,12 @@ def join(
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),
     print_config: bool = typer.Option(False, "--print-config", help="Validate, print the resolved config as JSON, and exit."),
     help_modes: bool = typer.Option(False, "--help-modes", help="Print what each loss mode does, and exit."),
+    nproc_per_node: int = typer.Option(1, help="Learner processes (GPUs) on this machine: reruns this command under torchrun; rank 0 is the node."),
 ) -> None:
     """Join a swarm (or start one) and train this node's model on its own and its peers' groups."""
     values = dict(locals())
+    if nproc_per_node < 1:
+        fail("--nproc-per-node must be at least 1")
     if help_modes:
         from ftis_swarm.config import LOSS_MODES
 
@@ -111,6 +120,15 @@ def join(
     if print_config:
         typer.echo(dump_node_config(cfg))
         return
+    import os
+
+    if nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: become torchrun
+        import sys
+
+        from ftis_swarm.cli.join_run import torchrun_argv
+
+        argv = torchrun_argv(sys.argv[1:], nproc_per_node)
+        os.execv(argv[0], argv)
     from ftis_swarm.cli.join_run import run_node
 
     run_node(cfg, table=table)
@@ -182,14 +200,17 @@ def eval_cmd(
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per greedy answer (default: the task's)."),
     batch_size: int = typer.Option(8, help="Prompts per generate call."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON here (default: eval-<task>.json)."),
+    backend: str = typer.Option("auto", help="auto (vLLM on CUDA when installed, else transformers; CUDA when present), transformers or vllm."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
-    """Greedy pass@1 on a task's held-out split; prints it and writes it as JSON."""
+    """Greedy pass@1 on a task's held-out split (on the GPU when there is one); prints it and writes it as JSON."""
     path = renamed(json_path, old_out, "--json", "--out", Path(f"eval-{task}.json"))
     if limit is not None and limit < 1:
         fail("--limit must be at least 1")
     if (max_new_tokens is not None and max_new_tokens < 1) or batch_size < 1:
         fail("--max-new-tokens and --batch-size must be at least 1")
+    if backend not in ("auto", "transformers", "vllm"):
+        fail(f"--backend must be auto, transformers or vllm, not {backend!r}")
     if not path.parent.is_dir():
         fail(f"--json: folder {path.parent} does not exist")
     from ftis_swarm.tasks import task_class
@@ -203,9 +224,9 @@ def eval_cmd(
 
     with Bar("answering", total=None) as bar:
         result = evaluate(model, task, limit=limit, max_new_tokens=tokens, batch_size=batch_size,
-                          on_batch=lambda done, total: bar.update(done, total=total))
+                          on_batch=lambda done, total: bar.update(done, total=total), backend=backend)
     typer.echo(f"{task} greedy pass@1 = {result['pass_at_1']:.4f} ({result['correct']}/{result['items']}) "
-               f"for {model} in {result['seconds']:.0f} s")
+               f"for {model} in {result['seconds']:.0f} s ({result['backend']} on {result['device']})")
     path.write_text(json.dumps(result, indent=2))
     typer.echo(f"written to {path}")
 

@@ -54,7 +54,7 @@ def token_logprobs(
         attention_mask = torch.ones_like(input_ids)  # (B, L)
     if target_mask is None:
         target_mask = attention_mask[:, 1:].bool()  # (B, L-1)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, L, H)
     rows, cols = target_mask.nonzero(as_tuple=True)  # (M,), (M,)
     h = hidden[:, :-1][rows, cols]  # (M, H)
     tgt = input_ids[:, 1:][rows, cols]  # (M,)

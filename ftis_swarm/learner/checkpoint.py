@@ -28,19 +28,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 
-from ftis_swarm.errors import UserError
+from ftis_swarm.learner.state import CheckpointError
+
 
 log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 _PREFIX = "ckpt-"
 _TMP = ".tmp-"
-
-
-class CheckpointError(UserError, RuntimeError):
-    """A checkpoint that cannot be restored into this learner (one sentence)."""
 
 
 def _sha256(path: Path) -> str:
@@ -87,14 +83,14 @@ class CheckpointManager:
         tmp = self.root / f"{_TMP}{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         weights = tmp / ("adapter" if learner.is_lora else "model")
-        learner.model.save_pretrained(weights, safe_serialization=True)
+        learner.save_weights(weights)
         if learner.is_lora and base_model is not None:
             adapter_cfg = weights / "adapter_config.json"
             adapter_cfg.write_text(json.dumps({**json.loads(adapter_cfg.read_text()),
                                                "base_model_name_or_path": base_model}, indent=2))
         if tokenizer is not None:
             tokenizer.save_pretrained(weights)
-        torch.save(learner.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(learner.optimizer_state(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
         full_state = dict(state, round=round_idx, policy_version=learner.policy_version)
         (tmp / "state.json").write_text(json.dumps(full_state))
@@ -150,27 +146,8 @@ class CheckpointManager:
         if not weights.is_dir():
             kind = "an adapter" if learner.is_lora else "a full model"
             raise CheckpointError(f"{ckpt} does not hold {kind}: was the node's --lora-rank changed?")
-        tensors: dict[str, torch.Tensor] = {}
-        for f in sorted(weights.glob("*.safetensors")):
-            tensors.update(load_file(f))
-        if learner.is_lora:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(learner.model, tensors)
-        else:
-            _load_full(learner.model, tensors)
-        learner.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+        learner.load_checkpoint(weights, ckpt / "optimizer.pt")
         torch.set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True)["torch"])
         state = json.loads((ckpt / "state.json").read_text())
         learner.policy_version = int(state["policy_version"])
         return state
-
-
-def _load_full(model: Any, tensors: dict[str, torch.Tensor]) -> None:
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
-    if unexpected or set(missing) - tied:
-        raise CheckpointError(
-            f"checkpoint weights do not fit this model ({len(set(missing) - tied)} missing, "
-            f"{len(unexpected)} unexpected tensors): was --model changed?"
-        )

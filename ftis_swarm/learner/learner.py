@@ -39,6 +39,8 @@ from ftis_swarm.core.ftis import SampleTerms, ftis_metrics, policy_loss, sample_
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
 from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
+from ftis_swarm.learner.sharding import checkpoint_layers
+from ftis_swarm.learner.state import checkpoint_tensors, load_optimizer_state, optimizer_state_by_name
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class Learner:
         self.model = model.eval()
         self.pad_id = pad_id
         self.is_lora = cfg.lora is not None
+        if cfg.activation_checkpointing:
+            checkpoint_layers(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -196,7 +200,7 @@ class Learner:
     def _steps(self, batch: Batch, logp_old: torch.Tensor, terms: SampleTerms,
                active: list[int]) -> tuple[list[float], float, int]:
         """The optimiser steps on the `active` rows: losses of the steps taken, last grad norm, steps skipped."""
-        N, micro = batch.num_sequences, batch.micro_for(active)
+        N, micro = batch.num_sequences, self._micro_batches(batch, active)
         losses: list[float] = []
         grad_norm = 0.0
         for _ in range(self.cfg.epochs if active else 0):
@@ -205,9 +209,11 @@ class Learner:
             for mb in micro:
                 i = mb.idx
                 loss = policy_loss(self._logprobs(mb), logp_old[i], batch.mask[i], terms.rows(i), self.cfg.ftis)
-                (loss * (len(i) / N)).backward()
-                total += loss.item() * len(i) / N
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+                share = self._share(mb, N)
+                (loss * share).backward()
+                total += loss.item() * share
+            total = self._sum_over_ranks(total)  # every rank decides on the same loss and global norm
+            norm = self._clip_gradients()
             if not (math.isfinite(total) and math.isfinite(norm)):
                 self.optimizer.zero_grad(set_to_none=True)
                 log.warning("skipped an optimiser step: loss %s, gradient norm %s", total, norm)
@@ -250,11 +256,37 @@ class Learner:
     def _sender(batch: Batch, row: int) -> str:
         return batch.groups[int(batch.group_of[row])].sender
 
+    # -- hooks the sharded learner (learner/distributed.py) overrides; identities in one process --
+    def _micro_batches(self, batch: Batch, rows: list[int]) -> list[MicroBatch]:
+        """The micro-batches this process runs for `rows` of the batch (here: all of them)."""
+        return batch.micro_for(rows)
+
+    def _share(self, mb: MicroBatch, N: int) -> float:
+        """The weight of a micro-batch's mean loss in the batch's mean over N sequences."""
+        return len(mb.idx) / N
+
+    def _clip_gradients(self) -> float:
+        """Clips the gradient to `grad_clip` by its global norm; returns the norm before clipping."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+
+    def _sum_over_ranks(self, value: float) -> float:
+        """A per-process partial sum, summed over every process of the learner (here: one)."""
+        return value
+
     def save_weights(self, path: Path) -> Path:
         """Writes the full model or the adapter as safetensors (what a rollout backend reloads)."""
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
         return path
+
+    def optimizer_state(self) -> dict:
+        """The optimiser's state keyed by parameter name: a checkpoint any process count loads."""
+        return optimizer_state_by_name(self.model, self.optimizer)
+
+    def load_checkpoint(self, weights: Path, optimizer_file: Path) -> None:
+        """Restores what `save_weights` and `optimizer_state` wrote; raises CheckpointError on a misfit."""
+        self.model.load_state_dict(checkpoint_tensors(self.model, weights, is_lora=self.is_lora), strict=False)
+        load_optimizer_state(self.model, self.optimizer, torch.load(optimizer_file, weights_only=True))
 
 
 def _peer_metrics(batch: Batch, terms: SampleTerms, C: float) -> dict[str, float]:

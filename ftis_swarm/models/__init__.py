@@ -7,6 +7,7 @@
 - cache.py     cache_dir / cached_checkpoint: $FTIS_CACHE_DIR, built once, renamed into place
 - quiet.py     no_progress_bars: transformers' and the hub's tqdm bars off while models load
 - tiny.py      build_tiny_qwen2: seeded tiny Qwen2 with the real Qwen tokenizer (tests, benches)
+- shapes.py    ModelShape: the Qwen2.5 family's config shapes as data (memory plans, no download)
 
 Imports below it: core, config and errors only (torch and transformers are imported inside functions).
 """

@@ -5,7 +5,11 @@ then the model and tokenizer (the swarm needs the tokenizer fingerprint and voca
 then the swarm (the backend stamps groups with the swarm's peer id), then the
 backend. On CPU the transformers backend shares the learner's model object: an update is
 visible to generation at once, and `after_update` only advances the served version. Any
-other backend (vLLM) gets the new weights or adapter from a directory the learner writes.
+other backend (vLLM, or a transformers backend owning its copy because the learner's model
+is sharded over ranks) gets the new weights or adapter from a directory the learner writes.
+
+With `ranks` (a node under torchrun), this runs on rank 0 only; the other ranks build just
+the learner (`build_learner`, the same model and sharding) and follow rank 0's calls.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from typing import Any, Optional
 
 from ftis_swarm.config import NodeConfig, dump_node_config
 from ftis_swarm.learner.checkpoint import CheckpointManager
+from ftis_swarm.learner.distributed import Ranks, ShardedLearner
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.learner.rewards import Admission, TaskCache
+from ftis_swarm.learner.sharding import base_dtype
 from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
 from ftis_swarm.node.ledger import PeerLedger
@@ -70,7 +76,7 @@ class Components:
 
     def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
         """After a resume: the backend serves the restored weights under the restored version."""
-        if not self.shares_model:
+        if not self.shares_model and self.learner.policy_version > self.backend.policy_version:  # else: initial weights
             self._push_weights(self.learner.save_weights(self.weights_dir))
         while self.backend.policy_version < self.learner.policy_version:
             self.backend.bump_policy_version()
@@ -83,13 +89,17 @@ class Components:
             self.backend.load_weights(str(path))
 
     def close(self) -> None:
-        closers = (("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close),
+        closers = (("learner", getattr(self.learner, "stop", _nothing)), ("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close),
                    ("ledger", self.ledger.close))
         for name, closer in closers:
             try:
                 closer()
             except Exception:  # noqa: BLE001 - one part failing to close must not keep the others open
                 log.exception("closing the %s failed", name)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _check_versions(learner: Learner, backend: Any) -> None:
@@ -99,7 +109,24 @@ def _check_versions(learner: Learner, backend: Any) -> None:
         )
 
 
-def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None) -> Components:
+def build_learner(cfg: NodeConfig, *, device: str, ranks: Optional[Ranks] = None) -> tuple[Any, Any, Learner]:
+    """`(model, tokenizer, learner)`: the model in the learner's base dtype, LoRA applied, sharded over `ranks`.
+
+    A sharded model is loaded on the CPU and FSDP moves each rank's shard to its device.
+    """
+    sharded = ranks is not None and ranks.world > 1
+    model, tokenizer = load_model(cfg.model, dtype=base_dtype(cfg.learner), device="cpu" if sharded else device)
+    model = apply_lora(model, cfg.learner)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    if sharded:
+        return model, tokenizer, ShardedLearner(model, cfg=cfg.learner, pad_id=pad_id, ranks=ranks,
+                                                tokenizer_fp=fingerprint)
+    return model, tokenizer, Learner(model, cfg=cfg.learner, pad_id=pad_id, tokenizer_fp=fingerprint)
+
+
+def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None,
+                     ranks: Optional[Ranks] = None) -> Components:
     """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir.
 
     Raises `EvaluationTaskError` (one sentence) when `task` or an `accept_tasks` entry has no train split.
@@ -115,12 +142,9 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model(cfg.model, dtype="fp32", device=device)
-    model = apply_lora(model, cfg.learner)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = str(ranks.device) if ranks is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    model, tokenizer, learner = build_learner(cfg, device=device, ranks=ranks)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    learner = Learner(model, cfg=cfg.learner, pad_id=pad_id, tokenizer_fp=fingerprint)
     task = get_task(cfg.task)
     token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
@@ -129,16 +153,21 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
     model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
     header = GroupHeader(run_id=cfg.swarm.run_id, sender=swarm.peer_id, model_id=model_id[:256])
-    shares = pick_kind(cfg.backend) == "transformers"
+    kind = pick_kind(cfg.backend)
+    shares = kind == "transformers" and not isinstance(learner, ShardedLearner)
     if shares:  # one model object for learning and sampling, on whichever device it lives
         backend = TransformersBackend(model=learner.model, tokenizer=tokenizer, header=header)
+    elif kind == "transformers":  # the learner's model is sharded: rank 0 samples from its own copy
+        backend = make_backend(kind, cfg.model, header=header, dtype=cfg.learner.dtype, device=device)
     else:
         options: dict[str, Any] = {}
-        if device == "cuda":
+        if device.startswith("cuda"):
             options["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+        if cfg.vllm_tensor_parallel_size > 1:
+            options["engine_options"] = {"tensor_parallel_size": cfg.vllm_tensor_parallel_size}
         if cfg.learner.lora is not None:
             options.update(enable_lora=True, max_lora_rank=cfg.learner.lora.rank)
-        backend = make_backend(cfg.backend, cfg.model, header=header, **options)
+        backend = make_backend(kind, cfg.model, header=header, **options)
     return Components(
         cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
         tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),

@@ -75,7 +75,7 @@ class NodeState:
 class Node:
     """Build with `Node(cfg)`, then `run()`; `request_stop()` ends it after the current round."""
 
-    def __init__(self, cfg: NodeConfig) -> None:
+    def __init__(self, cfg: NodeConfig, *, ranks: Any = None) -> None:
         self.cfg = cfg
         self.state = NodeState()
         self._stop = False
@@ -86,7 +86,7 @@ class Node:
             last_round = int(json.loads((latest / "state.json").read_text())["round"])
             for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
                 drop_rounds_after(path, last_round)
-        self.parts = build_components(cfg, checkpoints=checkpoints)
+        self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks)  # ranks: rank 0 of torchrun
         context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
         self.intake = PeerIntake(Budget.of(cfg, context=context))
         if latest is not None:

@@ -148,6 +148,18 @@ class VLLMBackend(RolloutBackend):
         completions = [[_completion(c) for c in out.outputs] for out in outputs]
         return self._groups(prompts, completions, sampling, version)
 
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy completions (temperature 0: the evaluation's decoding) of token-id prompts, EOS kept."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [SamplingParams(n=1, temperature=0.0, stop_token_ids=self.eos_ids, detokenize=False,
+                                 max_tokens=completion_budget(len(p), max_new_tokens, self.context_len))
+                  for p in prompts]
+        inputs = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
+        outputs = self.llm.generate(inputs, params, lora_request=self._lora, use_tqdm=False)
+        return [list(out.outputs[0].token_ids) for out in outputs]
+
     def load_weights(self, path: str) -> None:
         """Loads the safetensors checkpoint in folder `path` into the running engine, in place."""
         if not any(Path(path).glob("*.safetensors")):

@@ -122,3 +122,22 @@ def test_bench_swarm_table_gives_each_gossip_row_its_ratio_to_the_poll_row():
     lines = table.splitlines()[2:]
     assert [line.split()[8] for line in lines] == ["0.020", "0.025", "1.000", "1.000"]
     assert lines[0].split()[6:8] == ["22.0", "44.0"]  # p50 and p95 in ms
+
+
+@pytest.mark.slow
+def test_bench_learner_nproc_2_halves_the_state_and_cuts_the_peak(tmp_path):
+    model = build_tiny_qwen2(tmp_path / "tiny", hidden_size=64, num_layers=2, seed=0)
+    out = tmp_path / "dist.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ftis_swarm.cli", "bench", "learner", "--model", str(model), "--nproc", "2",
+         "--groups", "1", "--group-size", "4", "--prompt-tokens", "8", "--completion-tokens", "8", "--repeats", "1",
+         "--micro-batch", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert [r["rank"] for r in figures["ranks"]] == [0, 1]
+    assert figures["state_bytes_ratio"] == pytest.approx(0.5, abs=0.01)  # weights, gradients, AdamW: halved
+    # the peak also holds what FSDP gathers and the step's transients, so it drops by less than half
+    assert 0.5 < figures["peak_bytes_ratio"] < 0.8
+    assert "per rank / one process  peak" in proc.stdout

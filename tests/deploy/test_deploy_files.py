@@ -135,3 +135,24 @@ def test_images_entry_point_is_the_installed_script(dockerfile):
     for src in re.findall(r"^COPY (\S+)", text, re.M):
         assert (ROOT / src).exists(), src
     assert "deploy/setup.sh" in text and (ROOT / "deploy" / "setup.sh").is_file()
+
+
+@pytest.mark.slow
+def test_gpu_recipe_dry_run_plans_both_learners_and_prints_the_harness_command(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    shim = tmp_path / "bin" / "ftis-node"  # the recipe calls `ftis-node`; here it is this checkout's CLI
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m ftis_swarm.cli "$@"\n')
+    shim.chmod(0o755)
+    env = dict(os.environ, PATH=f"{shim.parent}:{os.environ['PATH']}", DRY_RUN="1", SHORT="1", OUT=str(tmp_path / "o"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(["bash", str(ROOT / "docs" / "gpu_recipe.sh")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "A: peak" in proc.stderr and "B: peak" in proc.stderr and "fits" in proc.stderr
+    command = proc.stderr.splitlines()[-1]
+    assert command.startswith("+ ftis-node experiment ") and "--eval-task math500" in command
+    assert "--rounds 10 " in command and "--arms solo,vertical-ftis " in command

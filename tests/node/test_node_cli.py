@@ -93,3 +93,27 @@ def test_eval_writes_pass_at_1_json(tmp_path, tiny_model_dir):
     assert data["items"] == 4 and data["task"] == "arith" and data["split"] == "test"
     assert 0.0 <= data["pass_at_1"] <= 1.0 and data["correct"] == round(data["pass_at_1"] * 4)
     assert f"pass@1 = {data['pass_at_1']:.4f}" in result.output
+
+
+def test_eval_picks_transformers_on_cpu_and_vllm_only_when_asked() -> None:
+    from ftis_swarm.node.evaluate import pick_eval_backend
+    from ftis_swarm.rollout.factory import vllm_installed
+
+    assert pick_eval_backend("auto") == ("transformers", "cpu")  # no CUDA here: auto never starts vLLM on CPU
+    assert pick_eval_backend("transformers") == ("transformers", "cpu")
+    if vllm_installed():
+        assert pick_eval_backend("vllm") == ("vllm", "cpu")
+    with pytest.raises(ValueError, match="backend must be"):
+        pick_eval_backend("tpu")
+
+
+def test_join_nproc_per_node_reruns_the_same_command_under_torchrun_without_the_flag():
+    import sys
+
+    from ftis_swarm.cli.join_run import torchrun_argv
+
+    argv = torchrun_argv(["join", "--model", "m", "--nproc-per-node", "2", "--rounds", "3", "--nproc-per-node=2"], 2)
+    assert argv[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert argv[5:] == ["-m", "ftis_swarm.cli", "join", "--model", "m", "--rounds", "3"]
+    bad = runner.invoke(app, ["join", "--nproc-per-node", "0", "--print-config"])
+    assert bad.exit_code == 2

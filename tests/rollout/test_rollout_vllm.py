@@ -33,6 +33,19 @@ def engine(tiny_dir, kit):
     backend.close()
 
 
+def test_greedy_decoding_matches_transformers_greedy(engine, tiny_model, kit) -> None:
+    """`greedy` is what `ftis-node eval` decodes with on vLLM: argmax at every step, EOS kept (on the
+    base weights: it runs before the tests that swap weights and adapters)."""
+    import torch
+
+    prompts = [p.prompt_ids for p in kit.prompts]
+    got = engine.greedy(prompts, 6)
+    for prompt, ids in zip(prompts, got):
+        ref = tiny_model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=6, do_sample=False, top_k=None,
+                                  top_p=None, temperature=None, eos_token_id=engine.eos_ids)[0, len(prompt):]
+        assert ids == ref.tolist()[: len(ids)] and 1 <= len(ids) <= 6
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_match_the_learner_recomputation(engine, tiny_model, kit, temperature) -> None:
     engine.eos_ids, default_eos = EOS_SET, engine.eos_ids

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# The GPU check on the device machine, run from the repo root: installs the carried wheels (.whl/: pydantic and its parts, which that machine lacks), then runs tests/gpu/check_gpu.py and writes gpu_check.json and gpu_check.log to $OUT (default ./gpu-out). Extra arguments go to check_gpu.py.
+set -o pipefail; OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT" && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 tests/gpu/check_gpu.py --json "$OUT/gpu_check.json" "$@" 2>&1 | tee "$OUT/gpu_check.log"
