@@ -3,6 +3,8 @@
 Order matters: the config is already valid (node_cmds.join), then the peers file and the
 ports are checked, and only then is the run directory made and the model loaded, so a
 mistake leaves nothing behind. The first line of output comes before the model loads.
+Exit status: 0 at the last round or after SIGTERM/SIGINT, 2 for a user error, 3 when the
+node stopped because its updates kept failing (node/health.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
     typer.echo(f"\ndone: {len(results)} rounds this run")
     typer.echo(format_summary([summarize_run(cfg.run_dir)]))
     typer.echo(f"\nnext: ftis-node report {shlex.quote(str(cfg.run_dir))}   (curves into report.png)")
+    if node.health.stopped:  # node/health.py: a node whose training fails must not look alive
+        from ftis_swarm.node.health import EXIT_UNHEALTHY
+
+        typer.echo(f"error: the node stopped at round {results[-1].round}: {node.health.explain()}", err=True)
+        raise typer.Exit(EXIT_UNHEALTHY)
 
 
 def _fitting_rows() -> int:

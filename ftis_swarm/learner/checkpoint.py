@@ -6,7 +6,8 @@ Layout of `<root>/ckpt-<round:08d>/`:
   `adapter/` (LoRA: loads with peft unchanged; its `adapter_config.json` names the base
   model as the node was given it, a folder made absolute, so that `ftis-node eval` loads it
   from any working directory), with the tokenizer beside it when given
-- `optimizer.pt`, `rng.pt`: the optimiser's and torch's RNG state (tensors only)
+- `optimizer.pt`, `rng.pt`: the optimiser's state and torch's RNG states, CPU and every CUDA
+  device (tensors only)
 - `state.json`: round, policy version, consumed group ids and whatever the node adds
 - `COMPLETE`: sha256 of every other file; written last
 
@@ -95,7 +96,10 @@ class CheckpointManager:
         if tokenizer is not None:
             tokenizer.save_pretrained(weights)
         torch.save(learner.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()  # a list of per-device states
+        torch.save(rng, tmp / "rng.pt")
         full_state = dict(state, round=round_idx, policy_version=learner.policy_version)
         (tmp / "state.json").write_text(json.dumps(full_state))
         _fsync_tree(tmp)
@@ -160,7 +164,10 @@ class CheckpointManager:
         else:
             _load_full(learner.model, tensors)
         learner.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
-        torch.set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True)["torch"])
+        rng = torch.load(ckpt / "rng.pt", weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
         state = json.loads((ckpt / "state.json").read_text())
         learner.policy_version = int(state["policy_version"])
         return state

@@ -9,10 +9,14 @@ not listed costs `DEFAULT_COST`); each group that went into an update earns
 `CREDIT_PER_GROUP`. `score` is credit minus cost: above 0 for a peer whose groups were
 used, below 0 once its faults outweigh them.
 
-A ban: when a peer's cost since its last ban reaches `ban_threshold` (20 points by
-default: one forged or non-finite group, four groups naming test items), the peer is
-refused for `ban_seconds` (60 s), doubling with each further ban up to `max_ban_seconds`
-(1 h). Bans are wall-clock times, kept in the checkpoint, so a restarted node keeps them.
+A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
+back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
+one forged or non-finite group, four groups naming test items), the peer is refused for
+`ban_seconds` (60 s), doubling with each further ban up to `max_ban_seconds` (1 h). The
+pay-back is what keeps an honest peer's occasional failures (a restart: its announced
+bodies died with it, a few `fetch_failed`; a dropped connection) from adding up to a ban
+over a long run while its groups are used; a fault of 20 points still bans at once. Bans
+are wall-clock times, kept in the checkpoint, so a restarted node keeps them.
 `deny_peers` are always refused; a non-empty `allow_peers` refuses everyone else.
 
 The ledger judges; it does not act. The node drops a refused peer's groups before scoring,
@@ -43,7 +47,7 @@ COSTS: dict[str, float] = {
     "unknown_task": 1.0, "task_not_accepted": 0.0,
     # the node's intake
     "peer_too_long": 2.0, "peer_over_budget": 1.0, "peer_over_cap": 0.0, "peer_already_consumed": 0.0,
-    "peer_deferred": 0.0, "peer_refused": 0.0,
+    "peer_deferred": 0.0, "peer_refused": 0.0, "peer_duplicate": 0.0,
 }
 """Cost of each counted reason, in points. Zero: not a fault (an honest peer on another task,
 or sending more than this node takes); one: may be an honest peer on other data or versions;
@@ -54,6 +58,9 @@ SWARM_COSTS: dict[str, float] = {
     # a publisher that does not serve what it announced, or serves it too slowly
     "fetch_failed": 0.5, "stalled": 2.0, "stall": 2.0, "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0,
     "fetch_error": 1.0, "too_many_streams": 2.0,
+    # one failed attempt of a fetch (the pointer's final rejection is charged too): a publisher
+    # that is down or restarted (its announced bodies died with it) is not hostile, a stall costs more
+    "body_unreachable": 0.5, "body_missing": 0.5, "body_broken": 0.5, "body_stalled": 1.0,
     # records and replies no honest peer sends
     "bad_encoding": 5.0, "bad_schema": 5.0, "bad_reply": 5.0, "bad_request": 5.0, "oversize_record": 5.0,
     "oversized_reply": 5.0, "overwrite": 5.0, "unbound_key": 5.0,
@@ -81,7 +88,7 @@ class PeerRecord:
     counts: Counter = field(default_factory=Counter)  # reason -> times charged
     cost: float = 0.0
     credit: float = 0.0
-    debt: float = 0.0  # cost since the last ban
+    debt: float = 0.0  # cost since the last ban, less the credit earned since
     bans: int = 0
     banned_until: float = 0.0  # wall-clock seconds
 
@@ -145,9 +152,11 @@ class PeerLedger:
                 self.charge(peer, SWARM_PREFIX + reason, n)
 
     def credit(self, peer_id: str, n: int = 1) -> None:
-        """`n` of the peer's groups went into an update."""
+        """`n` of the peer's groups went into an update: credit, and as much paid off its debt."""
         if n > 0:
-            self._peers.setdefault(peer_id, PeerRecord()).credit += CREDIT_PER_GROUP * n
+            rec = self._peers.setdefault(peer_id, PeerRecord())
+            rec.credit += CREDIT_PER_GROUP * n
+            rec.debt = max(0.0, rec.debt - CREDIT_PER_GROUP * n)
 
     def charge_counts(self, by_peer: Counter, *, me: str = "") -> None:
         """Charges `(peer, reason) -> n` counts (what the intake and the scorer report), `me` aside."""
