@@ -4,7 +4,7 @@ The learner and the swarm may not import each other, so their signals about a pe
 here, in the node: the learner's (a refused, non-finite, forged or failing group), the
 scorer's (wrong task, split, item or prompt), the node's intake (over budget, too long)
 and the swarm's (`charge_swarm`: bodies that contradict their pointer, forged or unbound
-records, stalled fetches, floods of requests; `SWARM_COSTS`). Each reason has a cost (`COSTS`; a reason
+records, failed or stalled fetches, floods of requests; `SWARM_COSTS`). Each reason has a cost (`COSTS`; a reason
 not listed costs `DEFAULT_COST`); each group that went into an update earns
 `CREDIT_PER_GROUP`. `score` is credit minus cost: above 0 for a peer whose groups were
 used, below 0 once its faults outweigh them.
@@ -53,14 +53,19 @@ COSTS: dict[str, float] = {
 or sending more than this node takes); one: may be an honest peer on other data or versions;
 five and up: a group no honest node of this task sends."""
 SWARM_COSTS: dict[str, float] = {
-    # not faults: another run or tokenizer, a clock or a load an honest peer can have
-    "run_id": 0.0, "tokenizer": 0.0, "stale": 0.0, "denied": 0.0, "busy": 0.0, "expired": 1.0, "future": 1.0,
-    # a publisher that does not serve what it announced, or serves it too slowly
-    "fetch_failed": 0.5, "stalled": 2.0, "stall": 2.0, "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0,
-    "fetch_error": 1.0, "too_many_streams": 2.0,
-    # one failed attempt of a fetch (the pointer's final rejection is charged too): a publisher
-    # that is down or restarted (its announced bodies died with it) is not hostile, a stall costs more
-    "body_unreachable": 0.5, "body_missing": 0.5, "body_broken": 0.5, "body_stalled": 1.0,
+    # not faults: another run or tokenizer, a clock or a load an honest peer can have; a peer that is
+    # down, restarting or refusing this node (a ban) does not answer (a read's timeout bounds the cost)
+    "run_id": 0.0, "tokenizer": 0.0, "stale": 0.0, "denied": 0.0, "busy": 0.0, "dht_no_reply": 0.0,
+    "expired": 1.0, "future": 1.0,
+    # a publisher that does not serve what it announced, or too slowly: each failed attempt costs
+    # (`body_<reason>`; the fetch scheduler bounds them: `max_fetch_attempts` in a row, then a doubling
+    # pause). The pointers rejected after them (`fetch_failed`, `stalled`: every pending pointer of a
+    # publisher that failed k times in a row) cost nothing more, or a peer that was down, all its
+    # announced bodies gone with it, would pay once per pointer it had announced
+    "body_unreachable": 0.5, "body_missing": 0.5, "body_broken": 0.5, "body_stalled": 2.0,
+    "fetch_failed": 0.0, "stalled": 0.0,
+    # a requester that misbehaves while served, a body larger than allowed
+    "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0, "fetch_error": 1.0, "too_many_streams": 2.0,
     # records and replies no honest peer sends
     "bad_encoding": 5.0, "bad_schema": 5.0, "bad_reply": 5.0, "bad_request": 5.0, "oversize_record": 5.0,
     "oversized_reply": 5.0, "overwrite": 5.0, "unbound_key": 5.0,
