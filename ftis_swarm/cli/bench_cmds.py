@@ -239,6 +239,7 @@ def bench_resume(
     group_size: int = typer.Option(8, "--group-size", "-G", help="Completions per prompt, G."),
     max_new_tokens: int = typer.Option(6, help="Most tokens per completion."),
     lr: float = typer.Option(1e-3, help="Learning rate of the node."),
+    set_: list[str] = typer.Option([], "--set", help="KEY=VALUE for any key of the node's config (as join's --set); repeatable."),
     run_dir: Path = typer.Option(Path("runs/bench-resume"), "--run-dir", help="Where the two runs (and the tiny model) go."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
@@ -249,11 +250,33 @@ def bench_resume(
     if backend not in ("transformers", "vllm"):
         fail(f"--backend must be transformers or vllm, got {backend!r}")
     _check_json_path(json_path)
-    from ftis_swarm.bench.resume_bench import format_resume, run_resume_bench
+    from ftis_swarm.node.resume_bench import format_resume, run_resume_bench
 
     bench = run_resume_bench(workdir=run_dir, model=model, rounds=rounds, kills=kills, seed=seed, backend=backend,
                              prompts=prompts_per_round, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
-                             progress=_progress)
+                             progress=_progress, extra=tuple(f for kv in set_ for f in ("--set", kv)))
     _report(format_resume(bench), bench, json_path)
     if not bench.identical:
         raise typer.Exit(1)
+
+
+@bench_app.command("soak")
+def bench_soak(
+    rounds: int = typer.Option(200, help="Rounds each node runs."),
+    ttl: float = typer.Option(30.0, help="Record TTL of the swarm, seconds: records expire and are replaced often."),
+    round_deadline: float = typer.Option(0.5, help="Seconds each gather waits."),
+    interval: float = typer.Option(2.0, help="Seconds between two samples of every process."),
+    run_dir: Path = typer.Option(Path("runs/bench-soak"), "--run-dir", help="Where the nodes' run directories go."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """RSS and open files of every process of a 3-node tiny testnet over many rounds: fitted growth after one TTL."""
+    if rounds < 2 or ttl <= 0 or round_deadline <= 0 or interval <= 0:
+        fail("--rounds must be >= 2 and --ttl, --round-deadline and --interval > 0")
+    if not Path("/proc/self/status").is_file():
+        fail("bench soak reads /proc: it runs on Linux only")
+    _check_json_path(json_path)
+    from ftis_swarm.node.soak_bench import format_soak, run_soak_bench
+
+    bench = run_soak_bench(workdir=run_dir, rounds=rounds, ttl=ttl, deadline=round_deadline, interval=interval,
+                           progress=_progress)
+    _report(format_soak(bench), bench, json_path)

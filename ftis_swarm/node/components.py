@@ -69,8 +69,11 @@ class Components:
         _check_versions(self.learner, self.backend)
 
     def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
-        """After a resume: the backend serves the restored weights under the restored version."""
-        if not self.shares_model:
+        """After a resume: the backend serves the restored weights under the restored version.
+
+        At version 0 no step was taken: the backend already serves those weights (a push would
+        advance its version past the learner's)."""
+        if not self.shares_model and self.learner.policy_version > 0:
             self._push_weights(self.learner.save_weights(self.weights_dir))
         while self.backend.policy_version < self.learner.policy_version:
             self.backend.bump_policy_version()

@@ -36,7 +36,9 @@ def build_tiny_arith_model(out_dir: Path, *, steps: int = TEACH_STEPS, seed: int
     from ftis_swarm.models.tiny import build_tiny_qwen2
     from ftis_swarm.tasks import get_task
 
-    base = build_tiny_qwen2(out_dir.with_name(out_dir.name + "-random"), hidden_size=32, num_layers=1, seed=seed)
+    # head size 32: vLLM's CPU attention takes it, so the same model serves `--backend vllm`
+    base = build_tiny_qwen2(out_dir.with_name(out_dir.name + "-random"), hidden_size=64, num_layers=1, num_heads=2,
+                            seed=seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -30,17 +30,17 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from ftis_swarm.metrics import read_jsonl
+from ftis_swarm.node.run_compare import (compare_logs, compare_tensors, flat_tensors, initial_weights, log_rows,
+                                         tensor_files, trained_tensors)
 from ftis_swarm.node.testnet import NodeSpec, node_command, start_node
 
 log = logging.getLogger(__name__)
 
-CLOCK_KEYS = ("time",)
-"""Record keys that read the clock; with every `time_*` key, left out of the comparison."""
 LIFE_TIMEOUT = 1800.0
 END_MARGIN = 0.6
 """A kill during the rounds comes before this share of the time the rest of the run took the reference."""
@@ -199,78 +199,6 @@ def _killed_run(setup: ResumeSetup, run_dir: Path, *, kills: int, pace: Timeline
         return done, phases  # it reached its last round before the next kill
 
 
-def _tensor_files(ckpt: Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
-    out: dict[str, Any] = {}
-    for f in sorted(ckpt.rglob("*.safetensors")):
-        out.update({f"{f.parent.name}/{k}": v for k, v in load_file(f).items()})
-    return out
-
-
-def _initial_weights(model: str) -> dict[str, Any]:
-    """The starting model's tensors by name (a local folder, or an embedded model's converted one)."""
-    from ftis_swarm.models import resolve_model
-
-    folder = Path(resolve_model(model))
-    return {k.split("/", 1)[1]: v for k, v in _tensor_files(folder).items()} if folder.is_dir() else {}
-
-
-def _trained(final: dict[str, Any], initial: dict[str, Any]) -> int:
-    return sum(1 for key, t in final.items() if key.split("/", 1)[1] in initial
-               and not torch.equal(_bits(t), _bits(initial[key.split("/", 1)[1]])))
-
-
-def _flat_tensors(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, torch.Tensor):
-        return {prefix: obj}
-    if isinstance(obj, dict):
-        return {k: v for key, val in obj.items() for k, v in _flat_tensors(val, f"{prefix}/{key}").items()}
-    if isinstance(obj, (list, tuple)):
-        return {k: v for i, val in enumerate(obj) for k, v in _flat_tensors(val, f"{prefix}/{i}").items()}
-    return {prefix: torch.tensor(float(obj), dtype=torch.float64)} if isinstance(obj, (int, float)) else {}
-
-
-def _bits(t: Any) -> Any:
-    """The tensor's bytes: equal exactly when the values are bit for bit (NaNs and -0.0 included)."""
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)  # (numel * itemsize,)
-
-
-def compare_tensors(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int, float]:
-    """(tensors, tensors not bit-identical or missing on one side, largest absolute difference)."""
-    differing, worst = 0, 0.0
-    for key in a.keys() | b.keys():
-        x, y = a.get(key), b.get(key)
-        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
-            differing += 1
-            worst = float("inf")
-            continue
-        if not torch.equal(_bits(x), _bits(y)):
-            differing += 1
-            worst = max(worst, float((x.double() - y.double()).abs().max()))
-    return len(a.keys() | b.keys()), differing, worst
-
-
-def _rows(run_dir: Path, name: str) -> list[dict]:
-    path = run_dir / name
-    rows = list(read_jsonl(path)) if path.exists() else []
-    return [{k: v for k, v in r.items() if k not in CLOCK_KEYS and not k.startswith("time_")} for r in rows]
-
-
-def compare_logs(a: list[dict], b: list[dict]) -> tuple[int, list[str], float]:
-    """(rows differing, keys differing in any row, largest relative difference of a numeric field)."""
-    differing, keys, worst = abs(len(a) - len(b)), set(), 0.0
-    for x, y in zip(a, b):
-        bad = {k for k in x.keys() | y.keys() if x.get(k) != y.get(k)}
-        differing += bool(bad)
-        keys |= bad
-        for k in bad:
-            u, v = x.get(k), y.get(k)
-            if isinstance(u, (int, float)) and isinstance(v, (int, float)):
-                worst = max(worst, abs(u - v) / max(abs(u), abs(v), 1e-12))
-    return differing, sorted(keys), worst
-
-
 def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, kills: int = 20, seed: int = 0,
                      backend: str = "transformers", prompts: int = 2, group_size: int = 8, max_new_tokens: int = 6,
                      lr: float = 1e-3, progress: Callable[[str], None] = lambda s: None,
@@ -278,7 +206,7 @@ def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, ki
     """Runs the reference, then the killed run, in `workdir` (emptied of earlier runs first); compares them."""
     workdir.mkdir(parents=True, exist_ok=True)
     if model == "tiny":
-        from ftis_swarm.bench.tiny_arith import build_tiny_arith_model
+        from ftis_swarm.node.tiny_arith import build_tiny_arith_model
 
         progress("teaching a tiny model arith's answer form")
         model_path = str(build_tiny_arith_model(workdir / "models" / "tiny-arith"))
@@ -299,21 +227,21 @@ def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, ki
     done, phases = _killed_run(setup, killed, kills=kills, pace=pace, rng=random.Random(seed), progress=progress)
     killed_s = time.perf_counter() - t0
     last = f"checkpoints/ckpt-{rounds:08d}"
-    final = _tensor_files(ref / last)
-    n, bad, worst = compare_tensors(final, _tensor_files(killed / last))
-    opt_a = _flat_tensors(torch.load(ref / last / "optimizer.pt", weights_only=True))
-    opt_b = _flat_tensors(torch.load(killed / last / "optimizer.pt", weights_only=True))
+    final = tensor_files(ref / last)
+    n, bad, worst = compare_tensors(final, tensor_files(killed / last))
+    opt_a = flat_tensors(torch.load(ref / last / "optimizer.pt", weights_only=True))
+    opt_b = flat_tensors(torch.load(killed / last / "optimizer.pt", weights_only=True))
     n_opt, bad_opt, _ = compare_tensors(opt_a, opt_b)
-    rows_a, rows_b = _rows(ref, "metrics.jsonl"), _rows(killed, "metrics.jsonl")
+    rows_a, rows_b = log_rows(ref, "metrics.jsonl"), log_rows(killed, "metrics.jsonl")
     rows_bad, keys, rel = compare_logs(rows_a, rows_b)
     return ResumeBench(model=model, backend=backend, rounds=rounds, kills_asked=kills, kills=done,
                        kill_phases=phases, reference_s=pace.wall_s, killed_s=killed_s, startup_s=pace.startup_s,
                        round_s=pace.cycle_s,
                        tensors=n, tensors_differing=bad, max_abs_diff=worst,
-                       tensors_trained=_trained(final, _initial_weights(model_path)), optimizer_tensors=n_opt,
+                       tensors_trained=trained_tensors(final, initial_weights(model_path)), optimizer_tensors=n_opt,
                        optimizer_differing=bad_opt, rounds_compared=min(len(rows_a), len(rows_b)),
                        rounds_differing=rows_bad, keys_differing=keys, max_rel_diff=rel,
-                       consumed_same=_rows(ref, "consumed.jsonl") == _rows(killed, "consumed.jsonl"))
+                       consumed_same=log_rows(ref, "consumed.jsonl") == log_rows(killed, "consumed.jsonl"))
 
 
 def format_resume(bench: ResumeBench) -> str:
