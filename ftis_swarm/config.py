@@ -158,6 +158,9 @@ class SamplingConfig(_Strict):
     group_size: int = Field(8, ge=2, le=4096)
     """G, the completions per prompt in a vertical group."""
     seed: Optional[int] = None
+    """Seed of generation (with the backend's count of calls, so no two calls repeat); a node
+    leaves it unset and samples with its own `seed`, which makes a resumed node's samples
+    those of an uninterrupted run."""
 
 
 class LoRAConfig(_Strict):
@@ -371,6 +374,10 @@ class NodeConfig(_Strict):
     """Rounds between checkpoints (the last round is always checkpointed)."""
     keep_checkpoints: int = Field(2, ge=1)
     """Complete checkpoints kept; older ones are deleted."""
+    max_failed_updates: int = Field(3, ge=1)
+    """Failed updates in a row (the learner raised, skipped a non-finite step, or the node's own
+    samples had non-finite log-probs: node/health.py) after which the node stops publishing and
+    exits with status 3."""
     backend: Literal["auto", "transformers", "vllm"] = "auto"
     """Rollout backend: auto = vLLM where CUDA is present, else transformers sharing the learner's model."""
     vllm_gpu_memory_utilization: float = Field(0.35, gt=0, lt=1)

@@ -11,6 +11,8 @@ Every benchmark measures a baseline in the same process and prints ratios agains
                      polling (swarm_worker.py: one node)
 - experiment*.py     two heterogeneous learners, alone and together, per mode; vertical vs horizontal
 
-The end-to-end bench (a swarm round against a solo round) runs real node processes and lives
-in `ftis_swarm/node/e2e.py`.
+The benches that run real node processes live in `ftis_swarm/node/` (this package may not
+import it): `e2e.py` (a swarm round against a solo round), `attack_bench.py`,
+`resume_bench.py` (exact resume under SIGKILLs) and `soak_bench.py` (memory and files over
+hundreds of rounds). `hostile_bench.py` here runs swarm workers, not nodes.
 """

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ftis_swarm.metrics.procstat import reset_peaks, status_mb, with_children
 from ftis_swarm.bench.swarm_bench import JsonProcess, start_worker
 from ftis_swarm.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE
 from ftis_swarm.config import SwarmConfig
@@ -69,43 +70,9 @@ class HostileBench:
         return {"bench": "hostile", **dataclasses.asdict(self)}
 
 
-def _children(pid: int) -> list[int]:
-    """Child processes of any of `pid`'s threads (p2pd is started from the event loop's thread)."""
-    children = []
-    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue  # the thread ended while it was listed
-    return sorted(children)
-
-
 def _processes(roles: dict[str, JsonProcess]) -> dict[str, int]:
     """{name: pid} for every role's process and its children (its p2pd daemons)."""
-    out = {}
-    for role, proc in roles.items():
-        out[role] = proc.proc.pid
-        for i, child in enumerate(_children(proc.proc.pid)):
-            out[f"{role}/p2pd{i if i else ''}"] = child
-    return out
-
-
-def _status_mb(pid: int, field: str) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass  # the process ended: it has no memory to report
-    return 0.0
-
-
-def _reset_peaks(pids: dict[str, int]) -> None:
-    for pid in pids.values():
-        try:
-            Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM back to the current VmRSS
-        except OSError:
-            logger.debug("cannot reset the peak memory of %d", pid)
+    return with_children({role: proc.proc.pid for role, proc in roles.items()})
 
 
 def _start(tmp: Path, *, ttl: float, identities: int) -> dict[str, JsonProcess]:
@@ -169,7 +136,7 @@ def _phase(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, *,
            deadline: float) -> PhaseRow:
     hostile = roles["hostile"]
     pids = _processes(roles)
-    _reset_peaks(pids)
+    reset_peaks(pids)
     before, attacker_before = set(ledger.published), ledger.from_attacker
     sent, stored = 0, 0
     if name == "records":
@@ -206,7 +173,7 @@ def _phase(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, *,
                     honest_published=len(new), honest_delivered=ledger.delivered(new), rounds=len(times),
                     over_2x=sum(t > 2 * deadline for t in times), max_round_s=max(times),
                     max_gather_over_s=max(overruns),
-                    peak_mb={role: _status_mb(pid, "VmHWM") for role, pid in pids.items()})
+                    peak_mb={role: status_mb(pid, "VmHWM") for role, pid in pids.items()})
 
 
 ATTACKS = ("records", "bodies", "dictionary", "random_keys", "replays", "gossip", "pointers")
@@ -224,7 +191,7 @@ def run_hostile_bench(*, rounds: int, groups: int, deadline: float, identities: 
         try:
             ledger = _Ledger([roles[f"node{i}"] for i in range(3)])
             phases = [_phase("baseline", 0, roles, ledger, rounds=rounds, groups=groups, deadline=deadline)]
-            baseline = {role: _status_mb(pid, "VmRSS") for role, pid in _processes(roles).items()}
+            baseline = {role: status_mb(pid, "VmRSS") for role, pid in _processes(roles).items()}
             for name in ATTACKS:
                 progress(f"{name} attack")
                 phases.append(_phase(name, sizes[name], roles, ledger, rounds=rounds, groups=groups,

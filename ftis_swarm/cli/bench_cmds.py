@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile|attacks`: the benchmark commands.
+"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile|attacks|resume|soak`: the benchmark commands.
 
 Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
 of figures measured against a baseline in the same run, and with `--json` writes them.
@@ -257,3 +257,57 @@ def bench_attacks(
     figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
                                forged_groups=forged_groups, threads=threads, progress=_progress)
     _report(format_attacks(figures), figures, json_path)
+
+
+@bench_app.command("resume")
+def bench_resume(
+    model: str = typer.Option("tiny", help="tiny: a tiny Qwen2 taught arith's answer form (seconds a round); or a model name or folder."),
+    rounds: int = typer.Option(12, help="Rounds of each run."),
+    kills: int = typer.Option(20, help="SIGKILLs of the second run, each at a random moment."),
+    backend: str = typer.Option("transformers", help="Rollout backend of the node: transformers or vllm."),
+    seed: int = typer.Option(0, help="The node's seed, and the seed of the kill moments."),
+    prompts_per_round: int = typer.Option(2, help="Own prompts (groups) per round."),
+    group_size: int = typer.Option(8, "--group-size", "-G", help="Completions per prompt, G."),
+    max_new_tokens: int = typer.Option(6, help="Most tokens per completion."),
+    lr: float = typer.Option(1e-3, help="Learning rate of the node."),
+    set_: list[str] = typer.Option([], "--set", help="KEY=VALUE for any key of the node's config (as join's --set); repeatable."),
+    run_dir: Path = typer.Option(Path("runs/bench-resume"), "--run-dir", help="Where the two runs (and the tiny model) go."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """A lone node SIGKILLed and restarted N times against the same run undisturbed: weights and per-round log."""
+    if rounds < 1 or kills < 0 or prompts_per_round < 1 or group_size < 2 or max_new_tokens < 1 or not 0 < lr <= 1:
+        fail("--rounds, --prompts-per-round and --max-new-tokens must be >= 1, --kills >= 0, --group-size >= 2 "
+             "and --lr in (0, 1]")
+    if backend not in ("transformers", "vllm"):
+        fail(f"--backend must be transformers or vllm, got {backend!r}")
+    _check_json_path(json_path)
+    from ftis_swarm.node.resume_bench import format_resume, run_resume_bench
+
+    bench = run_resume_bench(workdir=run_dir, model=model, rounds=rounds, kills=kills, seed=seed, backend=backend,
+                             prompts=prompts_per_round, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
+                             progress=_progress, extra=tuple(f for kv in set_ for f in ("--set", kv)))
+    _report(format_resume(bench), bench, json_path)
+    if not bench.identical:
+        raise typer.Exit(1)
+
+
+@bench_app.command("soak")
+def bench_soak(
+    rounds: int = typer.Option(200, help="Rounds each node runs."),
+    ttl: float = typer.Option(30.0, help="Record TTL of the swarm, seconds: records expire and are replaced often."),
+    round_deadline: float = typer.Option(0.5, help="Seconds each gather waits."),
+    interval: float = typer.Option(2.0, help="Seconds between two samples of every process."),
+    run_dir: Path = typer.Option(Path("runs/bench-soak"), "--run-dir", help="Where the nodes' run directories go."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """RSS and open files of every process of a 3-node tiny testnet over many rounds: fitted growth after one TTL."""
+    if rounds < 2 or ttl <= 0 or round_deadline <= 0 or interval <= 0:
+        fail("--rounds must be >= 2 and --ttl, --round-deadline and --interval > 0")
+    if not Path("/proc/self/status").is_file():
+        fail("bench soak reads /proc: it runs on Linux only")
+    _check_json_path(json_path)
+    from ftis_swarm.node.soak_bench import format_soak, run_soak_bench
+
+    bench = run_soak_bench(workdir=run_dir, rounds=rounds, ttl=ttl, deadline=round_deadline, interval=interval,
+                           progress=_progress)
+    _report(format_soak(bench), bench, json_path)

@@ -6,6 +6,9 @@ mistake leaves nothing behind. The first line of output comes before the model l
 
 Under torchrun with several processes rank 0 runs the node and the others follow its learner
 (`node/ranks.py`); `join --nproc-per-node N` starts torchrun itself (`torchrun_argv`).
+
+Exit status: 0 at the last round or after SIGTERM/SIGINT, 2 for a user error, 3 when the
+node stopped because its updates kept failing (node/health.py).
 """
 
 from __future__ import annotations
@@ -90,6 +93,11 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
     typer.echo(f"\ndone: {len(results)} rounds this run")
     typer.echo(format_summary([summarize_run(cfg.run_dir)]))
     typer.echo(f"\nnext: ftis-node report {shlex.quote(str(cfg.run_dir))}   (curves into report.png)")
+    if node.health.stopped:  # node/health.py: a node whose training fails must not look alive
+        from ftis_swarm.node.health import EXIT_UNHEALTHY
+
+        typer.echo(f"error: the node stopped at round {results[-1].round}: {node.health.explain()}", err=True)
+        raise typer.Exit(EXIT_UNHEALTHY)
 
 
 def _fitting_rows() -> int:

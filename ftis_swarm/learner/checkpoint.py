@@ -6,7 +6,8 @@ Layout of `<root>/ckpt-<round:08d>/`:
   `adapter/` (LoRA: loads with peft unchanged; its `adapter_config.json` names the base
   model as the node was given it, a folder made absolute, so that `ftis-node eval` loads it
   from any working directory), with the tokenizer beside it when given
-- `optimizer.pt`, `rng.pt`: the optimiser's and torch's RNG state (tensors only)
+- `optimizer.pt`, `rng.pt`: the optimiser's state and torch's RNG states, CPU and every CUDA
+  device (tensors only)
 - `state.json`: round, policy version, consumed group ids and whatever the node adds
 - `COMPLETE`: sha256 of every other file; written last
 
@@ -91,7 +92,10 @@ class CheckpointManager:
         if tokenizer is not None:
             tokenizer.save_pretrained(weights)
         torch.save(learner.optimizer_state(), tmp / "optimizer.pt")
-        torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()  # a list of per-device states
+        torch.save(rng, tmp / "rng.pt")
         full_state = dict(state, round=round_idx, policy_version=learner.policy_version)
         (tmp / "state.json").write_text(json.dumps(full_state))
         _fsync_tree(tmp)
@@ -147,7 +151,10 @@ class CheckpointManager:
             kind = "an adapter" if learner.is_lora else "a full model"
             raise CheckpointError(f"{ckpt} does not hold {kind}: was the node's --lora-rank changed?")
         learner.load_checkpoint(weights, ckpt / "optimizer.pt")
-        torch.set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True)["torch"])
+        rng = torch.load(ckpt / "rng.pt", weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
         state = json.loads((ckpt / "state.json").read_text())
         learner.policy_version = int(state["policy_version"])
         return state

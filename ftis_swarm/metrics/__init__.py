@@ -5,6 +5,8 @@
 - prometheus.py   PrometheusSink: a /metrics endpoint by Prometheus's conventions (counters
                   `_total`, times `_seconds`, peer and reason labels, process metrics)
 - extra_sinks.py  TensorBoardSink and WandbSink, each an optional package (`check_installed`)
+- procstat.py     what a process holds, from /proc: resident memory and its peak, open files,
+                  child processes (the multi-process benches watch a testnet with it)
 
 Imports below it: errors only (prometheus_client, and torch's TensorBoard writer or wandb
 when those sinks are asked for).

@@ -39,9 +39,10 @@ _ROUND_COUNTS = {
     "peer_groups": "peer_groups_used",
     "gathered": "peer_groups_gathered",
     "prompt_rejected": "prompts_rejected",
+    "update_failed": "updates_failed",
 }
 """Per-round counts -> counter names (without `ftis_` and `_total`)."""
-_REASON_COUNTS = (("peer_", "peer_groups_dropped", ("already_consumed", "over_cap", "too_long")),
+_REASON_COUNTS = (("peer_", "peer_groups_dropped", ("already_consumed", "over_cap", "too_long", "duplicate")),
                   ("rejected_", "groups_unscored", None))
 """`(key prefix, counter, reasons or None for any)`: per-round counts with a reason."""
 _RUNNING_TOTALS = {"swarm_fetched_bytes": "swarm_fetched_bytes", "swarm_served_bytes": "swarm_served_bytes"}

@@ -75,8 +75,11 @@ class Components:
         _check_versions(self.learner, self.backend)
 
     def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
-        """After a resume: the backend serves the restored weights under the restored version."""
-        if not self.shares_model and self.learner.policy_version > self.backend.policy_version:  # else: initial weights
+        """After a resume: the backend serves the restored weights under the restored version.
+
+        At version 0 no step was taken: the backend already serves those weights (a push would
+        advance its version past the learner's)."""
+        if not self.shares_model and self.learner.policy_version > max(0, self.backend.policy_version):
             self._push_weights(self.learner.save_weights(self.weights_dir))
         while self.backend.policy_version < self.learner.policy_version:
             self.backend.bump_policy_version()

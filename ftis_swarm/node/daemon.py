@@ -16,6 +16,13 @@ This is the one place where rollout, learner and swarm meet. A round:
 6. serve the new weights (the update advances the policy version on both sides);
 7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
 
+A node whose updates fail `max_failed_updates` rounds in a row stops publishing and exits
+(`health.py`). A resumed node repeats an uninterrupted run exactly: the checkpoint holds
+everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
+the rollout backend's count of generate calls, which seeds each call, the consumed ids,
+the ledger, the forgery detector, the intake's deferred groups, the health count), and the
+run's per-round files are cut back to the checkpoint's round (to nothing without one).
+
 Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
 weight is 1. Peers are untrusted: what their groups may cost is bounded by the intake, and
 every fault is counted against the sender, which a ban may follow. SIGTERM/SIGINT end the
@@ -41,6 +48,7 @@ from ftis_swarm.learner.rewards import score_groups
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import Components, build_components
+from ftis_swarm.node.health import UpdateHealth, update_failure
 from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.node.ledger import short_peer
 from ftis_swarm.rollout import PromptRequest
@@ -80,12 +88,16 @@ class Node:
         self.state = NodeState()
         self._stop = False
         self._sources: dict[str, int] = {}
+        self.health = UpdateHealth(cfg.max_failed_updates)
+        self.sampling = cfg.sampling if cfg.sampling.seed is not None else cfg.sampling.model_copy(
+            update={"seed": cfg.seed})
         checkpoints = CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
         latest = checkpoints.latest()
-        if latest is not None:  # before the sinks open: they append to what this keeps
-            last_round = int(json.loads((latest / "state.json").read_text())["round"])
-            for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
-                drop_rounds_after(path, last_round)
+        # before the sinks open, as they append to what this keeps; without a complete checkpoint every
+        # logged round died with the process that logged it
+        last_round = int(json.loads((latest / "state.json").read_text())["round"]) if latest is not None else 0
+        for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
+            drop_rounds_after(path, last_round)
         self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks)  # ranks: rank 0 of torchrun
         context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
         self.intake = PeerIntake(Budget.of(cfg, context=context))
@@ -101,6 +113,9 @@ class Node:
         self.state.consume(list(saved.get("consumed", [])))
         p.peer_ledger.load_state(saved.get("peer_ledger", {}))
         p.learner.detector.load_state(saved.get("forgery", {}))
+        p.backend.restore_generate_calls(int(saved.get("rollout_calls", 0)))
+        self.intake.load_state(saved.get("intake_deferred", []), limits=self.cfg.swarm.wire)
+        self.health.load_state(saved.get("health", {}))
         log.info("resumed from %s: next round %d, policy version %d", latest.name, self.state.start_round,
                  p.learner.policy_version)
 
@@ -114,7 +129,10 @@ class Node:
         signal.signal(signal.SIGINT, self.request_stop)
 
     def run(self, *, on_round: Optional[Callable[[RoundResult], None]] = None) -> list[RoundResult]:
-        """Runs rounds until `cfg.rounds` or a stop request; checkpoints and leaves at the end."""
+        """Runs rounds until `cfg.rounds` or a stop request; checkpoints and leaves at the end.
+
+        A node that `health` stopped leaves without a checkpoint of its failed rounds.
+        """
         results: list[RoundResult] = []
         last_saved = self.state.start_round - 1
         r = self.state.start_round
@@ -124,11 +142,13 @@ class Node:
                 results.append(res)
                 if on_round:
                     on_round(res)
+                if self.health.stopped:
+                    break
                 if r % self.cfg.checkpoint_every == 0 or r == self.cfg.rounds:
                     self.checkpoint(r)
                     last_saved = r
                 r += 1
-            if results and last_saved < results[-1].round:
+            if results and last_saved < results[-1].round and not self.health.stopped:
                 self.checkpoint(results[-1].round)
         finally:
             self.parts.close()
@@ -137,7 +157,9 @@ class Node:
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
         state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
-                 "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state()}
+                 "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state(),
+                 "rollout_calls": p.backend.generate_calls, "intake_deferred": self.intake.state(),
+                 "health": self.health.state()}
         path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer, state=state,
                                   base_model=portable_model_name(self.cfg.model))
         log.info("checkpoint %s", path.name)
@@ -163,7 +185,7 @@ class Node:
         scored = score_groups(own + peers, p.tokenizer, p.tasks, admission=p.admission)
         counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
         p.peer_ledger.charge_counts(scored.rejected_by_peer, me=p.swarm.peer_id)
-        items, own_rewards, own_correct, peer_rewards = [], [], [], []
+        items, own_rewards, own_correct, peer_rewards, own_in_batch = [], [], [], [], 0
         for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
             mine = g.sender == p.swarm.peer_id
             offpolicy = not (mine and g.policy_version == p.learner.policy_version)
@@ -172,7 +194,8 @@ class Node:
             (own_rewards if mine else peer_rewards).extend(rewards.tolist())
             if mine:
                 own_correct.extend(correct.tolist())
-        metrics = p.learner.update(items) if items else {}
+                own_in_batch += 1
+        metrics, health = self._learn(r, items, own_in_batch)
         p.peer_ledger.settle_update(p.learner.peer_report, me=p.swarm.peer_id)
         p.after_update()
         self.state.consume([g.group_id for g in peers])
@@ -196,6 +219,7 @@ class Node:
             **counts,
             **self._named_sources(metrics),
             **p.peer_ledger.take_round(),
+            **health,
         }
         swarm_counts = p.swarm.counters()
         for key in ("fetched_bytes", "served_bytes"):  # cumulative since the node started
@@ -205,19 +229,32 @@ class Node:
         p.sink.log(record)
         return RoundResult(r, record)
 
+    def _learn(self, r: int, items: list[ScoredGroup], own_in_batch: int) -> tuple[dict[str, float], dict[str, Any]]:
+        """The update's metrics, and its health keys for the round's record (`health.py`)."""
+        learner, error = self.parts.learner, None
+        try:
+            metrics = learner.update(items) if items else {}
+        except Exception as exc:  # noqa: BLE001 - counted by the health check, which stops a node that keeps failing
+            log.exception("round %d: the update raised", r)
+            metrics, error = {}, exc
+            learner.peer_report = {}  # nothing of a failed update was used: no peer is credited for it
+        own_errors = learner.peer_report.get(self.parts.swarm.peer_id, Counter()).get("learn_error", 0)
+        reason = update_failure(metrics, own_groups=own_in_batch, own_learn_errors=own_errors, error=error)
+        return metrics, self.health.note(r, reason)
+
     def _generate(self, r: int, counts: Counter) -> list[Group]:
         p, cfg = self.parts, self.cfg
         items = p.task.sample(cfg.prompts_per_round, seed=cfg.seed * 1_000_003 + r, split="train")
         prompts = [PromptRequest(task_id=it.task_id, item_id=it.item_id,
                                  prompt_ids=list(p.task.render_prompt(p.tokenizer, it))) for it in items]
         try:
-            return p.backend.generate(prompts, cfg.sampling.group_size, cfg.sampling)
+            return p.backend.generate(prompts, cfg.sampling.group_size, self.sampling)
         except RolloutInputError as exc:
             log.warning("round %d: %s; generating the other prompts", r, exc)
         kept = []
         for prompt in prompts:
             try:
-                kept.extend(p.backend.generate([prompt], cfg.sampling.group_size, cfg.sampling))
+                kept.extend(p.backend.generate([prompt], cfg.sampling.group_size, self.sampling))
             except RolloutInputError:
                 counts["prompt_rejected"] += 1
         return kept

@@ -6,18 +6,22 @@ four minutes of `logp_old`; the budget bounds the peers' completion tokens per u
 per peer, by default at 4 and 2 times this node's own per round. A group over what is left
 of the budget waits for the next round (`peer_deferred`), taken first then, and is dropped
 if it does not fit then either; a group over the whole budget is dropped at once
-(`peer_over_budget`).
+(`peer_over_budget`). The deferred groups are part of a checkpoint (`state`), so a resumed
+node takes the same groups in the same order as one that ran on; a group offered twice in
+one take (deferred, then gathered again by a restarted node's swarm) is taken once
+(`peer_duplicate`).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Container
+from typing import Any, Container, Optional
 
-from ftis_swarm.config import NodeConfig
-from ftis_swarm.wire import Group
+from ftis_swarm.config import NodeConfig, WireConfig
+from ftis_swarm.wire import Group, decode_group, encode_group
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +80,16 @@ class PeerIntake:
         tokens_of: Counter = Counter()
         total = 0
         deferred, self._deferred = self._deferred, []
+        offered: set[str] = set()
         for g, waited in [(g, True) for g in deferred] + [(g, False) for g in groups]:
-            n = g.num_completion_tokens
+            n, seen = g.num_completion_tokens, g.group_id in offered
+            offered.add(g.group_id)
             if not allows(g.sender):
                 reason = "peer_refused"
             elif g.group_id in consumed:
                 reason = "peer_already_consumed"
+            elif seen:
+                reason = "peer_duplicate"
             elif g.prompt_ids.size + max(g.completion_lengths) > b.context:
                 reason = "peer_too_long"
             elif n > b.max_tokens_per_peer or n > b.max_tokens:
@@ -101,3 +109,11 @@ class PeerIntake:
             if reason == "peer_deferred":
                 self._deferred.append(g)
         return out
+
+    def state(self) -> list[str]:
+        """The deferred groups, wire-encoded (base64), for a checkpoint's `state.json`."""
+        return [base64.b64encode(encode_group(g)).decode("ascii") for g in self._deferred]
+
+    def load_state(self, state: list[str], *, limits: Optional[WireConfig] = None) -> None:
+        """The deferred groups of `state()`; the next `take` offers them first, as it would have."""
+        self._deferred = [decode_group(base64.b64decode(text), limits=limits) for text in state]

@@ -4,15 +4,19 @@ The learner and the swarm may not import each other, so their signals about a pe
 here, in the node: the learner's (a refused, non-finite, forged or failing group), the
 scorer's (wrong task, split, item or prompt), the node's intake (over budget, too long)
 and the swarm's (`charge_swarm`: bodies that contradict their pointer, forged or unbound
-records, stalled fetches, floods of requests; `SWARM_COSTS`). Each reason has a cost (`COSTS`; a reason
+records, failed or stalled fetches, floods of requests; `SWARM_COSTS`). Each reason has a cost (`COSTS`; a reason
 not listed costs `DEFAULT_COST`); each group that went into an update earns
 `CREDIT_PER_GROUP`. `score` is credit minus cost: above 0 for a peer whose groups were
 used, below 0 once its faults outweigh them.
 
-A ban: when a peer's cost since its last ban reaches `ban_threshold` (20 points by
-default: one forged or non-finite group, four groups naming test items), the peer is
-refused for `ban_seconds` (60 s), doubling with each further ban up to `max_ban_seconds`
-(1 h). Bans are wall-clock times, kept in the checkpoint, so a restarted node keeps them.
+A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
+back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
+one forged or non-finite group, four groups naming test items), the peer is refused for
+`ban_seconds` (60 s), doubling with each further ban up to `max_ban_seconds` (1 h). The
+pay-back is what keeps an honest peer's occasional failures (a restart: its announced
+bodies died with it, a few `fetch_failed`; a dropped connection) from adding up to a ban
+over a long run while its groups are used; a fault of 20 points still bans at once. Bans
+are wall-clock times, kept in the checkpoint, so a restarted node keeps them.
 `deny_peers` are always refused; a non-empty `allow_peers` refuses everyone else.
 
 The ledger judges; it does not act. The node drops a refused peer's groups before scoring,
@@ -43,17 +47,25 @@ COSTS: dict[str, float] = {
     "unknown_task": 1.0, "task_not_accepted": 0.0,
     # the node's intake
     "peer_too_long": 2.0, "peer_over_budget": 1.0, "peer_over_cap": 0.0, "peer_already_consumed": 0.0,
-    "peer_deferred": 0.0, "peer_refused": 0.0,
+    "peer_deferred": 0.0, "peer_refused": 0.0, "peer_duplicate": 0.0,
 }
 """Cost of each counted reason, in points. Zero: not a fault (an honest peer on another task,
 or sending more than this node takes); one: may be an honest peer on other data or versions;
 five and up: a group no honest node of this task sends."""
 SWARM_COSTS: dict[str, float] = {
-    # not faults: another run or tokenizer, a clock or a load an honest peer can have
-    "run_id": 0.0, "tokenizer": 0.0, "stale": 0.0, "denied": 0.0, "busy": 0.0, "expired": 1.0, "future": 1.0,
-    # a publisher that does not serve what it announced, or serves it too slowly
-    "fetch_failed": 0.5, "stalled": 2.0, "stall": 2.0, "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0,
-    "fetch_error": 1.0, "too_many_streams": 2.0,
+    # not faults: another run or tokenizer, a clock or a load an honest peer can have; a peer that is
+    # down, restarting or refusing this node (a ban) does not answer (a read's timeout bounds the cost)
+    "run_id": 0.0, "tokenizer": 0.0, "stale": 0.0, "denied": 0.0, "busy": 0.0, "dht_no_reply": 0.0,
+    "expired": 1.0, "future": 1.0,
+    # a publisher that does not serve what it announced, or too slowly: each failed attempt costs
+    # (`body_<reason>`; the fetch scheduler bounds them: `max_fetch_attempts` in a row, then a doubling
+    # pause). The pointers rejected after them (`fetch_failed`, `stalled`: every pending pointer of a
+    # publisher that failed k times in a row) cost nothing more, or a peer that was down, all its
+    # announced bodies gone with it, would pay once per pointer it had announced
+    "body_unreachable": 0.5, "body_missing": 0.5, "body_broken": 0.5, "body_stalled": 2.0,
+    "fetch_failed": 0.0, "stalled": 0.0,
+    # a requester that misbehaves while served, a body larger than allowed
+    "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0, "fetch_error": 1.0, "too_many_streams": 2.0,
     # records and replies no honest peer sends
     "bad_encoding": 5.0, "bad_schema": 5.0, "bad_reply": 5.0, "bad_request": 5.0, "oversize_record": 5.0,
     "oversized_reply": 5.0, "overwrite": 5.0, "unbound_key": 5.0,
@@ -81,7 +93,7 @@ class PeerRecord:
     counts: Counter = field(default_factory=Counter)  # reason -> times charged
     cost: float = 0.0
     credit: float = 0.0
-    debt: float = 0.0  # cost since the last ban
+    debt: float = 0.0  # cost since the last ban, less the credit earned since
     bans: int = 0
     banned_until: float = 0.0  # wall-clock seconds
 
@@ -145,9 +157,11 @@ class PeerLedger:
                 self.charge(peer, SWARM_PREFIX + reason, n)
 
     def credit(self, peer_id: str, n: int = 1) -> None:
-        """`n` of the peer's groups went into an update."""
+        """`n` of the peer's groups went into an update: credit, and as much paid off its debt."""
         if n > 0:
-            self._peers.setdefault(peer_id, PeerRecord()).credit += CREDIT_PER_GROUP * n
+            rec = self._peers.setdefault(peer_id, PeerRecord())
+            rec.credit += CREDIT_PER_GROUP * n
+            rec.debt = max(0.0, rec.debt - CREDIT_PER_GROUP * n)
 
     def charge_counts(self, by_peer: Counter, *, me: str = "") -> None:
         """Charges `(peer, reason) -> n` counts (what the intake and the scorer report), `me` aside."""

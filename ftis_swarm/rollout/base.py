@@ -117,6 +117,17 @@ class RolloutBackend(abc.ABC):
     def close(self) -> None:
         """Frees what the backend holds (engine, caches); the default holds nothing to free."""
 
+    @property
+    def generate_calls(self) -> int:
+        """`generate` calls so far: with `call_seed`, what the next call's seed depends on."""
+        return self._calls
+
+    def restore_generate_calls(self, calls: int) -> None:
+        """After a resume: the next call draws the seed it would have drawn without the restart."""
+        if calls < 0:
+            raise ValueError(f"calls must be >= 0, got {calls}")
+        self._calls = int(calls)
+
     def _next_seed(self, sampling: SamplingConfig) -> int | None:
         seed = call_seed(sampling.seed, self._calls)
         self._calls += 1

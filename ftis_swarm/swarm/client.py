@@ -78,11 +78,13 @@ class SwarmClient:
         """Multiaddrs other peers can pass to `--peers` to join through this node."""
         self._counters = peer.counters
         self._bodies = BodyStore()
-        self._gatherer = Gatherer(reader=KeyReader(self._node, peer.checker, self._counters), p2p=self._node.p2p,
+        self._reader = KeyReader(self._node, peer.checker, self._counters)
+        self._gatherer = Gatherer(reader=self._reader, p2p=self._node.p2p,
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
                                   counters=self._counters, policy=policy)
         self._arrivals: dict[str, float] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
+        self._window_groups.update(self._earlier_claims())
         self._member_updated = 0.0
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
@@ -101,6 +103,28 @@ class SwarmClient:
             self._loop.run(self._gossip.start(), timeout=10.0)
             self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
+
+    def _earlier_claims(self) -> dict[int, int]:
+        """{window: pointers} this identity's membership record of the current window already claims.
+
+        A restarted node (same identity) counts on from an earlier life's claim in the window it
+        restarts in: readers read its pointer key again only when the count grows past what they
+        read, so a count started afresh would hide its new groups for the rest of the window.
+        """
+        cfg = self._cfg
+        window = window_of(get_dht_time(), cfg.window)
+        key = member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards))
+        try:
+            found = self._loop.run(self._reader.read([key], timeout=cfg.publish_timeout),
+                                   timeout=cfg.publish_timeout + 1.0)
+        except TimeoutError:
+            logger.info("no answer about this identity's earlier membership record; counting from 0")
+            return {}
+        claims = [r.content.groups for r in found.get(key, {}).values()
+                  if r.owner == self.peer_id and isinstance(r.content, MemberRecord) and r.content.window == window]
+        if claims:
+            logger.info("this identity claimed %d groups in window %d before it restarted", max(claims), window)
+        return {window: max(claims)} if claims else {}
 
     @classmethod
     def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,

@@ -97,3 +97,28 @@ def test_swarm_faults_are_charged_with_their_own_costs_and_ban_the_forger():
     ledger.charge_swarm({A: Counter(hash_mismatch=1)})
     assert not ledger.allows(A)  # 20 points: banned, and the swarm stops fetching from it
     assert ledger.take_round()["charged_swarm_hash_mismatch"] == 2
+
+
+def test_a_peer_that_was_down_is_not_banned_for_it_and_used_groups_pay_its_debt():
+    from collections import Counter
+
+    clock = Clock()
+    ledger = PeerLedger(LedgerConfig(ban_threshold=20.0), clock=clock)
+    # what a survivor's swarm reports about a peer killed with 60 announced groups pending: every DHT
+    # read asks it in vain, three fetches fail in a row, then all its pending pointers are dropped
+    down = Counter(dht_no_reply=300, body_unreachable=3, fetch_failed=60)
+    ledger.charge_swarm({A: down})
+    assert ledger.allows(A) and ledger.score(A) == -1.5
+    # back, its old bodies are gone: three more failed attempts, then its new groups are used
+    ledger.charge_swarm({A: Counter(body_missing=3, fetch_failed=5)})
+    ledger.credit(A, 2)
+    assert ledger.snapshot()[A]["debt"] == 1.0 and ledger.score(A) == -1.0
+    for _ in range(30):  # a long run of such restarts, each followed by a few used groups: never a ban
+        ledger.charge_swarm({A: Counter(body_unreachable=3, body_missing=3, fetch_failed=40, dht_no_reply=100)})
+        ledger.credit(A, 3)
+    assert ledger.allows(A) and ledger.snapshot()[A]["bans"] == 0
+    ledger.charge(A, "forgery")  # one forged group still bans at once, debt or none
+    assert not ledger.allows(A)
+    # a peer whose fetches stall pays per stalled attempt
+    ledger.charge_swarm({B: Counter(body_stalled=10, stalled=16)})
+    assert not ledger.allows(B)

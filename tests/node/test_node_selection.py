@@ -91,3 +91,17 @@ def test_resume_drops_the_rounds_after_the_checkpoint(tmp_path):
     drop_rounds_after(path, 2)
     assert [json.loads(ln)["round"] for ln in path.read_text().splitlines()] == [1, 2]
     drop_rounds_after(tmp_path / "absent.jsonl", 1)  # nothing to do, no error
+
+
+def test_deferred_groups_survive_a_checkpoint_and_a_regathered_copy_is_taken_once():
+    rng = np.random.default_rng(3)
+    a = groups_from(rng, "peer-a", 2, length=10)
+    intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=20, max_tokens_per_peer=20))
+    assert intake.take(a, {}, allow_all).counts == {"peer_deferred": 1}
+    restored = PeerIntake(intake.budget)
+    restored.load_state(json.loads(json.dumps(intake.state())))  # through state.json
+    # a restarted node's swarm gathers the deferred group again: it is taken once, first
+    again = restored.take([a[1]], {}, allow_all)
+    assert [g.group_id for g in again.kept] == [a[1].group_id]
+    assert again.counts == {"peer_duplicate": 1} and again.by_peer == {("peer-a", "peer_duplicate"): 1}
+    assert restored.state() == [] and intake.take([], {}, allow_all).kept[0].group_id == a[1].group_id
