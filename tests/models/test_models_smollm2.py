@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ftis_swarm.models import load_model, resolve_model
-from ftis_swarm.models.smollm2 import GGUF_FILE, MINI_LAYERS, embedded_gguf
+from ftis_swarm.models.smollm2 import GGUF_FILE, MINI_LAYERS, SLIM_LAYERS, embedded_gguf
 from ftis_swarm.wire import tokenizer_fingerprint
 
 pytestmark = pytest.mark.slow
@@ -67,21 +67,23 @@ def _assert_weights_equal_the_gguf(state: dict, *, n_heads: int, n_kv_heads: int
     assert torch.equal(state["model.layers.7.self_attn.k_proj.weight"], _unpermute(gguf("blk.7.attn_k.weight"), n_kv_heads))
 
 
-def test_sibling_keeps_the_chosen_layers_and_the_tokenizer(smollm2_cache) -> None:
+@pytest.mark.parametrize("name, keep, params", [("smollm2-mini", MINI_LAYERS, 113_274_432),
+                                                 ("smollm2-slim", SLIM_LAYERS, 127_434_816)])
+def test_sibling_keeps_the_chosen_layers_and_the_tokenizer(smollm2_cache, name, keep, params) -> None:
     from safetensors.torch import load_file
 
     cache, converted = smollm2_cache
-    mini_dir = resolve_model("smollm2-mini")
-    assert mini_dir == str(cache / "models" / "smollm2-mini-v1")
-    mini, mini_tok = load_model("smollm2-mini")
+    mini_dir = resolve_model(name)
+    assert mini_dir == str(cache / "models" / f"{name}-v1")
+    mini, mini_tok = load_model(name)
     _, tok = load_model(str(converted))
     assert tokenizer_fingerprint(mini_tok) == tokenizer_fingerprint(tok)
-    assert mini.config.num_hidden_layers == len(MINI_LAYERS) == 24
+    assert mini.config.num_hidden_layers == len(keep)
     src = load_file(str(converted / "model.safetensors"))
     got = mini.state_dict()
-    for new_idx, old_idx in enumerate(MINI_LAYERS):
+    for new_idx, old_idx in enumerate(keep):
         for suffix in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
             assert torch.equal(got[f"model.layers.{new_idx}.{suffix}"], src[f"model.layers.{old_idx}.{suffix}"])
     assert torch.equal(got["model.embed_tokens.weight"], src["model.embed_tokens.weight"])
     assert torch.equal(got["model.norm.weight"], src["model.norm.weight"])
-    assert sum(p.numel() for p in mini.parameters()) < 0.85 * 134_515_008
+    assert sum(p.numel() for p in mini.parameters()) == params
