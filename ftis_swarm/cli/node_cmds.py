@@ -60,7 +60,7 @@ SET_HELP = ("KEY=VALUE for any config key, dotted (learner.ftis.C=3, swarm.ttl=3
 
 @app.command()
 def join(
-    model: Optional[str] = typer.Option(None, help="Hub id, local path or short name (Qwen2.5-1.5B, smollm2-135m, smollm2-mini). [config: model; default smollm2-135m]"),
+    model: Optional[str] = typer.Option(None, help="Hub id, local path or short name (Qwen2.5-1.5B, smollm2-135m, smollm2-slim, smollm2-mini). [config: model; default smollm2-135m]"),
     peers: Optional[list[str]] = typer.Option(None, help="Multiaddr of a peer in the swarm, e.g. a bootstrap peer (repeatable). [swarm.peers]"),
     peers_file: Optional[Path] = typer.Option(None, help="A file of multiaddrs, one per line, e.g. written by `bootstrap --maddrs-file`. [swarm.peers_file]"),
     config: Optional[Path] = typer.Option(None, help="A TOML config file; the environment, flags and --set override its values."),
@@ -137,17 +137,17 @@ def join(
 @app.command()
 def testnet(
     nodes: int = typer.Option(3, help="Nodes to start (the preset's models, round-robin)."),
-    rounds: Optional[int] = typer.Option(None, help="Rounds per node (default: the preset's: 4, tiny: 2)."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds per node (default: the preset's: 8, tiny: 2)."),
     preset: str = typer.Option("default", help="default: SmolLM2 full / LoRA / a sibling; tiny: seconds-long smoke run."),
     run_dir: Optional[Path] = typer.Option(None, help="Where each node's run directory goes [default: runs/testnet]."),
     task: Optional[str] = typer.Option(None, help="Task of every node (default arith)."),
     mode: Optional[str] = typer.Option(None, help="Loss mode of every node (default ftis; see join --help-modes)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature of every node (default 0.7)."),
-    group_size: Optional[int] = typer.Option(None, "--group-size", "-G", help="Completions per prompt, G (default 4)."),
+    group_size: Optional[int] = typer.Option(None, "--group-size", "-G", help="Completions per prompt, G (default 8)."),
     prompts_per_round: Optional[int] = typer.Option(None, help="Own prompts per node per round (default 2)."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per completion (default 24)."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per completion (default 16)."),
     round_deadline: Optional[float] = typer.Option(None, help="Seconds each node gathers peers' groups a round (default 4)."),
-    sibling: Optional[str] = typer.Option(None, help="Model of the default preset's third node (default smollm2-mini, the smaller SmolLM2)."),
+    sibling: Optional[str] = typer.Option(None, help="Model of the default preset's third node (default smollm2-slim, SmolLM2 with 28 of 30 layers)."),
     seed: int = typer.Option(0, help="Seed of the run: node i gets seed 1000 x seed + i (prompts, sampling, init)."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="A config key of every node (see join --set); repeatable."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),

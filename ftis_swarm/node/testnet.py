@@ -43,7 +43,7 @@ class Preset:
     rounds: int
 
 
-DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4", "--max-new-tokens", "24",
+DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "8", "--max-new-tokens", "16",
                  "--temperature", "0.7", "--round-deadline", "4", "--checkpoint-every", "2", "--threads", "1")
 TINY_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4", "--max-new-tokens", "6",
               "--round-deadline", "2", "--checkpoint-every", "1", "--threads", "1")
@@ -52,16 +52,16 @@ TINY_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4"
 def preset(name: str, workdir: Path, *, sibling: Optional[str] = None) -> Preset:
     """The node line-up of a preset; `tiny` builds its models under `workdir/models`.
 
-    `sibling`: the model of the default preset's third node (default `smollm2-mini`).
+    `sibling`: the model of the default preset's third node (default `smollm2-slim`).
     """
     if name == "default":
-        third = sibling or "smollm2-mini"
+        third = sibling or "smollm2-slim"
         specs = (
-            NodeSpec("smollm2-full", "smollm2-135m", ("--lr", "2e-6")),
-            NodeSpec("smollm2-lora", "smollm2-135m", ("--lora-rank", "16", "--lr", "1e-4")),
-            NodeSpec("smollm2-mini" if third == "smollm2-mini" else "sibling", third, ("--lr", "2e-6")),
+            NodeSpec("smollm2-full", "smollm2-135m", ("--lr", "2e-5")),
+            NodeSpec("smollm2-lora", "smollm2-135m", ("--lora-rank", "16", "--lr", "2e-4")),
+            NodeSpec(third if third in ("smollm2-slim", "smollm2-mini") else "sibling", third, ("--lr", "2e-5")),
         )
-        return Preset(specs, DEFAULT_FLAGS, rounds=4)
+        return Preset(specs, DEFAULT_FLAGS, rounds=8)
     if name == "tiny":
         from ftis_swarm.models.tiny import build_tiny_qwen2
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
 
 
-NODES = ("node-full", "node-lora", "node-mini", "node-gpu")
+NODES = ("node-full", "node-lora", "node-slim", "node-gpu")
 
 
 def test_compose_has_a_bootstrap_cpu_nodes_and_a_gpu_node_with_volumes_healthchecks_restarts():

@@ -18,7 +18,7 @@ def test_three_node_testnet_learns_from_peers_on_every_node(tmp_path):
                            "--run-dir", str(workdir)], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     dirs = sorted(workdir.glob("node-*"))
-    assert [d.name for d in dirs] == ["node-0-smollm2-full", "node-1-smollm2-lora", "node-2-smollm2-mini"]
+    assert [d.name for d in dirs] == ["node-0-smollm2-full", "node-1-smollm2-lora", "node-2-smollm2-slim"]
     for d in dirs:
         rows = list(read_jsonl(d / "metrics.jsonl"))
         assert [r["round"] for r in rows] == [1, 2]
