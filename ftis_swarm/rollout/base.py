@@ -81,7 +81,7 @@ def completion_budget(prompt_len: int, max_new_tokens: int, context_len: int) ->
 
 
 class RolloutBackend(abc.ABC):
-    """Samples vertical groups from one policy, which `load_weights`/`set_adapter` replace.
+    """Samples vertical groups from one policy, which `load_weights`/`set_adapter` replace; decodes greedily.
 
     `policy_version` starts at 0 and advances by one on each weight or adapter change; every
     group of one `generate` call carries the version that produced it.
@@ -105,6 +105,19 @@ class RolloutBackend(abc.ABC):
     @abc.abstractmethod
     def generate(self, prompts: Sequence[PromptRequest], G: int, sampling: SamplingConfig) -> list[Group]:
         """One Group per prompt, in order, each with G completions from `policy_version`."""
+
+    @abc.abstractmethod
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """The greedy completion (argmax at every step, EOS kept) of each token-id prompt, from the served policy.
+
+        The evaluation's one decoder: no sampling settings and no generation_config
+        penalties; each completion is cut at `completion_budget` like a sampled one.
+        """
+
+    @property
+    @abc.abstractmethod
+    def context_len(self) -> int:
+        """Most tokens (prompt plus completion) the served model takes."""
 
     @abc.abstractmethod
     def load_weights(self, path: str) -> None:
