@@ -3,7 +3,7 @@
 The same items (the task's `test` split, drawn with one seed) for every arm and every
 evaluation, so accuracies are comparable; their ids are hashed into the result so a reader
 (and the test) can check that. Decoding and scoring are `ftis-node eval`'s own
-(`node.evaluate.greedy_texts` over a backend's `greedy`, `greedy_scores`): on the same
+(`rollout.greedy_texts` over a backend's `greedy`, `tasks.evaluation_summary`): on the same
 checkpoint and items the two report the same answers, item by item.
 """
 
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ftis_swarm.node.evaluate import greedy_scores, greedy_texts, items_digest
-from ftis_swarm.rollout import GroupHeader, TransformersBackend
-from ftis_swarm.tasks import Task, TaskItem
+from ftis_swarm.rollout import GroupHeader, TransformersBackend, greedy_texts
+from ftis_swarm.tasks import Task, TaskItem, evaluation_summary, items_digest
 
 EVAL_BATCH = 64
 """Prompts per greedy batch: on CPU a decode step of a small model costs about the same at 8 rows
@@ -39,5 +38,5 @@ def heldout_accuracy(model: Any, tokenizer: Any, task: Task, items: Sequence[Tas
     backend.eos_ids, backend.pad_id = sorted(set(eos_ids)), int(pad_id)
     prompts = [task.render_prompt(tokenizer, it) for it in items]
     texts = greedy_texts(backend, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=EVAL_BATCH)
-    result = greedy_scores(task, items, texts)
+    result = evaluation_summary(task, items, texts)
     return {"accuracy": result["correct"] / len(items) if items else 0.0, **result}

@@ -12,18 +12,17 @@ A LoRA adapter directory (one with `adapter_config.json`, e.g. a node checkpoint
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 
 from ftis_swarm.models import load_model
-from ftis_swarm.rollout import RolloutBackend
-from ftis_swarm.tasks import Task, TaskItem, get_task
+from ftis_swarm.rollout import RolloutBackend, greedy_texts
+from ftis_swarm.tasks import evaluation_summary, get_task
 
 log = logging.getLogger(__name__)
 
@@ -84,44 +83,6 @@ def eval_backend(name: str, kind: str, device: str, *, batch_size: int = 8) -> t
     return engine, load_tokenizer(base_name or name)
 
 
-def greedy_texts(backend: RolloutBackend, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                 batch_size: int, on_batch: Optional[Callable[[int, int], None]] = None) -> list[str]:
-    """The backend's greedy completion of each prompt, decoded without special tokens, `batch_size` at a time."""
-    texts: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        ids = backend.greedy(prompts[start : start + batch_size], max_new_tokens)
-        texts += tokenizer.batch_decode(ids, skip_special_tokens=True)
-        if on_batch:
-            on_batch(len(texts), len(prompts))
-    return texts
-
-
-def items_digest(items: Sequence[TaskItem]) -> str:
-    """16 hex digits identifying an evaluation set (a hash of the item ids, in order)."""
-    return hashlib.sha256("\n".join(it.item_id for it in items).encode()).hexdigest()[:16]
-
-
-def greedy_scores(task: Task, items: Sequence[TaskItem], texts: Sequence[str]) -> dict[str, Any]:
-    """What both evaluations report of the greedy answers `texts` to `items`.
-
-    `{correct, items, digest, reasons, verdicts, answers_digest}`: `verdicts` holds one
-    character per item (1 correct, 0 not), `answers_digest` hashes the answer texts, so two
-    evaluations can be shown to agree item by item, not only on the mean.
-    """
-    scores = task.score(list(items), list(texts))
-    reasons: dict[str, int] = {}
-    for s in scores:
-        reasons[s.reason] = reasons.get(s.reason, 0) + 1
-    return {
-        "correct": sum(1 for s in scores if s.correct),
-        "items": len(items),
-        "digest": items_digest(items),
-        "reasons": reasons,
-        "verdicts": "".join("1" if s.correct else "0" for s in scores),
-        "answers_digest": hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16],
-    }
-
-
 def evaluate(model_name: str, task_name: str, *, limit: Optional[int], max_new_tokens: int, batch_size: int = 8,
              split: str = "test", on_batch: Optional[Callable[[int, int], None]] = None,
              backend: str = "auto") -> dict[str, Any]:
@@ -139,7 +100,7 @@ def evaluate(model_name: str, task_name: str, *, limit: Optional[int], max_new_t
                              batch_size=batch_size if kind == "transformers" else max(1, len(prompts)))
     finally:
         engine.close()
-    result = greedy_scores(task, items, texts)
+    result = evaluation_summary(task, items, texts)
     return {
         "model": model_name,
         "task": task_name,

@@ -11,7 +11,7 @@ Imports below it: wire, models, core, config (never swarm, learner or node). Imp
 package does not import vllm.
 """
 
-from ftis_swarm.rollout.base import GroupHeader, PromptRequest, RolloutBackend, RolloutInputError
+from ftis_swarm.rollout.base import GroupHeader, PromptRequest, RolloutBackend, RolloutInputError, greedy_texts
 from ftis_swarm.rollout.factory import make_backend
 from ftis_swarm.rollout.hf_backend import TransformersBackend
 
@@ -21,5 +21,6 @@ __all__ = [
     "RolloutBackend",
     "RolloutInputError",
     "TransformersBackend",
+    "greedy_texts",
     "make_backend",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ftis_swarm.config import SamplingConfig
 from ftis_swarm.wire import Group
@@ -186,3 +186,19 @@ def eos_token_ids(tokenizer: object, *configs: object) -> list[int]:
     if not ids:
         raise ValueError("the model names no EOS token (tokenizer, config and generation config all lack one)")
     return sorted(ids)
+
+
+def greedy_texts(backend: RolloutBackend, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                 batch_size: int, on_batch: Optional[Callable[[int, int], None]] = None) -> list[str]:
+    """The backend's greedy completion of each prompt, decoded without special tokens, `batch_size` prompts a call.
+
+    `on_batch(done, total)` after each call (a progress bar). `ftis-node eval` and the
+    experiment's held-out accuracy both decode here.
+    """
+    texts: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        ids = backend.greedy(prompts[start : start + batch_size], max_new_tokens)
+        texts += tokenizer.batch_decode(ids, skip_special_tokens=True)
+        if on_batch:
+            on_batch(len(texts), len(prompts))
+    return texts

@@ -44,6 +44,7 @@ from ftis_swarm.tasks.base import (
     UnknownTaskError,
     reason_counts,
 )
+from ftis_swarm.tasks.evaluation import evaluation_summary, items_digest
 from ftis_swarm.tasks.registry import check_trainable, get_task, has_train_split, list_tasks, task_class
 
 __all__ = [
@@ -58,8 +59,10 @@ __all__ = [
     "UnknownSplitError",
     "UnknownTaskError",
     "check_trainable",
+    "evaluation_summary",
     "get_task",
     "has_train_split",
+    "items_digest",
     "list_tasks",
     "reason_counts",
     "task_class",
