@@ -204,5 +204,6 @@ def test_greedy_is_argmax_in_batches_cut_at_eos_and_the_context(tiny_model, tiny
         assert len(ids) == 8 or ids[-1] in eos  # only an EOS ends an answer early, and it is kept
     assert any(len(ids) < 8 for ids in got)
     backend.eos_ids = [151645]
-    (near_end,) = backend.greedy([[11] * (backend.context_len - 3)], 8)
+    tiny_model.config.max_position_embeddings = 64  # what the backend reads as the context, kept short here
+    (near_end,) = backend.greedy([[11] * 61], 8)
     assert len(near_end) == 3  # cut where the context ends, as a sampled completion is
