@@ -1,4 +1,4 @@
-"""Every setting of a node, as strict pydantic models (pydantic and the standard library only).
+"""Every setting of a node, as strict pydantic models (pydantic, the standard library and `ftis_swarm.errors` only).
 
 A node's whole configuration is one `NodeConfig`: TOML file first, then `FTIS_*`
 environment variables, then CLI flags and `--set key=value` on top (`ftis_swarm.cli`).

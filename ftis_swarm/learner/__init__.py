@@ -11,4 +11,8 @@
 - rewards.py      score_groups: what a learner accepts (task, split, item, prompt), and rewards
                   recomputed by this node's verifier from the decoded text
 - checkpoint.py   CheckpointManager: atomic, verified checkpoints; resume from the last complete one
+                  (`latest`, `round_of`, `load`)
+
+Imports below it: wire, tasks, models, core, config and errors (never rollout, swarm or node);
+torch, peft, safetensors and numpy; never hivemind or vllm (import-linter contracts).
 """

@@ -140,6 +140,14 @@ class CheckpointManager:
         found = self.complete()
         return found[0] if found else None
 
+    def round_of(self, ckpt: Path | None) -> int:
+        """The round checkpoint `ckpt` closed; 0 for None (no checkpoint: no round survived)."""
+        return 0 if ckpt is None else int(self.state_of(ckpt)["round"])
+
+    def state_of(self, ckpt: Path) -> dict:
+        """The node state saved with `ckpt` (`state.json`: round, policy version and the caller's fields)."""
+        return json.loads((ckpt / "state.json").read_text())
+
     def _prune(self) -> None:
         for old in self.complete()[self.keep :]:
             shutil.rmtree(old, ignore_errors=True)
@@ -155,6 +163,6 @@ class CheckpointManager:
         torch.set_rng_state(rng["torch"])
         if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        state = json.loads((ckpt / "state.json").read_text())
+        state = self.state_of(ckpt)
         learner.policy_version = int(state["policy_version"])
         return state

@@ -29,10 +29,10 @@ from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
 from ftis_swarm.node.ledger import PeerLedger
 from ftis_swarm.node.preflight import with_peers_file
-from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
+from ftis_swarm.rollout import GroupHeader, RolloutBackend, TransformersBackend, make_backend
 from ftis_swarm.rollout.factory import pick_kind
 from ftis_swarm.swarm import SwarmClient
-from ftis_swarm.tasks import check_trainable, get_task
+from ftis_swarm.tasks import Task, check_trainable, get_task
 from ftis_swarm.wire import tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,10 @@ class Components:
     model: Any
     tokenizer: Any
     learner: Learner
-    backend: Any
-    swarm: Any
-    task: Any
+    backend: RolloutBackend
+    """Serves the policy the learner trains (shares its model object when `shares_model`)."""
+    swarm: SwarmClient
+    task: Task
     tasks: TaskCache
     sink: MetricsSink
     ledger: JsonlSink
@@ -105,7 +106,7 @@ def _nothing() -> None:
     return None
 
 
-def _check_versions(learner: Learner, backend: Any) -> None:
+def _check_versions(learner: Learner, backend: RolloutBackend) -> None:
     if backend.policy_version != learner.policy_version:
         raise RuntimeError(
             f"rollout serves policy version {backend.policy_version} but the learner is at {learner.policy_version}"

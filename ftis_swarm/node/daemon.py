@@ -95,11 +95,11 @@ class Node:
         latest = checkpoints.latest()
         # before the sinks open, as they append to what this keeps; without a complete checkpoint every
         # logged round died with the process that logged it
-        last_round = int(json.loads((latest / "state.json").read_text())["round"]) if latest is not None else 0
+        last_round = checkpoints.round_of(latest)
         for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
             drop_rounds_after(path, last_round)
         self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks)  # ranks: rank 0 of torchrun
-        context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
+        context = self.parts.backend.context_len
         self.intake = PeerIntake(Budget.of(cfg, context=context))
         if latest is not None:
             self._resume(latest)

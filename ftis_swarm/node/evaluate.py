@@ -2,10 +2,12 @@
 
 Greedy decoding (the paper's evaluation); answers scored by the same task verifier the
 learner uses. Where CUDA is present the model runs there (bf16), through vLLM when it is
-installed (`backend="auto"`), else through transformers' `generate`, batched with left
-padding; on CPU, transformers in fp32. A LoRA adapter directory (one with
-`adapter_config.json`, e.g. a node checkpoint's `adapter/`) is loaded on its base model with
-peft, or served by vLLM as a LoRA request.
+installed (`backend="auto"`), else through transformers, batched with left padding; on
+CPU, transformers in fp32. Either way the decoder is the backend's `greedy` (the rollout
+backends' one greedy path: argmax, no generation_config penalties), the same one the
+experiment's held-out accuracy uses, so both report the same answers for the same items.
+A LoRA adapter directory (one with `adapter_config.json`, e.g. a node checkpoint's
+`adapter/`) is loaded on its base model with peft, or served by vLLM as a LoRA request.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ftis_swarm.models import load_model
-from ftis_swarm.tasks import get_task
+from ftis_swarm.rollout import RolloutBackend, greedy_texts
+from ftis_swarm.tasks import evaluation_summary, get_task
 
 log = logging.getLogger(__name__)
 
@@ -58,45 +61,26 @@ def pick_eval_backend(backend: str) -> tuple[str, str]:
     return kind, "cuda" if cuda else "cpu"
 
 
-def vllm_greedy_texts(name: str, prompts: list[list[int]], *, max_new_tokens: int) -> list[str]:
-    """Greedy answers through a vLLM engine (an adapter directory served as a LoRA request)."""
+def eval_backend(name: str, kind: str, device: str, *, batch_size: int = 8) -> tuple[RolloutBackend, Any]:
+    """`(backend, tokenizer)` serving `name` for greedy decoding; an adapter directory on its recorded base.
+
+    vLLM serves an adapter as a LoRA request; transformers applies it with peft (`load_for_eval`).
+    """
     from ftis_swarm.models import load_tokenizer
-    from ftis_swarm.rollout import GroupHeader, make_backend
+    from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
 
     base_name = _adapter_base(name)
     header = GroupHeader(run_id="eval", sender="eval", model_id=name[-256:])
+    if kind == "transformers":
+        model, tokenizer = load_for_eval(name, device=device, dtype="bf16" if device == "cuda" else "fp32")
+        return TransformersBackend(model=model, tokenizer=tokenizer, header=header, max_batch_rows=batch_size), tokenizer
     if base_name is None:
         engine = make_backend("vllm", name, header=header, dtype="bf16")
     else:
         rank = int(json.loads((Path(name) / "adapter_config.json").read_text())["r"])
         engine = make_backend("vllm", base_name, header=header, dtype="bf16", enable_lora=True, max_lora_rank=rank)
         engine.set_adapter(name)
-    try:
-        ids = engine.greedy(prompts, max_new_tokens)
-    finally:
-        engine.close()
-    return load_tokenizer(base_name or name).batch_decode(ids, skip_special_tokens=True)
-
-
-@torch.no_grad()
-def greedy_completions(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_tokens: int,
-                       batch_size: int) -> list[str]:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    texts: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        L = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), L), pad, dtype=torch.long)  # (b, L) left padded
-        att = torch.zeros(len(chunk), L, dtype=torch.long)  # (b, L)
-        for i, p in enumerate(chunk):
-            ids[i, L - len(p) :] = torch.tensor(p)
-            att[i, L - len(p) :] = 1
-        device = next(model.parameters()).device
-        ids, att = ids.to(device), att.to(device)  # (b, L), (b, L)
-        out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=pad, top_p=None, top_k=None, temperature=None)  # (b, L + new)
-        texts.extend(tokenizer.batch_decode(out[:, L:], skip_special_tokens=True))
-    return texts
+    return engine, load_tokenizer(base_name or name)
 
 
 def evaluate(model_name: str, task_name: str, *, limit: Optional[int], max_new_tokens: int, batch_size: int = 8,
@@ -106,34 +90,23 @@ def evaluate(model_name: str, task_name: str, *, limit: Optional[int], max_new_t
     t0 = time.perf_counter()
     task = get_task(task_name)
     kind, device = pick_eval_backend(backend)
-    if kind == "vllm":
-        from ftis_swarm.models import load_tokenizer
-
-        tokenizer = load_tokenizer(_adapter_base(model_name) or model_name)
-    else:
-        model, tokenizer = load_for_eval(model_name, device=device, dtype="bf16" if device == "cuda" else "fp32")
-    n = limit if limit is not None else (task.size(split) or GENERATED_EVAL_ITEMS)
-    items = task.sample(n, seed=0, split=split)
-    prompts = [list(task.render_prompt(tokenizer, it)) for it in items]
-    texts: list[str] = []
-    if kind == "vllm":  # the engine batches by itself
-        texts = vllm_greedy_texts(model_name, prompts, max_new_tokens=max_new_tokens)
-        if on_batch:
-            on_batch(len(texts), len(prompts))
-    for start in range(0, len(prompts) if kind == "transformers" else 0, batch_size):
-        texts += greedy_completions(model, tokenizer, prompts[start : start + batch_size],
-                                    max_new_tokens=max_new_tokens, batch_size=batch_size)
-        if on_batch:
-            on_batch(len(texts), len(prompts))
-    scores = task.score(items, texts)
-    correct = sum(1 for s in scores if s.correct)
+    engine, tokenizer = eval_backend(model_name, kind, device, batch_size=batch_size)
+    try:
+        n = limit if limit is not None else (task.size(split) or GENERATED_EVAL_ITEMS)
+        items = task.sample(n, seed=0, split=split)
+        prompts = [list(task.render_prompt(tokenizer, it)) for it in items]
+        # vLLM batches by itself: one call holds every prompt
+        texts = greedy_texts(engine, tokenizer, prompts, max_new_tokens=max_new_tokens, on_batch=on_batch,
+                             batch_size=batch_size if kind == "transformers" else max(1, len(prompts)))
+    finally:
+        engine.close()
+    result = evaluation_summary(task, items, texts)
     return {
         "model": model_name,
         "task": task_name,
         "split": split,
-        "items": len(items),
-        "correct": correct,
-        "pass_at_1": correct / len(items) if items else 0.0,
+        **result,
+        "pass_at_1": result["correct"] / len(items) if items else 0.0,
         "max_new_tokens": max_new_tokens,
         "backend": kind,
         "device": device,

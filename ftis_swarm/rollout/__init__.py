@@ -1,17 +1,20 @@
 """Rollout workers: prompts in, vertical groups with fp32 generation log-probs out.
 
-- base.py          RolloutBackend (generate / load_weights / set_adapter / policy_version),
-                   PromptRequest, GroupHeader, RolloutInputError and the shared prompt checks
-- sampler.py       sample_rows: batched sampling loop over a transformers model (KV cache, fp32 log-probs)
+- base.py          RolloutBackend (generate / greedy / load_weights / set_adapter / policy_version /
+                   context_len), PromptRequest, GroupHeader, RolloutInputError, the shared prompt
+                   checks, and greedy_texts (the evaluation's decode: `ftis-node eval`, the experiment)
+- sampler.py       sample_rows and greedy_rows: one batched decoding loop over a transformers model
+                   (KV cache, fp32 log-probs), drawing or taking the argmax
 - hf_backend.py    TransformersBackend: own model or a learner's model shared in-process
 - vllm_backend.py  VLLMBackend: vLLM engine, in-place weight reload, LoRA swap (the one module importing vllm)
 - factory.py       make_backend(kind, model, header=...): auto = vllm with CUDA, transformers otherwise
 
-Imports below it: wire, models, core, config (never swarm, learner or node). Importing this
-package does not import vllm.
+Imports below it: wire, models, core, config (never swarm, learner or node); torch,
+transformers, peft and safetensors. vllm only in vllm_backend.py, which `make_backend` imports
+lazily: importing this package does not import vllm.
 """
 
-from ftis_swarm.rollout.base import GroupHeader, PromptRequest, RolloutBackend, RolloutInputError
+from ftis_swarm.rollout.base import GroupHeader, PromptRequest, RolloutBackend, RolloutInputError, greedy_texts
 from ftis_swarm.rollout.factory import make_backend
 from ftis_swarm.rollout.hf_backend import TransformersBackend
 
@@ -21,5 +24,6 @@ __all__ = [
     "RolloutBackend",
     "RolloutInputError",
     "TransformersBackend",
+    "greedy_texts",
     "make_backend",
 ]

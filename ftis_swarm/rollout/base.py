@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ftis_swarm.config import SamplingConfig
 from ftis_swarm.wire import Group
@@ -81,7 +81,7 @@ def completion_budget(prompt_len: int, max_new_tokens: int, context_len: int) ->
 
 
 class RolloutBackend(abc.ABC):
-    """Samples vertical groups from one policy, which `load_weights`/`set_adapter` replace.
+    """Samples vertical groups from one policy, which `load_weights`/`set_adapter` replace; decodes greedily.
 
     `policy_version` starts at 0 and advances by one on each weight or adapter change; every
     group of one `generate` call carries the version that produced it.
@@ -105,6 +105,19 @@ class RolloutBackend(abc.ABC):
     @abc.abstractmethod
     def generate(self, prompts: Sequence[PromptRequest], G: int, sampling: SamplingConfig) -> list[Group]:
         """One Group per prompt, in order, each with G completions from `policy_version`."""
+
+    @abc.abstractmethod
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """The greedy completion (argmax at every step, EOS kept) of each token-id prompt, from the served policy.
+
+        The evaluation's one decoder: no sampling settings and no generation_config
+        penalties; each completion is cut at `completion_budget` like a sampled one.
+        """
+
+    @property
+    @abc.abstractmethod
+    def context_len(self) -> int:
+        """Most tokens (prompt plus completion) the served model takes."""
 
     @abc.abstractmethod
     def load_weights(self, path: str) -> None:
@@ -173,3 +186,19 @@ def eos_token_ids(tokenizer: object, *configs: object) -> list[int]:
     if not ids:
         raise ValueError("the model names no EOS token (tokenizer, config and generation config all lack one)")
     return sorted(ids)
+
+
+def greedy_texts(backend: RolloutBackend, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                 batch_size: int, on_batch: Optional[Callable[[int, int], None]] = None) -> list[str]:
+    """The backend's greedy completion of each prompt, decoded without special tokens, `batch_size` prompts a call.
+
+    `on_batch(done, total)` after each call (a progress bar). `ftis-node eval` and the
+    experiment's held-out accuracy both decode here.
+    """
+    texts: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        ids = backend.greedy(prompts[start : start + batch_size], max_new_tokens)
+        texts += tokenizer.batch_decode(ids, skip_special_tokens=True)
+        if on_batch:
+            on_batch(len(texts), len(prompts))
+    return texts

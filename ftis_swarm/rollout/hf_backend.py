@@ -25,7 +25,7 @@ from ftis_swarm.rollout.base import (
     completion_budget,
     eos_token_ids,
 )
-from ftis_swarm.rollout.sampler import sample_rows
+from ftis_swarm.rollout.sampler import greedy_rows, sample_rows
 from ftis_swarm.wire import Group, tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,16 @@ class TransformersBackend(RolloutBackend):
                     Completion(result.token_ids[i * G + j], result.logprobs[i * G + j]) for j in range(G)
                 ])
         return self._groups(prompts, completions, sampling, version)
+
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy completions (see `sampler.greedy_rows`), `max_batch_rows` prompts per batch."""
+        out: list[list[int]] = []
+        for start in range(0, len(prompts), self.max_batch_rows):
+            rows = [list(map(int, p)) for p in prompts[start : start + self.max_batch_rows]]
+            budgets = [completion_budget(len(r), max_new_tokens, self.context_len) for r in rows]
+            out += greedy_rows(self.model, rows, budgets=budgets, eos_ids=self.eos_ids, pad_id=self.pad_id,
+                               static_cache=self.static_cache)
+        return out
 
     def load_weights(self, path: str) -> None:
         """Copies the safetensors in folder `path` into the served model, in place.

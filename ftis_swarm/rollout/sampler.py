@@ -4,7 +4,8 @@ Why a loop of our own rather than `model.generate`: we need the log-prob of each
 token under exactly the distribution it was drawn from, softmax(z / T) in fp32, and
 `generate`'s logits processors (top-k 50 by default, repetition penalties from a model's
 generation_config) would change that distribution silently. Here nothing but T touches the
-logits.
+logits. The greedy path (`greedy_rows`, the evaluation's decoding) runs the same loop with an
+argmax in place of the draw.
 
 Prompts are left-padded so that every row's next token sits in the last column; position
 ids count real tokens only, so a padded row sees the same positions as it would alone.
@@ -15,7 +16,7 @@ The KV cache is static (preallocated for prompt + budget) or dynamic (grown each
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +67,10 @@ def draw(logp: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     return idx.squeeze(1).clamp(max=logp.shape[1] - 1)  # (B,)
 
 
+Picker = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""Next token of each row and its log-prob, from the last position's logits `(B, V)`."""
+
+
 @torch.no_grad()
 def sample_rows(
     model: Any,
@@ -84,6 +89,53 @@ def sample_rows(
     stops when every row has stopped. The model runs in eval mode for the call and gets its
     previous mode back after.
     """
+
+    def pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = _tempered_logprobs(logits, temperature)  # (B, V)
+        nxt = draw(logp, generator)  # (B,)
+        return nxt, logp.gather(1, nxt[:, None]).squeeze(1)  # (B,), (B,)
+
+    return _decode(model, rows, budgets=budgets, eos_ids=eos_ids, pad_id=pad_id, static_cache=static_cache,
+                   pick=pick)
+
+
+@torch.no_grad()
+def greedy_rows(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    *,
+    budgets: Sequence[int],
+    eos_ids: Sequence[int],
+    pad_id: int,
+    static_cache: bool = True,
+) -> list[list[int]]:
+    """The greedy completion of each row (argmax at every step), cut as in `sample_rows`, EOS kept.
+
+    The evaluation's decoding (`ftis-node eval` and the experiment's held-out accuracy both
+    come here on transformers): nothing touches the logits, so a checkpoint's
+    generation_config (repetition penalty, top-k) cannot change the answer, unlike
+    `model.generate`.
+    """
+
+    def pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        nxt = logits.argmax(-1)  # (B,)
+        return nxt, torch.zeros_like(nxt, dtype=torch.float32)  # (B,), (B,) log-probs unused
+
+    return _decode(model, rows, budgets=budgets, eos_ids=eos_ids, pad_id=pad_id, static_cache=static_cache,
+                   pick=pick).token_ids
+
+
+def _decode(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    *,
+    budgets: Sequence[int],
+    eos_ids: Sequence[int],
+    pad_id: int,
+    static_cache: bool,
+    pick: Picker,
+) -> SampleResult:
+    """The decoding loop shared by sampling and greedy decoding; `pick` chooses each next token."""
     device = next(model.parameters()).device
     ids, mask = left_pad(rows, pad_id, device)  # (B, P), (B, P)
     B, P = ids.shape
@@ -106,11 +158,10 @@ def sample_rows(
                 input_ids=step_ids, attention_mask=mask, position_ids=step_pos, past_key_values=cache,
                 use_cache=True, logits_to_keep=1,
             ).logits[:, -1]  # (B, V)
-            logp = _tempered_logprobs(logits, temperature)  # (B, V)
-            nxt = draw(logp, generator)  # (B,)
+            nxt, lp = pick(logits)  # (B,), (B,)
             live = ~done  # (B,)
             out_ids[:, t] = torch.where(live, nxt, torch.full_like(nxt, pad_id))  # (B,)
-            out_lp[:, t] = torch.where(live, logp.gather(1, nxt[:, None]).squeeze(1), 0.0)  # (B,)
+            out_lp[:, t] = torch.where(live, lp, 0.0)  # (B,)
             lengths += live.long()  # (B,)
             done |= live & (torch.isin(nxt, eos) | (lengths >= budget))  # (B,)
             if bool(done.all()):

@@ -114,10 +114,14 @@ class VLLMBackend(RolloutBackend):
             options["gpu_memory_utilization"] = gpu_memory_utilization
         options.update(engine_options or {})
         self.llm = LLM(**options)
-        self.context_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._context_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self._lora: Any = None
         self._enable_lora = enable_lora
+
+    @property
+    def context_len(self) -> int:
+        return self._context_len
 
     def generate(self, prompts: Sequence[PromptRequest], G: int, sampling: SamplingConfig) -> list[Group]:
         from vllm import SamplingParams

@@ -1,6 +1,8 @@
 """The swarm: publishing and gathering rollout groups over a hivemind DHT, without trusting peers.
 
 The only package that imports hivemind. docs/swarm.md describes the design as built.
+Imports below it: wire, config and errors (never rollout, learner or node); hivemind, msgpack,
+pydantic and cryptography; never torch, transformers or vllm.
 
 - client.py         SwarmClient (start / publish / gather / drain_peer_faults / counters / shutdown), PublishResult
 - policy.py         PeerPolicy (the node's ledger, as the swarm sees it) and ALLOW_ALL

@@ -11,6 +11,8 @@ id a peer sent (`task.item`) and scores the decoded completion itself (`task.sco
 
 Files (one file a task, each holding its source, prompt, answer extraction and reward):
 
+- evaluation.py    `items_digest`, `evaluation_summary`: what a greedy evaluation reports (`ftis-node eval`
+                   and the experiment's held-out accuracy), item by item
 - registry.py      `get_task`, `list_tasks`, `task_class`, `has_train_split`, `check_trainable`: names to task classes,
                    imported on demand
 - base.py          `TaskItem`, `Score`, reasons, errors, and the `Task` base: prompts, batched scoring
@@ -26,9 +28,9 @@ Files (one file a task, each holding its source, prompt, answer extraction and r
 - math500.py       MATH-500 (local JSONL or hub), evaluation only; `\\boxed{}`
 - champ.py         CHAMP (offline package), out-of-distribution evaluation only; `\\boxed{}`
 
-This package imports only `ftis_swarm.config` and `ftis_swarm.errors` below it, and neither torch nor transformers
-(`render_prompt` takes any tokenizer with `apply_chat_template` or `encode`). docs/tasks.md
-documents each task's prompt, answer form, reward and id scheme, and the measured figures.
+Imports below it: `ftis_swarm.config` and `ftis_swarm.errors` only (today just errors), and
+neither torch nor transformers (`render_prompt` takes any tokenizer with `apply_chat_template`
+or `encode`). docs/tasks.md documents each task's prompt, answer form, reward and id scheme, and the measured figures.
 """
 
 from ftis_swarm.tasks.base import (
@@ -44,6 +46,7 @@ from ftis_swarm.tasks.base import (
     UnknownTaskError,
     reason_counts,
 )
+from ftis_swarm.tasks.evaluation import evaluation_summary, items_digest
 from ftis_swarm.tasks.registry import check_trainable, get_task, has_train_split, list_tasks, task_class
 
 __all__ = [
@@ -58,8 +61,10 @@ __all__ = [
     "UnknownSplitError",
     "UnknownTaskError",
     "check_trainable",
+    "evaluation_summary",
     "get_task",
     "has_train_split",
+    "items_digest",
     "list_tasks",
     "reason_counts",
     "task_class",

@@ -3,6 +3,9 @@
 - group.py        Group: one prompt's G completions with their fp32 generation log-probs
 - codec.py        encode_group / decode_group / WireError: canonical, validated msgpack
 - fingerprint.py  tokenizer_fingerprint: a hash of the id-to-token map
+
+Imports below it: config only; msgpack and numpy, never torch, transformers, hivemind or vllm
+(an import-linter contract): a peer's bytes are checked without any model library.
 """
 
 from ftis_swarm.config import T_MIN

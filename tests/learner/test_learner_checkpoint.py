@@ -36,7 +36,7 @@ def test_restore_full_model_optimizer_rng_and_state(tiny_dir, tmp_path):
     expected_rng = torch.rand(3)
 
     fresh = Learner(AutoModelForCausalLM.from_pretrained(tiny_dir), cfg=cfg, pad_id=0)
-    assert mgr.latest() == path
+    assert mgr.latest() == path and mgr.round_of(path) == 2 and mgr.round_of(None) == 0
     state = CheckpointManager(tmp_path / "ckpt").load(path, fresh)
     assert state["round"] == 2 and state["consumed"] == ["g1", "g2"] and fresh.policy_version == 2
     for (n, a), (_, b) in zip(learner.model.named_parameters(), fresh.model.named_parameters()):

@@ -42,3 +42,14 @@ def test_prompt_checks_name_the_item() -> None:
     ):
         with pytest.raises(RolloutInputError, match=words):
             check_prompts([ok, bad], context_len=4, vocab_size=10)
+
+
+def test_importing_the_rollout_package_and_its_factory_leaves_vllm_unimported() -> None:
+    """`make_backend` imports the vLLM backend lazily: a CPU node never pays for (or needs) vllm."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport ftis_swarm.rollout, ftis_swarm.rollout.factory, ftis_swarm.node.evaluate\n"
+            "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith(('vllm.', 'ftis_swarm.rollout.vllm'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -185,3 +185,25 @@ def test_make_backend_picks_transformers_on_cpu_and_refuses_bad_input(tiny_dir, 
         make_backend("tgi", str(tiny_dir), header=kit.header)
     with pytest.raises(ModelNotFoundError, match="unknown model 'gpt-17'"):
         make_backend("transformers", "gpt-17", header=kit.header)
+
+
+def test_greedy_is_argmax_in_batches_cut_at_eos_and_the_context(tiny_model, tiny_tokenizer, kit) -> None:
+    """`greedy` (the evaluation's decoder) matches one-prompt-at-a-time argmax whatever the batching, keeps EOS,
+    ignores a generation_config penalty, and leaves room in the context as `generate` does."""
+    backend = backend_for(tiny_model, tiny_tokenizer, kit, max_batch_rows=2)  # three prompts: two batches
+    backend.eos_ids = EOS_SET
+    prompts = [p.prompt_ids for p in kit.prompts]
+    tiny_model.generation_config.repetition_penalty = 5.0  # `generate` would apply it; greedy must not
+    got = backend.greedy(prompts, 8)
+    tiny_model.generation_config.repetition_penalty = 1.0
+    eos = set(EOS_SET)
+    for prompt, ids in zip(prompts, got):
+        ref = tiny_model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=8, do_sample=False, top_k=None,
+                                  top_p=None, temperature=None, eos_token_id=EOS_SET)[0, len(prompt):].tolist()
+        assert ids == ref[: len(ids)] and 1 <= len(ids) <= 8
+        assert len(ids) == 8 or ids[-1] in eos  # only an EOS ends an answer early, and it is kept
+    assert any(len(ids) < 8 for ids in got)
+    backend.eos_ids = [151645]
+    tiny_model.config.max_position_embeddings = 64  # what the backend reads as the context, kept short here
+    (near_end,) = backend.greedy([[11] * 61], 8)
+    assert len(near_end) == 3  # cut where the context ends, as a sampled completion is
