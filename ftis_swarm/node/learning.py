@@ -79,6 +79,8 @@ class RoundLearning:
     """The health check's keys for the record."""
     counts: Counter
     """`rejected_<reason>` and `stale_groups`."""
+    rejected_by_peer: Counter = field(default_factory=Counter)
+    """(sender, reason) -> groups the scorer refused (each charged to its sender)."""
     own_rewards: list[float] = field(default_factory=list)
     own_correct: list[bool] = field(default_factory=list)
     peer_rewards: list[float] = field(default_factory=list)
@@ -105,7 +107,7 @@ def learn_round(learning: Learning, r: int, own: Sequence[Group], peers: Sequenc
     """Round `r`'s learning on `own` (from any policy version of this node) plus `peers` (module docstring)."""
     counts: Counter = Counter()
     scored = score(learning, list(own) + list(peers), counts)
-    out = RoundLearning(items=[], metrics={}, health={}, counts=counts)
+    out = RoundLearning(items=[], metrics={}, health={}, counts=counts, rejected_by_peer=scored.rejected_by_peer)
     for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
         item = label(learning, g, rewards)
         out.items.append(item)
