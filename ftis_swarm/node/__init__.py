@@ -3,7 +3,7 @@
 - daemon.py        Node: rounds of generate, publish, gather, learn, serve, log, checkpoint
 - rollouts.py      the round's own groups: the prompts drawn (seeded by node seed and round), rendered, generated
 - learning.py      learn_round: the learning half of a round (score, label own / peer / stale, update,
-                   charge and credit the ledger, serve); the daemon and the experiment both call it
+                   charge and credit the ledger, serve); the daemon, the experiment and `bench attacks` call it
 - serving.py       Serving: the rollout backend serves the learner's weights under the learner's version
 - components.py    build_components: the parts from the config (model, learner, swarm, backend, sinks)
 - ranks.py         a node under torchrun: rank 0 is the node, the other ranks follow as learner shards

@@ -17,9 +17,9 @@ the intake kept, and:
    follows the learner's, which advances only when an optimiser step was taken.
 
 Generation is not in here: the caller passes the own groups in (`rollouts.py` makes them),
-so they may come from an older policy version. The daemon calls `learn_round`; so does the
-experiment (`bench/experiment_run.py`), whose horizontal arm, which a node refuses,
-builds its mixed groups on `score` and `update_and_serve`.
+so they may come from an older policy version. The daemon calls `learn_round`; so do the
+experiment (`bench/experiment_run.py`), whose horizontal arm, which a node refuses, builds
+its mixed groups on `score` and `update_and_serve`, and `bench attacks`.
 """
 
 from __future__ import annotations
