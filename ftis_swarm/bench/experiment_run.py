@@ -203,7 +203,10 @@ def _record(peer: Peer, r: int, items: list[ScoredGroup], metrics: dict[str, flo
 
 def _learned_record(peer: Peer, r: int, learned: RoundLearning, generated: Counter, **extra: Any) -> dict[str, Any]:
     """The round's record: `generated` counts generation's refusals, `learned` the scorer's and the health check's."""
-    return _record(peer, r, learned.items, learned.metrics, **{**generated, **learned.counts, **learned.health, **extra})
+    record = _record(peer, r, learned.items, learned.metrics,
+                     **{**generated, **learned.counts, **learned.health, **extra})
+    record.update(reward=_mean(learned.own_rewards), peer_reward=_mean(learned.peer_rewards))  # stale own is own
+    return record
 
 
 def solo_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
