@@ -18,7 +18,7 @@ import torch
 
 from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec
 from ftis_swarm.bench.experiment_run import learner_config, run_arm
-from ftis_swarm.bench.run_compare import initial_weights, tensor_files
+from ftis_swarm.bench.run_compare import compare_tensors, initial_weights, tensor_files
 from ftis_swarm.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.config import dump_node_config
 from ftis_swarm.metrics import read_jsonl
@@ -73,6 +73,8 @@ def test_solo_arm_trains_as_a_lone_node(tmp_path, tiny_arith):
         assert node_w.keys() == exp_w.keys() and len(node_w) > 0
         worst = max(float((node_w[k].double() - exp_w[k].double()).abs().max()) for k in node_w)
         assert worst <= 1e-6, f"learner {name}: node and experiment differ by {worst}"
+        print(f"learner {name}: {len(node_w)} tensors, {compare_tensors(node_w, exp_w)[1]} not bit-identical, "
+              f"largest difference {worst}")
 
         rows = list(read_jsonl(tmp_path / f"node-{name}" / "metrics.jsonl"))
         records = [x for x in result["rounds"] if x["learner"] == name]
