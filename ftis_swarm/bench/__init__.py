@@ -10,6 +10,9 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - swarm_bench.py     publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
                      polling (swarm_worker.py: one node)
 - experiment*.py     two heterogeneous learners, alone and together, per mode; vertical vs horizontal
+- heldout.py         held-out accuracy per item: greedy pass@1 and sampled accuracy, pairable across arms
+- pilot.py           the experiment's pilot gate: candidates for learner B, their accuracy and the F-TIS
+                     weights of their samples under A (and A's under them)
 
 The benches that run real node processes live in `ftis_swarm/node/` (this package may not
 import it): `e2e.py` (a swarm round against a solo round), `attack_bench.py`,
