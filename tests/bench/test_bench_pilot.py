@@ -4,6 +4,8 @@ held-out evaluation it rests on (greedy and sampled correctness per item) on a t
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -13,6 +15,18 @@ from ftis_swarm.models import load_model
 from ftis_swarm.models.tiny import build_tiny_qwen2, qwen_tokenizer_dir
 from ftis_swarm.tasks import get_task
 from ftis_swarm.wire import Group
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--candidates", "a,b,c,d"], "--candidates needs 1 to 3 models, got 4"),
+    (["--candidates", "smollm2-slim27", "--task", "arith"], "task arith has no fixed held-out set"),
+    (["--candidates", "no-such-model"], "unknown model 'no-such-model'"),
+    (["--samples", "1"], "--samples must be at least 2"),
+])
+def test_bench_pilot_refuses_bad_flags_in_one_sentence(flags, message):
+    proc = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "bench", "pilot", *flags], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_gate_checks_each_condition_on_given_numbers():
