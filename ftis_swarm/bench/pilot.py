@@ -17,9 +17,10 @@ The gate (`Gate`, fixed before the run, on greedy pass@1, the experiment's stati
 starts between 0.25 and 0.7; B is at least 0.15 below A and at least 0.1; B's samples
 under A have `ess` at most 0.6 with at least 5% of tokens over C. A's samples under B are
 reported beside, not gated. The chosen B is the candidate that passes (the one with the
-highest greedy accuracy when several do), else the one that passes the most checks (ties:
-lower ESS, then higher accuracy), and the result says it did not pass, so the experiment
-marks its correction claims "not tested".
+highest greedy accuracy when several do), else, among those that solve at least `b_min`
+(a B that solves nothing gives no signal), the one that passes the most checks (ties: lower
+ESS, then higher accuracy), and the result says it did not pass, so the experiment marks
+its correction claims "not tested".
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def choose(rows: Sequence[dict[str, Any]]) -> int:
         r = rows[i]
         passed = sum(r["checks"].values())
         all_pass = passed == len(r["checks"])
-        return (all_pass, r["b"]["greedy_accuracy"] if all_pass else 0.0, passed, -r["b_under_a"]["ess"],
+        learns = r["checks"]["b_at_least_min"]  # a B that solves nothing gives its GRPO groups no signal
+        return (all_pass, r["b"]["greedy_accuracy"] if all_pass else 0.0, learns, passed, -r["b_under_a"]["ess"],
                 r["b"]["greedy_accuracy"])
 
     return max(range(len(rows)), key=rank)

@@ -51,19 +51,22 @@ def _row(name: str, b: float, ess: float, checks: dict[str, bool]) -> dict:
 
 
 def test_choice_prefers_a_passing_candidate_then_the_most_checks_then_lower_ess():
-    ok = dict.fromkeys(("a", "b", "c", "d", "e"), True)
-    one_off = {**ok, "e": False}
-    two_off = {**ok, "d": False, "e": False}
+    ok = dict.fromkeys(("a_in_range", "b_below_a", "b_at_least_min", "ess_low", "over_c"), True)
+    one_off = {**ok, "over_c": False}
+    two_off = {**ok, "ess_low": False, "over_c": False}
     rows = [_row("x", 0.3, 0.2, two_off), _row("y", 0.15, 0.5, ok), _row("z", 0.18, 0.55, ok)]
     assert choose(rows) == 2  # both pass: the higher accuracy
     assert choose([_row("x", 0.3, 0.2, two_off), _row("y", 0.15, 0.5, one_off)]) == 1  # more checks pass
     assert choose([_row("x", 0.3, 0.7, one_off), _row("y", 0.15, 0.5, one_off)]) == 1  # then the lower ESS
+    solves_nothing = {**ok, "b_at_least_min": False, "over_c": False}
+    learns = {**ok, "b_below_a": False, "over_c": False}
+    assert choose([_row("x", 0.0, 0.1, solves_nothing), _row("y", 0.23, 0.56, learns)]) == 1  # B must learn
     with pytest.raises(ValueError):
         choose([])
     result = {"a": {"model": "A", "layers": 30, "greedy_accuracy": 0.4, "sampled_accuracy": 0.3},
               "candidates": rows[:2], "chosen": "y", "chosen_passes": True}
     table = pilot_table(result)
-    assert "| B x | 27 | 0.300 | 0.150 | 0.200 | 0.100 | 0.700 | 0.020 | no | fail: d, e |" in table
+    assert "| B x | 27 | 0.300 | 0.150 | 0.200 | 0.100 | 0.700 | 0.020 | no | fail: ess_low, over_c |" in table
     assert "Chosen B: y (passes)" in table
 
 
