@@ -17,6 +17,9 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - soak_bench.py      RSS and open files of every process of a testnet over hundreds of rounds
 - hostile_bench.py   a testnet under a hostile peer's floods (swarm workers, not nodes)
 - tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
+- heldout.py         held-out accuracy per item: greedy pass@1 and sampled accuracy, pairable across arms
+- pilot.py           the experiment's pilot gate: candidates for learner B, their accuracy and the F-TIS
+                     weights of their samples under A (and A's under them)
 
 The bench measures the product, never a copy of it: the experiment trains with the node's
 own round (`node/rollouts.py` draws and generates, `node/learning.py` scores, labels,

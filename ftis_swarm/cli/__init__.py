@@ -9,6 +9,7 @@
 - experiment_cmd.py `experiment`
 - bench_cmds.py    `bench wire | learner | rollout | swarm | e2e | hostile | attacks | resume | soak`
                    (each calls its module in `ftis_swarm/bench/`)
+- pilot_cmd.py     `bench pilot`: the experiment's pilot gate for learner B
 - overrides.py     `--set key=value` and `FTIS_*` environment variables -> dotted config keys
 - live.py          the round tables of join and testnet (rich), and the per-round log line
 - progress.py      status lines and bars on the terminal (rich), plain lines elsewhere

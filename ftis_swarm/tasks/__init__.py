@@ -23,6 +23,7 @@ Files (one file a task, each holding its source, prompt, answer extraction and r
                    `signal.alarm`, hence processes; a hung or dead worker is replaced)
 - mathcheck.py     the check a worker runs: math-verify on one extracted answer
 - arith.py         the embedded default: small sums; answer = the reply's last number
+- arith_mix.py     arith's variant with +, - and *: every held-out question usable once (the experiment's task)
 - gsm_symbolic.py  GSM-style problems from reasoning-gym templates, offline; `\\boxed{}`
 - gsm8k.py         GSM8K (local JSONL or hub); `\\boxed{}` or `#### N`
 - math500.py       MATH-500 (local JSONL or hub), evaluation only; `\\boxed{}`

@@ -39,7 +39,7 @@ class Generated:
     """Items with the same key always land in the same split."""
 
 
-def _hash_int(text: str) -> int:
+def hash_int(text: str) -> int:
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16)
 
 
@@ -62,10 +62,10 @@ class GeneratedTask(Task):
         """The user message for `question`, with the answer-format instruction."""
 
     def generator_seed(self, seed: int) -> int:
-        return _hash_int(f"{self.name}/v{self.version}/s{seed}") % (2**31)
+        return hash_int(f"{self.name}/v{self.version}/s{seed}") % (2**31)
 
     def split_of(self, split_key: str) -> str:
-        return "test" if _hash_int(f"{self.name}/split/{split_key}") % TEST_ONE_IN == 0 else "train"
+        return "test" if hash_int(f"{self.name}/split/{split_key}") % TEST_ONE_IN == 0 else "train"
 
     def size(self, split: str) -> int | None:
         self.check_split(split)

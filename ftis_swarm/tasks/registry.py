@@ -9,6 +9,7 @@ from ftis_swarm.tasks.base import EvaluationTaskError, Task, UnknownTaskError
 
 _TASKS: dict[str, str] = {
     "arith": "ftis_swarm.tasks.arith:ArithTask",
+    "arith_mix": "ftis_swarm.tasks.arith_mix:ArithMixTask",
     "gsm_symbolic": "ftis_swarm.tasks.gsm_symbolic:GSMSymbolicTask",
     "gsm8k": "ftis_swarm.tasks.gsm8k:GSM8KTask",
     "math500": "ftis_swarm.tasks.math500:Math500Task",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ftis_swarm.models import ModelNotFoundError, load_model, load_tokenizer, resolve_model
+from ftis_swarm.models import ModelNotFoundError, check_model_name, load_model, load_tokenizer, resolve_model
 from ftis_swarm.models.loading import torch_dtype
 from ftis_swarm.models.registry import QWEN_SHORT_NAMES
 
@@ -74,3 +74,13 @@ def test_dtype_names() -> None:
     assert torch_dtype("bf16") is torch.bfloat16 and torch_dtype("fp32") is torch.float32
     with pytest.raises(ValueError, match="fp32, bf16, fp16"):
         torch_dtype("float8")
+
+
+def test_pilot_siblings_drop_late_layers_and_resolve_by_short_name():
+    from ftis_swarm.models.registry import short_names
+    from ftis_swarm.models.smollm2 import SIBLINGS
+
+    assert len(SIBLINGS["smollm2-slim27"]) == 27 and set(range(30)) - set(SIBLINGS["smollm2-slim27"]) == {25, 26, 27}
+    assert len(SIBLINGS["smollm2-slim26"]) == 26 and set(range(30)) - set(SIBLINGS["smollm2-slim26"]) == {25, 26, 27, 28}
+    assert {"smollm2-slim27", "smollm2-slim26"} <= set(short_names())
+    check_model_name("SmolLM2-Slim26")  # short names are case-insensitive; nothing is built by the check

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ftis_swarm.models import load_model, resolve_model
-from ftis_swarm.models.smollm2 import GGUF_FILE, MINI_LAYERS, SLIM_LAYERS, embedded_gguf
+from ftis_swarm.models.smollm2 import GGUF_FILE, MINI_LAYERS, SIBLINGS, SLIM_LAYERS, embedded_gguf
 from ftis_swarm.wire import tokenizer_fingerprint
 
 pytestmark = pytest.mark.slow
@@ -68,7 +68,9 @@ def _assert_weights_equal_the_gguf(state: dict, *, n_heads: int, n_kv_heads: int
 
 
 @pytest.mark.parametrize("name, keep, params", [("smollm2-mini", MINI_LAYERS, 113_274_432),
-                                                 ("smollm2-slim", SLIM_LAYERS, 127_434_816)])
+                                                 ("smollm2-slim", SLIM_LAYERS, 127_434_816),
+                                                 ("smollm2-slim27", SIBLINGS["smollm2-slim27"], 123_894_720),
+                                                 ("smollm2-slim26", SIBLINGS["smollm2-slim26"], 120_354_624)])
 def test_sibling_keeps_the_chosen_layers_and_the_tokenizer(smollm2_cache, name, keep, params) -> None:
     from safetensors.torch import load_file
 

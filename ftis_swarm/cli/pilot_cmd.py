@@ -1,0 +1,71 @@
+"""`ftis-node bench pilot`: the experiment's pilot gate for learner B (ftis_swarm.bench.pilot).
+
+Flags are checked (one sentence, exit 2) before torch is imported; then the pilot's table is
+printed and its figures, per item included, written to `--json`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ftis_swarm.cli.main import bench_app, fail
+
+
+@bench_app.command("pilot")
+def bench_pilot(
+    candidates: str = typer.Option("smollm2-slim,smollm2-slim27,smollm2-slim26",
+                                   help="Comma-separated models for learner B (at most 3; same tokenizer as A)."),
+    model_a: str = typer.Option("smollm2-135m", help="Learner A's model."),
+    task: str = typer.Option("arith_mix", help="Task whose every held-out item is evaluated (needs a fixed test split)."),
+    samples: int = typer.Option(16, help="Sampled completions an item (sampled accuracy; the weights are measured on them)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature [default: the experiment's]."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per answer [default: the experiment's]."),
+    seed: int = typer.Option(0, min=0, help="Seed of the item order and of sampling."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every figure (per item too) here."),
+) -> None:
+    """Pilot gate: A's and each candidate B's accuracy, and the F-TIS weights of each one's samples under the other."""
+    from ftis_swarm.models import check_model_name
+    from ftis_swarm.tasks import get_task
+
+    names = [c.strip() for c in candidates.split(",") if c.strip()]
+    if not 1 <= len(names) <= 3:
+        fail(f"--candidates needs 1 to 3 models, got {len(names)}")
+    for name in [model_a, *names]:
+        check_model_name(name)
+    if not get_task(task).size("test"):
+        fail(f"task {task} has no fixed held-out set (its test split is an endless stream); use arith_mix")
+    if samples < 2:
+        fail(f"--samples must be at least 2 (a group), got {samples}")
+    if temperature is not None and not 0.05 <= temperature <= 10:
+        fail(f"--temperature must lie in 0.05..10, got {temperature}")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        fail(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    if json_path is not None and not json_path.parent.is_dir():
+        fail(f"--json: folder {json_path.parent} does not exist")
+
+    import torch
+
+    from ftis_swarm.bench.experiment import ExperimentConfig
+    from ftis_swarm.bench.pilot import pilot_table, run_pilot
+
+    torch.set_num_threads(threads)
+    defaults = ExperimentConfig()
+    t0 = time.perf_counter()
+    result = run_pilot(names, model_a=model_a, task_name=task, samples=samples, seed=seed,
+                       temperature=defaults.temperature if temperature is None else temperature,
+                       max_new_tokens=defaults.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                       progress=lambda step: typer.echo(f"  ... {step} ({time.perf_counter() - t0:.0f} s)", err=True))
+    result["threads"] = threads
+    s = result["settings"]
+    typer.echo(f"pilot on {result['items']} held-out items of {task}: {s['samples']} samples an item at "
+               f"T = {s['temperature']}, {s['max_new_tokens']} tokens; {result['seconds']:.0f} s with {threads} thread(s)")
+    typer.echo(pilot_table(result))
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2))
+        typer.echo(f"written to {json_path}")
