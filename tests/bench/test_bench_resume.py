@@ -18,7 +18,7 @@ ROUNDS = 6
 def test_a_node_killed_four_times_ends_with_the_same_weights_and_log(tmp_path):
     out = tmp_path / "resume.json"
     cmd = [sys.executable, "-m", "ftis_swarm.cli", "bench", "resume", "--rounds", str(ROUNDS), "--kills", str(KILLS),
-           "--seed", "1", "--run-dir", str(tmp_path / "runs"), "--json", str(out)]
+           "--seed", "1", "--prompts-per-round", "4", "--run-dir", str(tmp_path / "runs"), "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     fig = json.loads(out.read_text())
