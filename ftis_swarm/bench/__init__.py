@@ -10,9 +10,16 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - swarm_bench.py     publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
                      polling (swarm_worker.py: one node)
 - experiment*.py     two heterogeneous learners, alone and together, per mode; vertical vs horizontal
+- e2e.py             a swarm round of real `ftis-node join` processes against a solo round
+- attack_bench.py    what of each hostile group reaches an update; how fast forgers are caught
+- resume_bench.py    a lone node SIGKILLed N times against an undisturbed run (run_compare.py:
+                     weights, optimiser and per-round logs compared)
+- soak_bench.py      RSS and open files of every process of a testnet over hundreds of rounds
+- hostile_bench.py   a testnet under a hostile peer's floods (swarm workers, not nodes)
+- tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
 
-The benches that run real node processes live in `ftis_swarm/node/` (this package may not
-import it): `e2e.py` (a swarm round against a solo round), `attack_bench.py`,
-`resume_bench.py` (exact resume under SIGKILLs) and `soak_bench.py` (memory and files over
-hundreds of rounds). `hostile_bench.py` here runs swarm workers, not nodes.
+The bench measures the product, never a copy of it: the experiment trains with the node's
+own round (`node/rollouts.py` draws and generates, `node/learning.py` scores, labels,
+updates and serves); e2e, resume and soak start real `ftis-node join` processes (`node/testnet.py`).
+Imports below it: node and every layer under it; only the CLI imports this package.
 """

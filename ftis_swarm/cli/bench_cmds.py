@@ -126,7 +126,7 @@ def bench_e2e(
     if len(os.sched_getaffinity(0)) < 2:
         fail("the e2e bench pins each swarm node to its own core and needs at least 2 cores")
     from ftis_swarm.models import resolve_model
-    from ftis_swarm.node.e2e import format_e2e, run_e2e
+    from ftis_swarm.bench.e2e import format_e2e, run_e2e
 
     resolve_model(model)  # convert the embedded model once, before the timed runs
     figures = run_e2e(workdir=workdir, model=model, prompts=prompts, G=group_size, tokens=max_new_tokens,
@@ -252,7 +252,7 @@ def bench_attacks(
     if min(rounds, honest_groups, forged_groups, threads) < 1:
         fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
     _check_json_path(json_path)
-    from ftis_swarm.node.attack_bench import format_attacks, run_attack_bench
+    from ftis_swarm.bench.attack_bench import format_attacks, run_attack_bench
 
     figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
                                forged_groups=forged_groups, threads=threads, progress=_progress)
@@ -281,7 +281,7 @@ def bench_resume(
     if backend not in ("transformers", "vllm"):
         fail(f"--backend must be transformers or vllm, got {backend!r}")
     _check_json_path(json_path)
-    from ftis_swarm.node.resume_bench import format_resume, run_resume_bench
+    from ftis_swarm.bench.resume_bench import format_resume, run_resume_bench
 
     bench = run_resume_bench(workdir=run_dir, model=model, rounds=rounds, kills=kills, seed=seed, backend=backend,
                              prompts=prompts_per_round, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
@@ -306,7 +306,7 @@ def bench_soak(
     if not Path("/proc/self/status").is_file():
         fail("bench soak reads /proc: it runs on Linux only")
     _check_json_path(json_path)
-    from ftis_swarm.node.soak_bench import format_soak, run_soak_bench
+    from ftis_swarm.bench.soak_bench import format_soak, run_soak_bench
 
     bench = run_soak_bench(workdir=run_dir, rounds=rounds, ttl=ttl, deadline=round_deadline, interval=interval,
                            progress=_progress)

@@ -2,7 +2,7 @@
 
 Each worked against a 3-node testnet before this project treated groups as untrusted
 (issue 9); `tests/swarm/test_swarm_poison.py` sends them to a real testnet and `ftis-node
-bench attacks` (`attack_bench.py`) measures what reaches an update. Every attack starts
+bench attacks` (`bench/attack_bench.py`) measures what reaches an update. Every attack starts
 from a group an honest backend generated, so everything the attack does not change is
 right: signature, tokenizer, run id, wire limits.
 

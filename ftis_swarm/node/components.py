@@ -27,8 +27,10 @@ from ftis_swarm.learner.rewards import Admission, TaskCache
 from ftis_swarm.learner.sharding import base_dtype
 from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
+from ftis_swarm.node.learning import node_admission
 from ftis_swarm.node.ledger import PeerLedger
 from ftis_swarm.node.preflight import with_peers_file
+from ftis_swarm.node.serving import Serving
 from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
 from ftis_swarm.rollout.factory import pick_kind
 from ftis_swarm.swarm import SwarmClient
@@ -64,32 +66,18 @@ class Components:
     def weights_dir(self) -> Path:
         return self.cfg.run_dir / "serving"
 
+    @property
+    def serving(self) -> Serving:
+        """The backend serving the learner's weights under its version (`serving.py`)."""
+        return Serving(self.learner, self.backend, shares_model=self.shares_model, weights_dir=self.weights_dir)
+
     def after_update(self) -> None:
         """Serves the learner's new weights, if the update took a step; versions stay equal."""
-        if self.backend.policy_version == self.learner.policy_version:
-            return  # no optimiser step: the served weights are still current
-        if self.shares_model:
-            self.backend.bump_policy_version()
-        else:
-            self._push_weights(self.learner.save_weights(self.weights_dir))
-        _check_versions(self.learner, self.backend)
+        self.serving.after_update()
 
     def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
-        """After a resume: the backend serves the restored weights under the restored version.
-
-        At version 0 no step was taken: the backend already serves those weights (a push would
-        advance its version past the learner's)."""
-        if not self.shares_model and self.learner.policy_version > max(0, self.backend.policy_version):
-            self._push_weights(self.learner.save_weights(self.weights_dir))
-        while self.backend.policy_version < self.learner.policy_version:
-            self.backend.bump_policy_version()
-        _check_versions(self.learner, self.backend)
-
-    def _push_weights(self, path: Path) -> None:
-        if self.learner.is_lora:
-            self.backend.set_adapter(str(path))
-        else:
-            self.backend.load_weights(str(path))
+        """After a resume: the backend serves the restored weights under the restored version."""
+        self.serving.sync(resumed_from=resumed_from)
 
     def close(self) -> None:
         closers = (("learner", getattr(self.learner, "stop", _nothing)), ("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close),
@@ -105,18 +93,16 @@ def _nothing() -> None:
     return None
 
 
-def _check_versions(learner: Learner, backend: Any) -> None:
-    if backend.policy_version != learner.policy_version:
-        raise RuntimeError(
-            f"rollout serves policy version {backend.policy_version} but the learner is at {learner.policy_version}"
-        )
-
-
 def build_learner(cfg: NodeConfig, *, device: str, ranks: Optional[Ranks] = None) -> tuple[Any, Any, Learner]:
     """`(model, tokenizer, learner)`: the model in the learner's base dtype, LoRA applied, sharded over `ranks`.
 
-    A sharded model is loaded on the CPU and FSDP moves each rank's shard to its device.
+    A sharded model is loaded on the CPU and FSDP moves each rank's shard to its device. Seeds
+    torch with the node's seed first (a LoRA adapter's initial weights are drawn from it), so
+    every rank, and the experiment's learner built from the same config, starts the same.
     """
+    import torch
+
+    torch.manual_seed(cfg.seed)
     sharded = ranks is not None and ranks.world > 1
     model, tokenizer = load_model(cfg.model, dtype=base_dtype(cfg.learner), device="cpu" if sharded else device)
     model = apply_lora(model, cfg.learner)
@@ -143,8 +129,6 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     sinks = _sinks(cfg)  # first: a port that cannot be bound stops the node before the model loads
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-
     device = str(ranks.device) if ranks is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     model, tokenizer, learner = build_learner(cfg, device=device, ranks=ranks)
     fingerprint = tokenizer_fingerprint(tokenizer)
@@ -176,8 +160,7 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
         tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),
         checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,
-        admission=Admission(tokenizer_fp=fingerprint, accept_tasks=frozenset(cfg.accepted_tasks),
-                            max_prompt_overhead=cfg.learner.max_prompt_overhead),
+        admission=node_admission(cfg, fingerprint),
         peer_ledger=peer_ledger, token_bound=token_bound,
     )
 

@@ -4,16 +4,19 @@ This is the one place where rollout, learner and swarm meet. A round:
 
 1. draw prompts from the task (seeded by the node's seed and the round, so a resumed node
    draws what it would have drawn) and render them with this node's chat template;
-2. generate one vertical group per prompt with the policy version being served;
+2. generate one vertical group per prompt with the policy version being served (1 and 2:
+   `rollouts.generate_own`);
 3. publish each group; a publish that did not replicate is counted, not retried;
 4. gather peers' groups until every live peer's round is in or the round's deadline
    passes, whichever comes first; drop those of refused peers and those already consumed by
    a persisted update, cap them per peer and in total, in groups and in completion tokens
    (`intake.py`);
-5. admit and score every group with this node's verifier (`learner.rewards`), then one F-TIS
-   update on own + peers'; charge each peer's faults to the ledger (`ledger.py`) and credit
-   the groups it used;
-6. serve the new weights (the update advances the policy version on both sides);
+5. learn (`learning.learn_round`, the one copy, which the experiment runs too): admit and
+   score every group with this node's verifier, label own / stale / peer, one F-TIS update
+   on own + peers', charge each peer's faults to the ledger (`ledger.py`) and credit the
+   groups it used;
+6. serve the new weights (`serving.py`: the backend's version follows the learner's, which
+   advances only when an optimiser step was taken);
 7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
 
 A node whose updates fail `max_failed_updates` rounds in a row stops publishing and exits
@@ -42,17 +45,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ftis_swarm.config import NodeConfig
-from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.checkpoint import CheckpointManager
-from ftis_swarm.learner.rewards import score_groups
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import Components, build_components
-from ftis_swarm.node.health import UpdateHealth, update_failure
+from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.node.learning import Learning, learn_round
 from ftis_swarm.node.ledger import short_peer
-from ftis_swarm.rollout import PromptRequest
-from ftis_swarm.rollout.base import RolloutInputError
+from ftis_swarm.node.rollouts import generate_own
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
@@ -87,10 +88,7 @@ class Node:
         self.cfg = cfg
         self.state = NodeState()
         self._stop = False
-        self._sources: dict[str, int] = {}
         self.health = UpdateHealth(cfg.max_failed_updates)
-        self.sampling = cfg.sampling if cfg.sampling.seed is not None else cfg.sampling.model_copy(
-            update={"seed": cfg.seed})
         checkpoints = CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
         latest = checkpoints.latest()
         # before the sinks open, as they append to what this keeps; without a complete checkpoint every
@@ -101,6 +99,10 @@ class Node:
         self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks)  # ranks: rank 0 of torchrun
         context = int(getattr(self.parts.model.config, "max_position_embeddings", 1 << 30))
         self.intake = PeerIntake(Budget.of(cfg, context=context))
+        p = self.parts
+        self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
+                                 admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
+                                 health=self.health)
         if latest is not None:
             self._resume(latest)
 
@@ -169,7 +171,7 @@ class Node:
         p, cfg = self.parts, self.cfg
         counts: Counter = Counter()
         t0 = time.perf_counter()
-        own = self._generate(r, counts)
+        own = generate_own(p.backend, p.task, p.tokenizer, cfg, r, counts)
         t_gen = time.perf_counter()
         for g in own:
             if not within_vocab(g, p.token_bound):  # peers would refuse it
@@ -182,22 +184,8 @@ class Node:
         peers = self._take_peer_groups(gathered, counts)
         t_gather = time.perf_counter()
 
-        scored = score_groups(own + peers, p.tokenizer, p.tasks, admission=p.admission)
-        counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
-        p.peer_ledger.charge_counts(scored.rejected_by_peer, me=p.swarm.peer_id)
-        items, own_rewards, own_correct, peer_rewards, own_in_batch = [], [], [], [], 0
-        for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
-            mine = g.sender == p.swarm.peer_id
-            offpolicy = not (mine and g.policy_version == p.learner.policy_version)
-            items.append(ScoredGroup.vertical(g, rewards, offpolicy=offpolicy, filterable=not mine,
-                                              source=self._source(g, mine)))
-            (own_rewards if mine else peer_rewards).extend(rewards.tolist())
-            if mine:
-                own_correct.extend(correct.tolist())
-                own_in_batch += 1
-        metrics, health = self._learn(r, items, own_in_batch)
-        p.peer_ledger.settle_update(p.learner.peer_report, me=p.swarm.peer_id)
-        p.after_update()
+        learned = learn_round(self.learning, r, own, peers)
+        counts.update(learned.counts)
         self.state.consume([g.group_id for g in peers])
         p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
                       "peer_groups": [g.group_id for g in peers]})
@@ -207,9 +195,9 @@ class Node:
             "round": r,
             "time": time.time(),
             "policy_version": p.learner.policy_version,
-            "reward": _mean(own_rewards),
-            "accuracy": _mean(own_correct),
-            "peer_reward": _mean(peer_rewards),
+            "reward": _mean(learned.own_rewards),
+            "accuracy": _mean(learned.own_correct),
+            "peer_reward": _mean(learned.peer_rewards),
             "own_groups": len(own),
             "peer_groups": len(peers),
             "time_generate": t_gen - t0,
@@ -217,9 +205,9 @@ class Node:
             "time_learn": t_learn - t_gather,
             "time_round": t_learn - t0,
             **counts,
-            **self._named_sources(metrics),
+            **self._named_sources(learned.metrics),
             **p.peer_ledger.take_round(),
-            **health,
+            **learned.health,
         }
         swarm_counts = p.swarm.counters()
         for key in ("fetched_bytes", "served_bytes"):  # cumulative since the node started
@@ -229,36 +217,6 @@ class Node:
         p.sink.log(record)
         return RoundResult(r, record)
 
-    def _learn(self, r: int, items: list[ScoredGroup], own_in_batch: int) -> tuple[dict[str, float], dict[str, Any]]:
-        """The update's metrics, and its health keys for the round's record (`health.py`)."""
-        learner, error = self.parts.learner, None
-        try:
-            metrics = learner.update(items) if items else {}
-        except Exception as exc:  # noqa: BLE001 - counted by the health check, which stops a node that keeps failing
-            log.exception("round %d: the update raised", r)
-            metrics, error = {}, exc
-            learner.peer_report = {}  # nothing of a failed update was used: no peer is credited for it
-        own_errors = learner.peer_report.get(self.parts.swarm.peer_id, Counter()).get("learn_error", 0)
-        reason = update_failure(metrics, own_groups=own_in_batch, own_learn_errors=own_errors, error=error)
-        return metrics, self.health.note(r, reason)
-
-    def _generate(self, r: int, counts: Counter) -> list[Group]:
-        p, cfg = self.parts, self.cfg
-        items = p.task.sample(cfg.prompts_per_round, seed=cfg.seed * 1_000_003 + r, split="train")
-        prompts = [PromptRequest(task_id=it.task_id, item_id=it.item_id,
-                                 prompt_ids=list(p.task.render_prompt(p.tokenizer, it))) for it in items]
-        try:
-            return p.backend.generate(prompts, cfg.sampling.group_size, self.sampling)
-        except RolloutInputError as exc:
-            log.warning("round %d: %s; generating the other prompts", r, exc)
-        kept = []
-        for prompt in prompts:
-            try:
-                kept.extend(p.backend.generate([prompt], cfg.sampling.group_size, self.sampling))
-            except RolloutInputError:
-                counts["prompt_rejected"] += 1
-        return kept
-
     def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
         taken = self.intake.take(groups, self.state.consumed, self.parts.peer_ledger.allows)
         counts.update(taken.counts)
@@ -266,13 +224,8 @@ class Node:
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)
         return taken.kept
 
-    def _source(self, g: Group, mine: bool) -> int:
-        if mine:
-            return 0
-        return self._sources.setdefault(g.sender, len(self._sources) + 1)
-
     def _named_sources(self, metrics: dict[str, float]) -> dict[str, float]:
-        names = {0: "self", **{i: short_peer(pid) for pid, i in self._sources.items()}}
+        names = {0: "self", **{i: short_peer(pid) for pid, i in self.learning.sources.items()}}
         out = {}
         for key, value in metrics.items():
             base, at, src = key.partition("@")

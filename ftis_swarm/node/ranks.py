@@ -43,7 +43,6 @@ def run_follower(cfg: NodeConfig, ranks: Ranks) -> None:
         signal.signal(sig, lambda signum, _: log.info("rank %d ignores signal %d: rank 0 decides", ranks.rank, signum))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
     _, _, learner = build_learner(cfg, device=str(ranks.device), ranks=ranks)
     log.info("rank %d of %d: following rank 0", ranks.rank, ranks.world)
     try:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ftis_swarm.metrics.procstat import open_fds, status_mb, with_children
-from ftis_swarm.node.soak_bench import fitted_growth
+from ftis_swarm.bench.soak_bench import fitted_growth
 
 
 def test_fitted_growth_ignores_the_warm_up_and_measures_a_steady_leak():

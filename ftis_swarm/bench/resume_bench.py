@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 from ftis_swarm.metrics import read_jsonl
-from ftis_swarm.node.run_compare import (compare_logs, compare_tensors, flat_tensors, initial_weights, log_rows,
+from ftis_swarm.bench.run_compare import (compare_logs, compare_tensors, flat_tensors, initial_weights, log_rows,
                                          tensor_files, trained_tensors)
 from ftis_swarm.node.testnet import NodeSpec, node_command, start_node
 
@@ -206,7 +206,7 @@ def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, ki
     """Runs the reference, then the killed run, in `workdir` (emptied of earlier runs first); compares them."""
     workdir.mkdir(parents=True, exist_ok=True)
     if model == "tiny":
-        from ftis_swarm.node.tiny_arith import build_tiny_arith_model
+        from ftis_swarm.bench.tiny_arith import build_tiny_arith_model
 
         progress("teaching a tiny model arith's answer form")
         model_path = str(build_tiny_arith_model(workdir / "models" / "tiny-arith"))

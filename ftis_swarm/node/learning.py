@@ -1,0 +1,146 @@
+"""The learning half of a round, the one copy: score, label, update, settle the ledger, serve.
+
+`learn_round(learning, r, own, peers)` takes the round's own groups and the peers' groups
+the intake kept, and:
+
+1. admits and scores every group with this node's verifier (`learner.rewards`); a refused
+   group is counted (`rejected_<reason>`) and charged to its sender in the ledger;
+2. labels each sample (METHOD.md): **own** (sent by this node, stamped with the learner's
+   current policy version) is on-policy and never filtered; **stale** (own, from an older
+   version: issue 13 passes groups generated ahead) is off-policy, weighted, never
+   filtered, counted in `stale_groups`; **peer** is off-policy and filterable, with a
+   source index per sender (0 is this node);
+3. makes one F-TIS update on the vertical groups; a raise or a non-finite step is a
+   failed update for the health check (`health.py`), never a crash;
+4. credits and charges each peer for what the update used or withheld (`ledger.py`);
+5. serves the new weights with the version guard (`serving.py`): the backend's version
+   follows the learner's, which advances only when an optimiser step was taken.
+
+Generation is not in here: the caller passes the own groups in (`rollouts.py` makes them),
+so they may come from an older policy version. The daemon calls `learn_round`; so does the
+experiment (`bench/experiment_run.py`), whose horizontal arm, which a node refuses,
+builds its mixed groups on `score` and `update_and_serve`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ftis_swarm.config import NodeConfig
+from ftis_swarm.learner.batch import ScoredGroup
+from ftis_swarm.learner.learner import Learner
+from ftis_swarm.learner.rewards import Admission, ScoredBatch, TaskCache, score_groups
+from ftis_swarm.node.health import UpdateHealth, update_failure
+from ftis_swarm.node.ledger import PeerLedger
+from ftis_swarm.node.serving import Serving
+from ftis_swarm.wire import Group
+
+log = logging.getLogger(__name__)
+
+
+def node_admission(cfg: NodeConfig, tokenizer_fp: str) -> Admission:
+    """What a node with `cfg` and this tokenizer accepts from a group before it scores it."""
+    return Admission(tokenizer_fp=tokenizer_fp, accept_tasks=frozenset(cfg.accepted_tasks),
+                     max_prompt_overhead=cfg.learner.max_prompt_overhead)
+
+
+@dataclass
+class Learning:
+    """One node's learner and what its updates are accounted to."""
+
+    me: str
+    """This node's peer id: the sender of its own groups."""
+    learner: Learner
+    tokenizer: Any
+    tasks: TaskCache
+    admission: Admission
+    serving: Serving
+    peer_ledger: PeerLedger
+    health: UpdateHealth
+    sources: dict[str, int] = field(default_factory=dict)
+    """Peer id -> the source index of its samples in the loss's per-source metrics (this node is 0)."""
+
+    def source(self, sender: str) -> int:
+        return 0 if sender == self.me else self.sources.setdefault(sender, len(self.sources) + 1)
+
+
+@dataclass
+class RoundLearning:
+    """What the round's record needs from its learning half."""
+
+    items: list[ScoredGroup]
+    """The labelled groups the update was given."""
+    metrics: dict[str, float]
+    """The learner's update metrics (per-source keys `key@<index>`)."""
+    health: dict[str, Any]
+    """The health check's keys for the record."""
+    counts: Counter
+    """`rejected_<reason>` and `stale_groups`."""
+    own_rewards: list[float] = field(default_factory=list)
+    own_correct: list[bool] = field(default_factory=list)
+    peer_rewards: list[float] = field(default_factory=list)
+    own_in_batch: int = 0
+
+
+def score(learning: Learning, groups: Sequence[Group], counts: Counter) -> ScoredBatch:
+    """Admits and scores `groups` with this node's verifier; refusals counted and charged to their senders."""
+    scored = score_groups(groups, learning.tokenizer, learning.tasks, admission=learning.admission)
+    counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
+    learning.peer_ledger.charge_counts(scored.rejected_by_peer, me=learning.me)
+    return scored
+
+
+def label(learning: Learning, group: Group, rewards: Sequence[float]) -> ScoredGroup:
+    """A vertical group labelled own (on-policy), stale (own, older version: off-policy) or peer (filterable)."""
+    mine = group.sender == learning.me
+    current = group.policy_version == learning.learner.policy_version
+    return ScoredGroup.vertical(group, rewards, offpolicy=not (mine and current), filterable=not mine,
+                                source=learning.source(group.sender))
+
+
+def learn_round(learning: Learning, r: int, own: Sequence[Group], peers: Sequence[Group]) -> RoundLearning:
+    """Round `r`'s learning on `own` (from any policy version of this node) plus `peers` (module docstring)."""
+    counts: Counter = Counter()
+    scored = score(learning, list(own) + list(peers), counts)
+    out = RoundLearning(items=[], metrics={}, health={}, counts=counts)
+    for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
+        item = label(learning, g, rewards)
+        out.items.append(item)
+        mine = g.sender == learning.me
+        (out.own_rewards if mine else out.peer_rewards).extend(rewards.tolist())
+        if mine:
+            out.own_correct.extend(correct.tolist())
+            out.own_in_batch += 1
+            counts["stale_groups"] += int(bool(item.offpolicy.any()))
+    if not counts["stale_groups"]:
+        del counts["stale_groups"]
+    out.metrics, out.health = update_and_serve(learning, r, out.items, own_groups=out.own_in_batch)
+    return out
+
+
+def update_and_serve(learning: Learning, r: int, items: list[ScoredGroup], *, own_groups: int,
+                     allow_mixed: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
+    """One update on `items`, its health noted, the ledger settled, the new weights served.
+
+    `own_groups`: how many of `items` are this node's (a round without them cannot fail the
+    health check). `allow_mixed` is for the experiment's horizontal groups only.
+    Returns the update's metrics and the health keys of the round's record.
+    """
+    learner, error = learning.learner, None
+    metrics: dict[str, float] = {}
+    try:
+        metrics = learner.update(items, allow_mixed=allow_mixed) if items else {}
+    except Exception as exc:  # noqa: BLE001 - counted by the health check, which stops a node that keeps failing
+        log.exception("round %d: the update raised", r)
+        error = exc
+        learner.peer_report = {}  # nothing of a failed update was used: no peer is credited for it
+    own_errors = learner.peer_report.get(learning.me, Counter()).get("learn_error", 0)
+    reason = update_failure(metrics, own_groups=own_groups, own_learn_errors=own_errors, error=error)
+    health = learning.health.note(r, reason)
+    learning.peer_ledger.settle_update(learner.peer_report, me=learning.me)
+    learning.serving.after_update()
+    return metrics, health
+
