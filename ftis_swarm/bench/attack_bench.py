@@ -29,11 +29,14 @@ from typing import Any, Callable
 from ftis_swarm.config import LearnerConfig, LoRAConfig, SamplingConfig, WireConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.learner.rewards import Admission, TaskCache, score_groups
+from ftis_swarm.learner.rewards import Admission, TaskCache
 from ftis_swarm.models import load_model
 from ftis_swarm.node.attacks import ATTACKS, FORGERY_SHIFT, attack_groups, prompts_for, rebuilt
 from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.node.health import UpdateHealth
+from ftis_swarm.node.learning import Learning, learn_round
 from ftis_swarm.node.ledger import PeerLedger
+from ftis_swarm.node.serving import Serving
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import get_task
 from ftis_swarm.wire import WireError, decode_group, encode_group, tokenizer_fingerprint
@@ -161,8 +164,11 @@ def _attack_table(m: Models, *, rounds: int, progress: Callable[[str], None]) ->
     own_tokens = 2 * SAMPLING.group_size * SAMPLING.max_new_tokens
     intake = PeerIntake(Budget(max_groups=64, max_groups_per_peer=16, max_tokens=4 * own_tokens,
                                max_tokens_per_peer=2 * own_tokens, context=model.config.max_position_embeddings))
-    admission = Admission(tokenizer_fp=fp, accept_tasks=frozenset({"arith"}))
-    ledger, tasks, sources = PeerLedger(), TaskCache(), {"self": 0}
+    ledger = PeerLedger()
+    learning = Learning(me="self", learner=learner, tokenizer=tok, tasks=TaskCache(),
+                        admission=Admission(tokenizer_fp=fp, accept_tasks=frozenset({"arith"})),
+                        serving=Serving(learner, own, shares_model=True), peer_ledger=ledger,
+                        health=UpdateHealth(rounds + 1))
     rows = {name: AttackRow(name) for name in ("honest", *ATTACKS)}
     arith = get_task("arith")
     for r in range(rounds):
@@ -180,25 +186,19 @@ def _attack_table(m: Models, *, rounds: int, progress: Callable[[str], None]) ->
             except WireError:
                 rows[_row(g.sender)].stopped_by["wire"] = rows[_row(g.sender)].stopped_by.get("wire", 0) + 1
         taken = intake.take(arrived, {}, ledger.allows)
-        ledger.charge_counts(taken.by_peer)
-        scored = score_groups(mine + taken.kept, tok, tasks, admission=admission)
-        ledger.charge_counts(scored.rejected_by_peer)
-        items = [ScoredGroup.vertical(g, rw, offpolicy=g.sender != "self", filterable=g.sender != "self",
-                                      source=sources.setdefault(g.sender, len(sources)))
-                 for g, rw in zip(scored.groups, scored.rewards)]
-        metrics = learner.update(items)
-        ledger.settle_update(learner.peer_report)
-        for (sender, reason), n in (taken.by_peer + scored.rejected_by_peer).items():
+        ledger.charge_counts(taken.by_peer, me="self")
+        learned = learn_round(learning, r + 1, mine, taken.kept)  # the node's own learning half
+        for (sender, reason), n in (taken.by_peer + learned.rejected_by_peer).items():
             _stop(rows[_row(sender)], reason, n)
         for sender, report in learner.peer_report.items():
             for reason, n in report.items():
                 if reason != "groups" and sender != "self":
                     _stop(rows[_row(sender)], reason, n)
-        for sender, src in sources.items():
-            if sender != "self" and f"used@{src}" in metrics:
+        for sender, src in learning.sources.items():
+            if f"used@{src}" in learned.metrics:
                 row = rows[_row(sender)]
-                row.reached += int(metrics[f"used@{src}"])
-                row.max_weight = max(row.max_weight, metrics[f"max_weight_used@{src}"])
+                row.reached += int(learned.metrics[f"used@{src}"])
+                row.max_weight = max(row.max_weight, learned.metrics[f"max_weight_used@{src}"])
     finite = all(bool(p.isfinite().all()) for p in learner.model.parameters())
     return list(rows.values()), finite, sorted(p for p, rec in ledger.snapshot().items() if rec["bans"])
 

@@ -13,8 +13,11 @@ B the same checkpoint training a LoRA adapter; any two models with one tokenizer
   each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
   group; the learner is called with `allow_mixed=True` (an experiment-only setting).
 
-Every arm sees the same prompt schedule for the same seed: in `solo` and `vertical` learner
-i draws its own P prompts of round r; in `horizontal` both learners take the union of those
+Each learner is a node's learning half (`experiment_run.learner_config`: the `NodeConfig` of
+learner i under seed s has node seed `s + 1000000 i`), trained by the node's own round
+(`node.learning.learn_round`), so `solo` is exactly a lone node. Every arm sees the same
+prompt schedule for the same seed, the node's (`node.rollouts.round_items`): in `solo` and
+`vertical` learner i draws its own P prompts of round r; in `horizontal` both learners take the union of those
 2P prompts and generate G/2 completions each, so each learner samples P x G completions and
 updates on 2P groups of G, as in `vertical`. Held-out accuracy is greedy pass@1 on a fixed
 set of the task's test items, the same for every arm; it is measured once for the initial

@@ -1,49 +1,91 @@
-"""One run of the experiment: one arm, one seed, two learners in this process.
+"""One run of the experiment: one arm, one seed, two learners in this process, each a node's.
 
-A round is synchronous: both learners generate with the policy they serve, the groups
-cross through the wire codec (encoded once by the sender, decoded and fingerprint-checked
-by the receiver, bytes counted), each learner scores every group with its own verifier,
-then each makes one F-TIS update on its own groups (on-policy) plus what it received
-(off-policy, source 1), and its backend's policy version follows. The functions here run in
-pool processes, so they take the config as JSON and return plain dicts.
+Each learner is the learning half of a node built from a `NodeConfig` (`learner_config`):
+the node's own learner (`node.components.build_learner`, seeded by the node's seed), its
+prompt schedule and sampling seeds (`node.rollouts`), its round (`node.learning.learn_round`:
+admission, scoring, labels, update, ledger, health, and the version guard that serves the
+new weights only when a step was taken). Only the swarm is replaced: the groups cross
+through the wire codec here (encoded once by the sender, decoded and fingerprint-checked
+by the receiver, bytes counted). Learner `i` of seed `s` is the node with seed
+`learner_seed(s, i)`, so the `solo` arm of learner A with seed `s` trains exactly as a lone
+`ftis-node join --seed s` with the same config (a test holds this). A round is synchronous:
+both learners generate with the policy they serve, then each learns on its own groups plus
+what it received. The horizontal arm, which a node refuses, mixes each group's halves and
+runs the node's `score` and `update_and_serve` with `allow_mixed`. The functions here run
+in pool processes, so they take the config as JSON and return plain dicts.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
-from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec, parse_arm
+from ftis_swarm.bench.experiment import ExperimentConfig, parse_arm
 from ftis_swarm.bench.experiment_eval import heldout_accuracy, heldout_items
-from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig, SamplingConfig, WireConfig
+from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig, NodeConfig, SamplingConfig, SwarmConfig, WireConfig
 from ftis_swarm.learner.batch import ScoredGroup
-from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.learner.rewards import TaskCache, score_groups
-from ftis_swarm.learner.sharding import base_dtype
+from ftis_swarm.learner.learner import Learner
+from ftis_swarm.learner.rewards import TaskCache
 from ftis_swarm.models import load_model
-from ftis_swarm.rollout import GroupHeader, PromptRequest, TransformersBackend
-from ftis_swarm.tasks import Task, TaskItem, get_task
-from ftis_swarm.wire import Group, decode_group, encode_group
+from ftis_swarm.node.components import build_learner
+from ftis_swarm.node.health import UpdateHealth
+from ftis_swarm.node.learning import Learning, RoundLearning, learn_round, node_admission, score, update_and_serve
+from ftis_swarm.node.ledger import PeerLedger
+from ftis_swarm.node.rollouts import generate_groups, generate_own, group_header, node_sampling, render_prompts, round_items
+from ftis_swarm.node.serving import Serving
+from ftis_swarm.rollout import GroupHeader, TransformersBackend
+from ftis_swarm.tasks import Task, get_task
+from ftis_swarm.wire import Group, decode_group, encode_group, tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
 RUN_ID = "experiment"
+LEARNER_SEED_STRIDE = 1_000_000
+"""Learner i of seed s is the node with seed `s + LEARNER_SEED_STRIDE * i` (A: the seed itself)."""
+
+
+def learner_seed(seed: int, index: int) -> int:
+    return seed + LEARNER_SEED_STRIDE * index
+
+
+def learner_config(cfg: ExperimentConfig, index: int, seed: int, mode: str) -> NodeConfig:
+    """The node config learner `index` trains as under loss `mode` with run seed `seed`."""
+    spec = cfg.learners[index]
+    lora = LoRAConfig(rank=spec.lora_rank, alpha=2.0 * spec.lora_rank) if spec.lora_rank else None
+    return NodeConfig(
+        model=spec.model, task=cfg.task, rounds=cfg.rounds, prompts_per_round=cfg.prompts_per_round,
+        seed=learner_seed(seed, index), backend="transformers",
+        sampling=SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                                group_size=cfg.group_size),
+        learner=LearnerConfig(lr=spec.lr, dtype=cfg.dtype, micro_batch=cfg.micro_batch,
+                              activation_checkpointing=cfg.activation_checkpointing, lora=lora,
+                              ftis=FTISConfig(mode=mode)),
+        swarm=SwarmConfig(run_id=RUN_ID, wire=WireConfig(max_group_size=max(64, cfg.group_size))),
+    )
 
 
 @dataclass
 class Peer:
-    """One learner with its rollout backend (sharing its model object) and its own task copy."""
+    """One learner: a node's learning half, its rollout backend (sharing its model object) and its config."""
 
     name: str
-    tokenizer: Any
+    cfg: NodeConfig
     backend: TransformersBackend
-    learner: Learner
-    tasks: TaskCache
-    limits: WireConfig
+    learning: Learning
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.learning.tokenizer
+
+    @property
+    def learner(self) -> Learner:
+        return self.learning.learner
 
     @property
     def generator(self) -> str:
@@ -51,17 +93,10 @@ class Peer:
 
     def receive(self, data: bytes) -> Group:
         """A peer's encoded group, decoded and checked as a node would (vocabulary, tokenizer)."""
-        group = decode_group(data, vocab_size=self.backend.vocab_size, limits=self.limits)
+        group = decode_group(data, vocab_size=self.backend.vocab_size, limits=self.cfg.swarm.wire)
         if group.tokenizer_fp != self.backend.tokenizer_fp:
             raise ValueError(f"{self.name} got a group with another tokenizer fingerprint ({group.tokenizer_fp})")
         return group
-
-    def score(self, groups: Sequence[Group]) -> list[np.ndarray]:
-        """This learner's own rewards for `groups`, in order (every group must be scorable)."""
-        scored = score_groups(groups, self.tokenizer, self.tasks)
-        if scored.rejected or len(scored.groups) != len(groups):
-            raise RuntimeError(f"{self.name} could not score every group: {dict(scored.rejected)}")
-        return scored.rewards
 
 
 def learner_device(index: int) -> str:
@@ -70,32 +105,15 @@ def learner_device(index: int) -> str:
     return f"cuda:{index % n}" if n else "cpu"
 
 
-def build_peer(name: str, spec: LearnerSpec, cfg: ExperimentConfig, mode: str) -> Peer:
-    lcfg = LearnerConfig(lr=spec.lr, dtype=cfg.dtype, micro_batch=cfg.micro_batch,
-                         activation_checkpointing=cfg.activation_checkpointing,
-                         lora=LoRAConfig(rank=spec.lora_rank, alpha=2.0 * spec.lora_rank) if spec.lora_rank else None,
-                         ftis=FTISConfig(mode=mode))
-    model, tokenizer = load_model(spec.model, dtype=base_dtype(lcfg),
-                                  device=learner_device(cfg.learner_names.index(name)))
-    model = apply_lora(model, lcfg)
-    header = GroupHeader(run_id=RUN_ID, sender=name, model_id=spec.model + (f"+lora{spec.lora_rank}" if spec.lora_rank else ""))
-    backend = TransformersBackend(model=model, tokenizer=tokenizer, header=header)
-    learner = Learner(model, cfg=lcfg, pad_id=backend.pad_id)
-    return Peer(name, tokenizer, backend, learner, TaskCache(), WireConfig(max_group_size=max(64, cfg.group_size)))
-
-
-def round_items(task: Task, cfg: ExperimentConfig, seed: int, r: int, index: int) -> list[TaskItem]:
-    """Learner `index`'s own prompts in round `r`: the same in every arm for the same seed."""
-    return task.sample(cfg.prompts_per_round, seed=(seed * 10_000 + r) * 2 + index, split="train")
-
-
-def _prompts(peer: Peer, task: Task, items: Sequence[TaskItem]) -> list[PromptRequest]:
-    return [PromptRequest(it.task_id, it.item_id, task.render_prompt(peer.tokenizer, it)) for it in items]
-
-
-def _sampling(cfg: ExperimentConfig, seed: int, index: int, G: int) -> SamplingConfig:
-    return SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, group_size=max(2, G),
-                          seed=seed * 10 + index)
+def node_learner(name: str, cfg: NodeConfig, *, device: str) -> Peer:
+    """The node's learning half for `cfg`, without a swarm: `name` stands for its peer id."""
+    model, tokenizer, learner = build_learner(cfg, device=device)
+    backend = TransformersBackend(model=learner.model, tokenizer=tokenizer, header=group_header(cfg, name))
+    learning = Learning(me=name, learner=learner, tokenizer=tokenizer, tasks=TaskCache(),
+                        admission=node_admission(cfg, tokenizer_fingerprint(tokenizer)),
+                        serving=Serving(learner, backend, shares_model=True),
+                        peer_ledger=PeerLedger(cfg.ledger), health=UpdateHealth(cfg.max_failed_updates))
+    return Peer(name, cfg, backend, learning)
 
 
 def start_evaluation(cfg_json: str) -> dict[str, Any]:
@@ -119,24 +137,28 @@ def start_evaluation(cfg_json: str) -> dict[str, Any]:
     return out
 
 
-def run_arm(cfg_json: str, arm: str, seed: int) -> dict[str, Any]:
-    """Trains both learners for `cfg.rounds` rounds under `arm`; returns per-round records and evals."""
+def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] = None) -> dict[str, Any]:
+    """Trains both learners for `cfg.rounds` rounds under `arm`; returns per-round records and evals.
+
+    With `weights_dir`, each learner's final weights (or adapter) are written to
+    `weights_dir/<name>/model` (or `adapter`), as a node's checkpoint holds them.
+    """
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     kind, mode = parse_arm(arm)
-    torch.manual_seed(seed)
     t0 = time.perf_counter()
     task = get_task(cfg.task)
-    peers = [build_peer(n, s, cfg, mode) for n, s in zip(cfg.learner_names, cfg.learners)]
+    peers = [node_learner(name, learner_config(cfg, i, seed, mode), device=learner_device(i))
+             for i, name in enumerate(cfg.learner_names)]
     eval_task = get_task(cfg.eval_task) if cfg.eval_task else task
     eval_set = heldout_items(eval_task, cfg.eval_items, cfg.eval_seed)
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     step = {"solo": solo_round, "vertical": vertical_round, "horizontal": horizontal_round}[kind]
     for r in range(1, cfg.rounds + 1):
-        records = step(peers, task, cfg, seed, r)
+        records = step(peers, task, cfg, r)
         rounds.extend(records)
         log.info("%s seed %d round %d: %s", arm, seed, r,
-                 ", ".join(f"{x['learner']} reward {x['reward']:.2f}" for x in records))
+                 ", ".join(f"{x['learner']} reward {_fmt(x['reward'])}" for x in records))
         if r in cfg.eval_rounds:
             ev: dict[str, Any] = {"round": r}
             for p in peers:
@@ -144,26 +166,31 @@ def run_arm(cfg_json: str, arm: str, seed: int) -> dict[str, Any]:
                                               max_new_tokens=cfg.eval_max_new_tokens, eos_ids=p.backend.eos_ids,
                                               pad_id=p.backend.pad_id)
             evals.append(ev)
+    if weights_dir is not None:
+        for p in peers:
+            p.learner.save_weights(Path(weights_dir) / p.name / ("adapter" if p.learner.is_lora else "model"))
     return {"arm": arm, "kind": kind, "mode": mode, "seed": seed, "rounds": rounds, "evals": evals,
             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0}
 
 
-def _learn(peer: Peer, items: list[ScoredGroup], *, allow_mixed: bool) -> tuple[dict[str, float], float]:
-    t0 = time.perf_counter()
-    metrics = peer.learner.update(items, allow_mixed=allow_mixed)
-    peer.backend.bump_policy_version()
-    return metrics, time.perf_counter() - t0
+def _fmt(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _mean(xs: list) -> Optional[float]:
+    return float(np.mean(xs)) if len(xs) else None
 
 
 def _record(peer: Peer, r: int, items: list[ScoredGroup], metrics: dict[str, float], **extra: Any) -> dict[str, Any]:
-    own = np.concatenate([it.rewards[~it.offpolicy] for it in items])
-    peer_r = [it.rewards[it.offpolicy] for it in items if it.offpolicy.any()]
-    generators = [len(set(it.generators)) for it in items]
+    own = [float(x) for it in items for x in it.rewards[~it.offpolicy]]
+    peer_r = [float(x) for it in items for x in it.rewards[it.offpolicy]]
+    generators = [len(set(it.generators)) for it in items] or [0]
     return {
         "round": r,
         "learner": peer.name,
-        "reward": float(own.mean()),
-        "peer_reward": float(np.concatenate(peer_r).mean()) if peer_r else None,
+        "policy_version": peer.learner.policy_version,
+        "reward": _mean(own),
+        "peer_reward": _mean(peer_r),
         "groups": len(items),
         "mixed_reward_groups": int(sum(float(np.std(it.rewards)) > 0 for it in items)),
         "generators_min": min(generators),
@@ -174,46 +201,45 @@ def _record(peer: Peer, r: int, items: list[ScoredGroup], metrics: dict[str, flo
     }
 
 
-def solo_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed: int, r: int) -> list[dict[str, Any]]:
+def _learned_record(peer: Peer, r: int, learned: RoundLearning, generated: Counter, **extra: Any) -> dict[str, Any]:
+    """The round's record: `generated` counts generation's refusals, `learned` the scorer's and the health check's."""
+    record = _record(peer, r, learned.items, learned.metrics,
+                     **{**generated, **learned.counts, **learned.health, **extra})
+    record.update(reward=_mean(learned.own_rewards), peer_reward=_mean(learned.peer_rewards))  # stale own is own
+    return record
+
+
+def solo_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
+    """Each learner's round as a lone node's: its own groups, then the node's learning half."""
     out = []
-    for i, p in enumerate(peers):
+    for p in peers:
+        counts: Counter = Counter()
         t0 = time.perf_counter()
-        groups = p.backend.generate(_prompts(p, task, round_items(task, cfg, seed, r, i)), cfg.group_size,
-                                    _sampling(cfg, seed, i, cfg.group_size))
-        t_gen = time.perf_counter() - t0
-        items = [ScoredGroup.vertical(g, rw, offpolicy=False, source=0) for g, rw in zip(groups, p.score(groups))]
-        metrics, t_learn = _learn(p, items, allow_mixed=False)
-        out.append(_record(p, r, items, metrics, bytes_sent=0, bytes_received=0, time_generate=t_gen,
-                           time_learn=t_learn))
+        own = generate_own(p.backend, task, p.tokenizer, p.cfg, r, counts)
+        t_gen = time.perf_counter()
+        learned = learn_round(p.learning, r, own, [])
+        out.append(_learned_record(p, r, learned, counts, bytes_sent=0, bytes_received=0, time_generate=t_gen - t0,
+                                   time_learn=time.perf_counter() - t_gen))
     return out
 
 
-def _generate_and_encode(peers: list[Peer], items_of: Callable[[int], list[TaskItem]], task: Task,
-                         cfg: ExperimentConfig, seed: int, n: int) -> tuple[list, list, list[float]]:
-    """Each learner generates `n` completions for each of `items_of(i)` and encodes the groups
-    once, as a sender would: `(groups per learner, encoded bytes per learner, seconds per learner)`."""
-    own, sent, t_gen = [], [], []
-    for i, p in enumerate(peers):
+def vertical_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
+    """Both learners generate, their groups cross the codec, then each learns as a node with one peer."""
+    own, counts, t_gen = [], [], []
+    for p in peers:
+        counts.append(Counter())
         t0 = time.perf_counter()
-        groups = p.backend.generate(_prompts(p, task, items_of(i)), n, _sampling(cfg, seed, i, n))
+        own.append(generate_own(p.backend, task, p.tokenizer, p.cfg, r, counts[-1]))
         t_gen.append(time.perf_counter() - t0)
-        own.append(groups)
-        sent.append([encode_group(g) for g in groups])
-    return own, sent, t_gen
-
-
-def vertical_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed: int, r: int) -> list[dict[str, Any]]:
-    own, sent, t_gen = _generate_and_encode(
-        peers, lambda i: round_items(task, cfg, seed, r, i), task, cfg, seed, cfg.group_size)
+    sent = [[encode_group(g) for g in groups] for groups in own]
     out = []
     for i, p in enumerate(peers):
         received = [p.receive(b) for b in sent[1 - i]]
-        rewards = p.score(own[i] + received)
-        items = [ScoredGroup.vertical(g, rw, offpolicy=k >= len(own[i]), source=int(k >= len(own[i])))
-                 for k, (g, rw) in enumerate(zip(own[i] + received, rewards))]
-        metrics, t_learn = _learn(p, items, allow_mixed=False)
-        out.append(_record(p, r, items, metrics, bytes_sent=sum(map(len, sent[i])),
-                           bytes_received=sum(map(len, sent[1 - i])), time_generate=t_gen[i], time_learn=t_learn))
+        t0 = time.perf_counter()
+        learned = learn_round(p.learning, r, own[i], received)
+        out.append(_learned_record(p, r, learned, counts[i], bytes_sent=sum(map(len, sent[i])),
+                                   bytes_received=sum(map(len, sent[1 - i])), time_generate=t_gen[i],
+                                   time_learn=time.perf_counter() - t0))
     return out
 
 
@@ -230,23 +256,35 @@ def merge_halves(own: Group, peer: Group, sender: str) -> Group:
     )
 
 
-def horizontal_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, seed: int,
-                     r: int) -> list[dict[str, Any]]:
-    shared = [it for i in range(len(peers)) for it in round_items(task, cfg, seed, r, i)]
+def horizontal_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
+    """Both learners take the union of their round's prompts and generate G/2 each; each group mixes the halves."""
+    shared = [it for p in peers for it in round_items(task, p.cfg, r)]
     half = cfg.group_size // 2
     gens = [p.generator for p in peers]  # the policies that generate this round
-    own, sent, t_gen = _generate_and_encode(peers, lambda i: shared, task, cfg, seed, half)
+    own, sent, t_gen = [], [], []
+    for p in peers:
+        t0 = time.perf_counter()
+        groups = generate_groups(p.backend, render_prompts(task, p.tokenizer, shared), half, node_sampling(p.cfg),
+                                 Counter(), r=r)
+        t_gen.append(time.perf_counter() - t0)
+        own.append(groups)
+        sent.append([encode_group(g) for g in groups])
     out = []
     for i, p in enumerate(peers):
+        other = peers[1 - i]
         received = [p.receive(b) for b in sent[1 - i]]
-        merged = [merge_halves(a, b, sender=f"{p.name}+{peers[1 - i].name}") for a, b in zip(own[i], received)]
+        merged = [merge_halves(a, b, sender=f"{p.name}+{other.name}") for a, b in zip(own[i], received)]
+        t0 = time.perf_counter()
+        counts: Counter = Counter()
+        scored = score(p.learning, merged, counts)
         items = [
             ScoredGroup(group=g, rewards=rw, offpolicy=np.repeat([False, True], half),
-                        source=np.repeat([0, 1], half).astype(np.int64),
+                        source=np.repeat([0, p.learning.source(other.name)], half).astype(np.int64),
                         generators=(gens[i],) * half + (gens[1 - i],) * half)
-            for g, rw in zip(merged, p.score(merged))
+            for g, rw in zip(scored.groups, scored.rewards)
         ]
-        metrics, t_learn = _learn(p, items, allow_mixed=True)
-        out.append(_record(p, r, items, metrics, bytes_sent=sum(map(len, sent[i])),
-                           bytes_received=sum(map(len, sent[1 - i])), time_generate=t_gen[i], time_learn=t_learn))
+        metrics, health = update_and_serve(p.learning, r, items, own_groups=len(items), allow_mixed=True)
+        out.append(_record(p, r, items, metrics, **{**counts, **health}, bytes_sent=sum(map(len, sent[i])),
+                           bytes_received=sum(map(len, sent[1 - i])), time_generate=t_gen[i],
+                           time_learn=time.perf_counter() - t0))
     return out

@@ -7,12 +7,13 @@
 - join_run.py      runs a node: machine checks, the live table, the closing summary
 - testnet_run.py   runs the testnet: model preparation, the live table, the summary
 - experiment_cmd.py `experiment`
-- bench_cmds.py    `bench wire | learner | rollout | swarm | e2e`
+- bench_cmds.py    `bench wire | learner | rollout | swarm | e2e | hostile | attacks | resume | soak`
+                   (each calls its module in `ftis_swarm/bench/`)
 - overrides.py     `--set key=value` and `FTIS_*` environment variables -> dotted config keys
 - live.py          the round tables of join and testnet (rich), and the per-round log line
 - progress.py      status lines and bars on the terminal (rich), plain lines elsewhere
 - inspect_cmd.py   `ftis-node inspect`: a group file's header and statistics
 
-The only layer that prints; it may import every layer below. torch, transformers and
+The only layer that prints; it may import every layer below (bench, node, and theirs). torch, transformers and
 hivemind are imported inside the commands, so `ftis-node --help` answers at once.
 """

@@ -3,7 +3,7 @@
 - daemon.py        Node: rounds of generate, publish, gather, learn, serve, log, checkpoint
 - rollouts.py      the round's own groups: the prompts drawn (seeded by node seed and round), rendered, generated
 - learning.py      learn_round: the learning half of a round (score, label own / peer / stale, update,
-                   charge and credit the ledger, serve); the daemon and the experiment both call it
+                   charge and credit the ledger, serve); the daemon, the experiment and `bench attacks` call it
 - serving.py       Serving: the rollout backend serves the learner's weights under the learner's version
 - pipeline.py      Pipeline: with max_staleness k >= 1, round r + k generates in its own thread while round r
                    learns; stale own groups, too-old ones dropped, groups ahead checkpointed; in-memory sync

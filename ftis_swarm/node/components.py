@@ -30,8 +30,9 @@ from ftis_swarm.models import load_model
 from ftis_swarm.node.learning import node_admission
 from ftis_swarm.node.ledger import PeerLedger
 from ftis_swarm.node.preflight import with_peers_file
+from ftis_swarm.node.rollouts import group_header
 from ftis_swarm.node.serving import Serving
-from ftis_swarm.rollout import GroupHeader, TransformersBackend, make_backend
+from ftis_swarm.rollout import TransformersBackend, make_backend
 from ftis_swarm.rollout.factory import pick_kind
 from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.tasks import check_trainable, get_task
@@ -138,8 +139,7 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather})
     peer_ledger = PeerLedger(cfg.ledger)
     swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
-    model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
-    header = GroupHeader(run_id=cfg.swarm.run_id, sender=swarm.peer_id, model_id=model_id[:256])
+    header = group_header(cfg, swarm.peer_id)
     kind = pick_kind(cfg.backend)
     shares = kind == "transformers" and not isinstance(learner, ShardedLearner)
     if shares:  # one model object for learning and sampling, on whichever device it lives

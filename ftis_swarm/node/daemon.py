@@ -53,7 +53,7 @@ from ftis_swarm.config import NodeConfig
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
-from ftis_swarm.node.components import Components, build_components
+from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.node.learning import Learning, learn_round

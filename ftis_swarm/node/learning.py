@@ -17,9 +17,9 @@ the intake kept, and:
    follows the learner's, which advances only when an optimiser step was taken.
 
 Generation is not in here: the caller passes the own groups in (`rollouts.py` makes them),
-so they may come from an older policy version. The daemon calls `learn_round`; so does the
-experiment (`bench/experiment_run.py`), whose horizontal arm, which a node refuses,
-builds its mixed groups on `score` and `update_and_serve`.
+so they may come from an older policy version. The daemon calls `learn_round`; so do the
+experiment (`bench/experiment_run.py`), whose horizontal arm, which a node refuses, builds
+its mixed groups on `score` and `update_and_serve`, and `bench attacks`.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ class RoundLearning:
     """The health check's keys for the record."""
     counts: Counter
     """`rejected_<reason>` and `stale_groups`."""
+    rejected_by_peer: Counter = field(default_factory=Counter)
+    """(sender, reason) -> groups the scorer refused (each charged to its sender)."""
     own_rewards: list[float] = field(default_factory=list)
     own_correct: list[bool] = field(default_factory=list)
     peer_rewards: list[float] = field(default_factory=list)
@@ -105,7 +107,7 @@ def learn_round(learning: Learning, r: int, own: Sequence[Group], peers: Sequenc
     """Round `r`'s learning on `own` (from any policy version of this node) plus `peers` (module docstring)."""
     counts: Counter = Counter()
     scored = score(learning, list(own) + list(peers), counts)
-    out = RoundLearning(items=[], metrics={}, health={}, counts=counts)
+    out = RoundLearning(items=[], metrics={}, health={}, counts=counts, rejected_by_peer=scored.rejected_by_peer)
     for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
         item = label(learning, g, rewards)
         out.items.append(item)

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ftis_swarm.config import NodeConfig, SamplingConfig
-from ftis_swarm.rollout import PromptRequest
+from ftis_swarm.rollout import GroupHeader, PromptRequest
 from ftis_swarm.rollout.base import RolloutInputError
 from ftis_swarm.tasks import Task, TaskItem
 from ftis_swarm.wire import Group
@@ -36,6 +36,12 @@ def render_prompts(task: Task, tokenizer: Any, items: Sequence[TaskItem]) -> lis
     """Each item's prompt through this node's chat template, as token ids."""
     return [PromptRequest(task_id=it.task_id, item_id=it.item_id, prompt_ids=list(task.render_prompt(tokenizer, it)))
             for it in items]
+
+
+def group_header(cfg: NodeConfig, sender: str) -> GroupHeader:
+    """What the backend stamps on this node's groups: run id, sender, model (and adapter rank)."""
+    model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
+    return GroupHeader(run_id=cfg.swarm.run_id, sender=sender, model_id=model_id[:256])
 
 
 def node_sampling(cfg: NodeConfig) -> SamplingConfig:

@@ -30,8 +30,8 @@ class Serving:
     backend: Any
     shares_model: bool
     """The backend samples from the learner's own model object (no copy to refresh)."""
-    weights_dir: Path
-    """Where the learner writes its weights or adapter for a backend with its own copy."""
+    weights_dir: Optional[Path] = None
+    """Where the learner writes its weights or adapter for a backend with its own copy (None: it shares the model)."""
 
     def after_update(self) -> None:
         """Serves the learner's new weights, if the update took a step; versions stay equal."""
@@ -40,7 +40,7 @@ class Serving:
         if self.shares_model:
             self.backend.bump_policy_version()
         else:
-            self._push(self.learner.save_weights(self.weights_dir))
+            self._push(self._save())
         check_versions(self.learner, self.backend)
 
     def sync(self, *, resumed_from: Optional[Path] = None) -> None:
@@ -49,12 +49,17 @@ class Serving:
         At version 0 no step was taken: the backend already serves those weights (a push would
         advance its version past the learner's)."""
         if not self.shares_model and self.learner.policy_version > max(0, self.backend.policy_version):
-            self._push(self.learner.save_weights(self.weights_dir))
+            self._push(self._save())
         while self.backend.policy_version < self.learner.policy_version:
             self.backend.bump_policy_version()
         check_versions(self.learner, self.backend)
         if resumed_from is not None:
             log.debug("serving policy version %d restored from %s", self.learner.policy_version, resumed_from)
+
+    def _save(self) -> Path:
+        if self.weights_dir is None:
+            raise RuntimeError("a backend with its own copy of the model needs a weights_dir to load from")
+        return self.learner.save_weights(self.weights_dir)
 
     def _push(self, path: Path) -> None:
         if self.learner.is_lora:
