@@ -119,3 +119,29 @@ def test_fresh_enough_keeps_at_most_k_versions_behind():
 
     kept, dropped = fresh_enough([G(5), G(4), G(3), G(2)], 5, 2)
     assert [g.policy_version for g in kept] == [5, 4, 3] and dropped == 1
+
+
+@slow
+def test_the_experiments_vertical_arm_learns_stale_own_groups_as_the_pipelined_node(arith_model):
+    """`max_staleness 1` in the experiment: round 1 as with 0, later own groups one version late."""
+    from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec
+    from ftis_swarm.bench.experiment_run import run_arm
+
+    def arm(k):
+        cfg = ExperimentConfig(learners=(LearnerSpec(model=str(arith_model), lr=1e-2),
+                                         LearnerSpec(model=str(arith_model), lr=1e-2, lora_rank=4)),
+                               arms=["vertical-ftis"], seeds=[0], rounds=3, prompts_per_round=2, group_size=4,
+                               temperature=1.0, max_new_tokens=3, dtype="fp32", eval_items=1,
+                               eval_max_new_tokens=2, max_staleness=k)
+        return run_arm(cfg.model_dump_json(), "vertical-ftis", 0)["rounds"]
+
+    sync, ahead = arm(0), arm(1)
+    assert [x["reward"] for x in ahead[:2]] == [x["reward"] for x in sync[:2]]  # round 1: the same groups
+    assert all(x.get("stale_groups", 0) == 0 for x in sync)
+    for name in {x["learner"] for x in ahead}:
+        mine = [x for x in ahead if x["learner"] == name]
+        v = [0] + [x["policy_version"] for x in mine]  # v[r]: after round r
+        for r in (2, 3):  # round r's groups were sampled before round r - 1 learned
+            lagging = v[r - 1] > v[r - 2]
+            assert mine[r - 1].get("stale_groups", 0) == (2 if lagging else 0), (name, r, v)
+    assert sum(x.get("stale_groups", 0) for x in ahead) > 0
