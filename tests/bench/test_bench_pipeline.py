@@ -22,8 +22,8 @@ def test_bad_flags_are_one_sentence_and_exit_2(flags):
 @pytest.mark.net
 def test_tiny_pipeline_bench_figures_hold_together_with_stale_groups(tmp_path):
     out = tmp_path / "pipeline.json"
-    proc = subprocess.run(CLI + ["--model", "tiny", "--rounds", "3", "--prompts-per-round", "2", "-G", "4",
-                                 "--max-new-tokens", "4", "--lr", "1e-2", "--run-dir", str(tmp_path / "runs"),
+    proc = subprocess.run(CLI + ["--model", "tiny", "--rounds", "3", "--prompts-per-round", "3", "-G", "4",
+                                 "--max-new-tokens", "3", "--lr", "1e-2", "--run-dir", str(tmp_path / "runs"),
                                  "--json", str(out)], capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     fig = json.loads(out.read_text())

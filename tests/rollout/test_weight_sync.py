@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,13 +36,14 @@ def test_full_copy_follows_the_learner_bit_for_bit_and_samples_like_it(tiny_mode
         assert twin.state_dict()[k].data_ptr() == storage[k]  # in place: no new tensor
     assert sync.tensors == len(list(tiny_model.parameters()))
     assert not any(p.requires_grad for p in twin.parameters())
-    # the same seeded call on either model gives the same groups
+    # the same seeded call on either model gives the same completions; the log-probs agree to fp32 rounding
+    # (a kernel may take another path for another tensor's alignment, so not always bit for bit)
     sampling = SamplingConfig(group_size=2, max_new_tokens=5, seed=7)
     a = TransformersBackend(model=tiny_model, tokenizer=tiny_tokenizer, header=HEADER).generate(PROMPTS, 2, sampling)
     b = TransformersBackend(model=twin, tokenizer=tiny_tokenizer, header=HEADER).generate(PROMPTS, 2, sampling)
     for ga, gb in zip(a, b, strict=True):
         assert all((x == y).all() for x, y in zip(ga.completion_ids, gb.completion_ids, strict=True))
-        assert all((x == y).all() for x, y in zip(ga.logp_gen, gb.logp_gen, strict=True))
+        assert all(np.allclose(x, y, rtol=0, atol=1e-5) for x, y in zip(ga.logp_gen, gb.logp_gen, strict=True))
 
 
 def test_lora_sync_moves_the_adapter_alone(tiny_model):
