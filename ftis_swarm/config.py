@@ -434,6 +434,9 @@ class NodeConfig(_Strict):
                 f"sampling.group_size={self.sampling.group_size} exceeds swarm.wire.max_group_size="
                 f"{self.swarm.wire.max_group_size}"
             )
+        if self.generate_threads and self.threads and self.generate_threads >= self.threads:
+            raise ValueError(f"generate_threads={self.generate_threads} must be below threads={self.threads}: the "
+                             "learner keeps the rest")
         if self.metrics_port and self.metrics_port == self.swarm.port:
             raise ValueError(f"metrics_port and swarm.port are both {self.metrics_port}; give them different ports")
         return self
