@@ -12,8 +12,9 @@ rounds on the same seed, one after the other in this process:
   whose rest of the round (publish, gather, learn) is learning alone with it (one run
   when the shares are equal).
 
-Figures (medians over the rounds after the first, which the pipelined node generates
-before it can overlap anything): the pipelined round against max(generate alone, learn
+Figures (medians over the rounds between the first and the last: the pipelined node
+generates its first round before it can overlap anything, and has nothing to generate
+ahead in its last): the pipelined round against max(generate alone, learn
 alone); samples learned per second, pipelined over sync; sync time over learn time.
 """
 
@@ -66,6 +67,11 @@ def _median(rows: list[dict], key: str) -> float:
     return statistics.median(float(r.get(key, 0.0)) for r in rows)
 
 
+def _measured(rows: list[dict]) -> list[dict]:
+    """Rounds 2 .. n - 1 (module docstring)."""
+    return rows[1:-1]
+
+
 def _node_rows(flags: dict[str, Any], run_dir: Path) -> list[dict]:
     from ftis_swarm.config import load_node_config
     from ftis_swarm.node.daemon import Node
@@ -79,7 +85,9 @@ def run_pipeline_bench(*, workdir: Path, model: str = "smollm2-135m", rounds: in
                        generate_threads: Optional[int] = None, prompts: int = 4, group_size: int = 4,
                        max_new_tokens: int = 24, lr: float = 1e-5, seed: int = 0,
                        progress: Callable[[str], None] = lambda s: None) -> PipelineBench:
-    """Runs the arms (module docstring) and returns their figures."""
+    """Runs the arms (module docstring) and returns their figures; `rounds` >= 3."""
+    if rounds < 3:
+        raise ValueError(f"rounds must be >= 3 (the first and the last are not measured), got {rounds}")
     workdir = Path(workdir)
     if model == "tiny":
         from ftis_swarm.bench.tiny_arith import build_tiny_arith_model
@@ -92,14 +100,14 @@ def run_pipeline_bench(*, workdir: Path, model: str = "smollm2-135m", rounds: in
             "sampling.max_new_tokens": max_new_tokens, "learner.lr": lr, "seed": seed, "round_deadline": 0.2,
             "checkpoint_every": rounds, "swarm.host": "127.0.0.1", "backend": "transformers"}
     progress(f"sync node: max_staleness 0, {threads} threads")
-    sync = _node_rows({**base, "threads": threads}, workdir / "sync")[1:]
+    sync = _measured(_node_rows({**base, "threads": threads}, workdir / "sync"))
     progress(f"pipelined node: max_staleness 1, {gen_threads} generator + {learn_threads} learner threads")
-    piped = _node_rows({**base, "threads": threads, "max_staleness": 1, "generate_threads": gen_threads},
-                       workdir / "pipelined")[1:]
+    piped = _measured(_node_rows({**base, "threads": threads, "max_staleness": 1, "generate_threads": gen_threads},
+                                 workdir / "pipelined"))
     progress(f"alone: generate with {gen_threads} threads, learn with {learn_threads}")
-    gen_rows = _node_rows({**base, "threads": gen_threads}, workdir / "alone-generate")[1:]
-    learn_rows = gen_rows if learn_threads == gen_threads else _node_rows(
-        {**base, "threads": learn_threads}, workdir / "alone-learn")[1:]
+    gen_rows = _measured(_node_rows({**base, "threads": gen_threads}, workdir / "alone-generate"))
+    learn_rows = gen_rows if learn_threads == gen_threads else _measured(_node_rows(
+        {**base, "threads": learn_threads}, workdir / "alone-learn"))
     gen_alone = _median(gen_rows, "time_generate")
     learn_alone = statistics.median(r["time_round"] - r["time_generate"] for r in learn_rows)
     piped_round, sync_round = _median(piped, "time_round"), _median(sync, "time_round")
@@ -120,9 +128,9 @@ def run_pipeline_bench(*, workdir: Path, model: str = "smollm2-135m", rounds: in
 
 
 def format_pipeline(b: PipelineBench) -> str:
-    """The bench's table: medians over rounds 2.., ratios of arms run in this process one after the other."""
+    """The bench's table: medians over rounds 2 .. n - 1, ratios of arms run in this process one after the other."""
     return "\n".join([
-        f"pipeline bench: {b.model}, {b.rounds} rounds ({b.rounds - 1} measured), {b.samples_per_round} samples a round,"
+        f"pipeline bench: {b.model}, {b.rounds} rounds ({b.rounds - 2} measured), {b.samples_per_round} samples a round,"
         f" {b.threads} threads ({b.generate_threads} generator + {b.learn_threads} learner when pipelined)",
         f"  round, sync (max_staleness 0)      {b.sync_round_s:8.3f} s",
         f"  round, pipelined (max_staleness 1) {b.pipelined_round_s:8.3f} s",

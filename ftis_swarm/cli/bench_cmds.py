@@ -316,7 +316,7 @@ def bench_soak(
 @bench_app.command("pipeline")
 def bench_pipeline(
     model: str = typer.Option("smollm2-135m", help="Model of the node (short name, folder), or tiny: a tiny Qwen2 taught arith."),
-    rounds: int = typer.Option(5, help="Rounds of each node run (the first is not measured)."),
+    rounds: int = typer.Option(5, help="Rounds of each node run (the first and the last are not measured)."),
     threads: int = typer.Option(2, help="torch threads of each node: the total the pipelined node splits."),
     generate_threads: Optional[int] = typer.Option(None, help="The generator's share of --threads; default half."),
     prompts_per_round: int = typer.Option(4, help="Own prompts (groups) per round."),
@@ -328,8 +328,8 @@ def bench_pipeline(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
     """The same lone node with max_staleness 0 against 1 on the same threads: round time, samples/s, sync time."""
-    if rounds < 2 or threads < 2 or prompts_per_round < 1 or group_size < 2 or max_new_tokens < 1 or not 0 < lr <= 1:
-        fail("--rounds and --threads must be >= 2, --prompts-per-round and --max-new-tokens >= 1, --group-size >= 2 "
+    if rounds < 3 or threads < 2 or prompts_per_round < 1 or group_size < 2 or max_new_tokens < 1 or not 0 < lr <= 1:
+        fail("--rounds must be >= 3, --threads >= 2, --prompts-per-round and --max-new-tokens >= 1, --group-size >= 2 "
              "and --lr in (0, 1]")
     if generate_threads is not None and not 1 <= generate_threads < threads:
         fail(f"--generate-threads must be 1 to {threads - 1} (the learner keeps the rest of --threads)")
