@@ -388,6 +388,13 @@ class NodeConfig(_Strict):
     """Seeds prompt sampling (per round), generation and torch."""
     threads: Optional[int] = Field(None, ge=1, le=1024)
     """torch CPU threads for this node; None keeps torch's default (all cores)."""
+    max_staleness: int = Field(0, ge=0, le=8)
+    """Policy versions own samples may lag the learner: 0 is the synchronous round (generate, then
+    learn); k >= 1 generates round r + k while round r learns (node/pipeline.py), and an own group
+    more than k versions old when its round learns is dropped and counted (`stale_dropped`)."""
+    generate_threads: Optional[int] = Field(None, ge=1, le=1024)
+    """With `max_staleness` >= 1 on CPU: torch threads of the generator; the learner keeps the rest of
+    `threads` (at least one). None: half of them."""
     metrics_port: Optional[int] = Field(None, ge=0, le=65535)
     """Port of the Prometheus /metrics endpoint; None: no endpoint (0 picks a free port)."""
     metrics_host: str = "127.0.0.1"
@@ -427,6 +434,9 @@ class NodeConfig(_Strict):
                 f"sampling.group_size={self.sampling.group_size} exceeds swarm.wire.max_group_size="
                 f"{self.swarm.wire.max_group_size}"
             )
+        if self.generate_threads and self.threads and self.generate_threads >= self.threads:
+            raise ValueError(f"generate_threads={self.generate_threads} must be below threads={self.threads}: the "
+                             "learner keeps the rest")
         if self.metrics_port and self.metrics_port == self.swarm.port:
             raise ValueError(f"metrics_port and swarm.port are both {self.metrics_port}; give them different ports")
         return self

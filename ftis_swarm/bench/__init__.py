@@ -14,6 +14,8 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - attack_bench.py    what of each hostile group reaches an update; how fast forgers are caught
 - resume_bench.py    a lone node SIGKILLed N times against an undisturbed run (run_compare.py:
                      weights, optimiser and per-round logs compared)
+- pipeline_bench.py  the same lone node with max_staleness 0 against 1 on the same threads: round time,
+                     samples learned per second, generate and learn alone with their shares, sync time
 - soak_bench.py      RSS and open files of every process of a testnet over hundreds of rounds
 - hostile_bench.py   a testnet under a hostile peer's floods (swarm workers, not nodes)
 - tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps

@@ -105,6 +105,9 @@ class ExperimentConfig(BaseModel):
     eval_max_new_tokens: int = Field(16, ge=1)
     eval_rounds: list[int] = Field(default_factory=list)
     """Rounds after which held-out accuracy is measured; empty: the last only."""
+    max_staleness: int = Field(0, ge=0, le=8)
+    """Vertical arms: each learner's own groups of round r + k are generated before round r learns,
+    as a node with `max_staleness` k generates them (node/pipeline.py; the same schedule, in sequence)."""
 
     @field_validator("arms")
     @classmethod

@@ -9,7 +9,8 @@ through the wire codec here (encoded once by the sender, decoded and fingerprint
 by the receiver, bytes counted). Learner `i` of seed `s` is the node with seed
 `learner_seed(s, i)`, so the `solo` arm of learner A with seed `s` trains exactly as a lone
 `ftis-node join --seed s` with the same config (a test holds this). A round is synchronous:
-both learners generate with the policy they serve, then each learns on its own groups plus
+both learners generate with the policy they serve (or, in the vertical arms with
+`max_staleness` k, the one k rounds back: `own_groups`), then each learns on its own groups plus
 what it received. The horizontal arm, which a node refuses, mixes each group's halves and
 runs the node's `score` and `update_and_serve` with `allow_mixed`. The functions here run
 in pool processes, so they take the config as JSON and return plain dicts.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -78,6 +79,8 @@ class Peer:
     cfg: NodeConfig
     backend: TransformersBackend
     learning: Learning
+    ahead: dict[int, tuple[list[Group], Counter]] = field(default_factory=dict)
+    """With `max_staleness` k: own groups (and their counts) generated before their round, by round."""
 
     @property
     def tokenizer(self) -> Any:
@@ -223,13 +226,31 @@ def solo_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> 
     return out
 
 
+def own_groups(p: Peer, task: Task, cfg: ExperimentConfig, r: int, counts: Counter) -> list[Group]:
+    """Round `r`'s own groups; with `max_staleness` k, round r + k's are generated now, before round r learns.
+
+    The node's pipeline (node/pipeline.py) in sequence: round j's groups come from the weights
+    after round j - k - 1's update (the first k rounds are generated when they start), with the
+    same generate calls in the same order, so they lag the learner by up to k versions.
+    """
+    k = cfg.max_staleness
+    groups, made = p.ahead.pop(r, (None, Counter()))
+    if groups is None:
+        groups = generate_own(p.backend, task, p.tokenizer, p.cfg, r, made)
+    counts.update(made)
+    if k and r + k <= cfg.rounds and r + k not in p.ahead:
+        later: Counter = Counter()
+        p.ahead[r + k] = (generate_own(p.backend, task, p.tokenizer, p.cfg, r + k, later), later)
+    return groups
+
+
 def vertical_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
     """Both learners generate, their groups cross the codec, then each learns as a node with one peer."""
     own, counts, t_gen = [], [], []
     for p in peers:
         counts.append(Counter())
         t0 = time.perf_counter()
-        own.append(generate_own(p.backend, task, p.tokenizer, p.cfg, r, counts[-1]))
+        own.append(own_groups(p, task, cfg, r, counts[-1]))
         t_gen.append(time.perf_counter() - t0)
     sent = [[encode_group(g) for g in groups] for groups in own]
     out = []

@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile|attacks|resume|soak`: the benchmark commands.
+"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
 
 Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
 of figures measured against a baseline in the same run, and with `--json` writes them.
@@ -311,3 +311,32 @@ def bench_soak(
     bench = run_soak_bench(workdir=run_dir, rounds=rounds, ttl=ttl, deadline=round_deadline, interval=interval,
                            progress=_progress)
     _report(format_soak(bench), bench, json_path)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    model: str = typer.Option("smollm2-135m", help="Model of the node (short name, folder), or tiny: a tiny Qwen2 taught arith."),
+    rounds: int = typer.Option(5, help="Rounds of each node run (the first and the last are not measured)."),
+    threads: int = typer.Option(2, help="torch threads of each node: the total the pipelined node splits."),
+    generate_threads: Optional[int] = typer.Option(None, help="The generator's share of --threads; default half."),
+    prompts_per_round: int = typer.Option(4, help="Own prompts (groups) per round."),
+    group_size: int = typer.Option(4, "--group-size", "-G", help="Completions per prompt, G."),
+    max_new_tokens: int = typer.Option(24, help="Most tokens per completion."),
+    lr: float = typer.Option(1e-5, help="Learning rate of the node."),
+    seed: int = typer.Option(0, help="The node's seed."),
+    run_dir: Path = typer.Option(Path("runs/bench-pipeline"), "--run-dir", help="Where the runs (and the tiny model) go."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """The same lone node with max_staleness 0 against 1 on the same threads: round time, samples/s, sync time."""
+    if rounds < 3 or threads < 2 or prompts_per_round < 1 or group_size < 2 or max_new_tokens < 1 or not 0 < lr <= 1:
+        fail("--rounds must be >= 3, --threads >= 2, --prompts-per-round and --max-new-tokens >= 1, --group-size >= 2 "
+             "and --lr in (0, 1]")
+    if generate_threads is not None and not 1 <= generate_threads < threads:
+        fail(f"--generate-threads must be 1 to {threads - 1} (the learner keeps the rest of --threads)")
+    _check_json_path(json_path)
+    from ftis_swarm.bench.pipeline_bench import format_pipeline, run_pipeline_bench
+
+    bench = run_pipeline_bench(workdir=run_dir, model=model, rounds=rounds, threads=threads,
+                               generate_threads=generate_threads, prompts=prompts_per_round, group_size=group_size,
+                               max_new_tokens=max_new_tokens, lr=lr, seed=seed, progress=_progress)
+    _report(format_pipeline(bench), bench, json_path)

@@ -19,6 +19,11 @@ This is the one place where rollout, learner and swarm meet. A round:
    advances only when an optimiser step was taken);
 7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
 
+With `max_staleness` k >= 1, steps 1 and 2 of round r + k run in the generator's thread
+during steps 3 to 6 of round r, and the round ends by waiting for them and syncing the
+generator's weights (`pipeline.py`; the hooks here: `_own_groups`, `pipeline.finish`, and
+the groups generated ahead in the checkpoint as `own_ahead`).
+
 A node whose updates fail `max_failed_updates` rounds in a row stops publishing and exits
 (`health.py`). A resumed node repeats an uninterrupted run exactly: the checkpoint holds
 everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
@@ -53,6 +58,7 @@ from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.node.learning import Learning, learn_round
+from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.node.ledger import short_peer
 from ftis_swarm.node.rollouts import generate_own
 from ftis_swarm.wire import Group
@@ -104,6 +110,10 @@ class Node:
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
                                  admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
                                  health=self.health)
+        # max_staleness >= 1: round r + k generates while round r learns (pipeline.py); else the synchronous round
+        self.pipeline = Pipeline.build(p, self.learning) if cfg.max_staleness else None
+        self.generator = self.pipeline.backend if self.pipeline else p.backend
+        """The backend that samples this node's own groups (its generate calls are checkpointed)."""
         if latest is not None:
             self._resume(latest)
 
@@ -116,9 +126,13 @@ class Node:
         self.state.consume(list(saved.get("consumed", [])))
         p.peer_ledger.load_state(saved.get("peer_ledger", {}))
         p.learner.detector.load_state(saved.get("forgery", {}))
-        p.backend.restore_generate_calls(int(saved.get("rollout_calls", 0)))
+        self.generator.restore_generate_calls(int(saved.get("rollout_calls", 0)))
         self.intake.load_state(saved.get("intake_deferred", []), limits=self.cfg.swarm.wire)
         self.health.load_state(saved.get("health", {}))
+        if self.pipeline is not None:
+            self.pipeline.load_state(saved.get("own_ahead", {}), limits=self.cfg.swarm.wire)
+        elif saved.get("own_ahead", {}).get("rounds"):
+            log.warning("the checkpoint holds own groups generated ahead, which max_staleness 0 does not use")
         log.info("resumed from %s: next round %d, policy version %d", latest.name, self.state.start_round,
                  p.learner.policy_version)
 
@@ -155,6 +169,8 @@ class Node:
             if results and last_saved < results[-1].round and not self.health.stopped:
                 self.checkpoint(results[-1].round)
         finally:
+            if self.pipeline is not None:
+                self.pipeline.close()
             self.parts.close()
         return results
 
@@ -162,8 +178,10 @@ class Node:
         p = self.parts
         state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
                  "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state(),
-                 "rollout_calls": p.backend.generate_calls, "intake_deferred": self.intake.state(),
+                 "rollout_calls": self.generator.generate_calls, "intake_deferred": self.intake.state(),
                  "health": self.health.state()}
+        if self.pipeline is not None:
+            state["own_ahead"] = self.pipeline.state()
         path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer, state=state,
                                   base_model=portable_model_name(self.cfg.model))
         log.info("checkpoint %s", path.name)
@@ -173,7 +191,7 @@ class Node:
         p, cfg = self.parts, self.cfg
         counts: Counter = Counter()
         t0 = time.perf_counter()
-        own = generate_own(p.backend, p.task, p.tokenizer, cfg, r, counts)
+        own = self._own_groups(r, counts)
         t_gen = time.perf_counter()
         for g in own:
             if not within_vocab(g, p.token_bound):  # peers would refuse it
@@ -192,6 +210,8 @@ class Node:
         p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
                       "peer_groups": [g.group_id for g in peers]})
         t_learn = time.perf_counter()
+        overlap = self.pipeline.finish() if self.pipeline is not None else {}  # wait for r + k, sync its weights
+        t_end = time.perf_counter()
 
         record: dict[str, Any] = {
             "round": r,
@@ -205,7 +225,8 @@ class Node:
             "time_generate": t_gen - t0,
             "time_gather": t_gather - t_gen,
             "time_learn": t_learn - t_gather,
-            "time_round": t_learn - t0,
+            "time_round": t_end - t0,
+            **overlap,
             **counts,
             **self._named_sources(learned.metrics),
             **p.peer_ledger.take_round(),
@@ -218,6 +239,15 @@ class Node:
             record[f"swarm_rejected_{reason}"] = n
         p.sink.log(record)
         return RoundResult(r, record)
+
+    def _own_groups(self, r: int, counts: Counter) -> list[Group]:
+        """Round `r`'s own groups: generated now, or ahead, the next generation then started (pipeline.py)."""
+        if self.pipeline is None:
+            p = self.parts
+            return generate_own(p.backend, p.task, p.tokenizer, self.cfg, r, counts)
+        own = self.pipeline.take(r, counts)
+        self.pipeline.start(r)
+        return own
 
     def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
         taken = self.intake.take(groups, self.state.consumed, self.parts.peer_ledger.allows)
