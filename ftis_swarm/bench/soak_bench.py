@@ -36,6 +36,10 @@ GOAL = 0.05
 """Largest fitted growth after the warm-up, as a share of the value at its end."""
 
 
+MIN_SAMPLES = 10
+"""Fewest samples after the warm-up that the growth is fitted to."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Series:
     """One quantity of one process over the run, and its fitted growth after the warm-up."""
@@ -150,6 +154,10 @@ def run_soak_bench(*, workdir: Path, rounds: int = 200, ttl: float = 30.0, deadl
     if any(codes):
         raise RuntimeError(f"a node exited with status {codes}; see {workdir}/node-*/stdout.log")
     since = warm_up_end([_rounds(n.run_dir) for n in nodes], ttl)
+    after = sum(t >= since for t, _ in next(iter(rss.values()), []))
+    if after < MIN_SAMPLES:
+        raise RuntimeError(f"only {after} samples after the warm-up ({since - t0:.0f} s: one TTL or the nodes' first "
+                           f"optimiser step) of a {time.time() - t0:.0f} s run, too few to fit growth; run more rounds")
     return SoakBench(
         rounds=rounds, ttl=ttl, deadline=deadline, seconds=time.time() - t0, warmup_s=since - t0, samples=samples,
         rounds_done={n.spec.name: len(_rounds(n.run_dir)) for n in nodes},
