@@ -39,7 +39,7 @@ import logging
 import os
 import signal
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -60,6 +60,10 @@ from ftis_swarm.wire import Group
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED_IDS = 100_000
+
+KEPT_RESULTS = 1_000
+"""Rounds whose result `Node.run` keeps and returns, the latest (each round's record is in
+metrics.jsonl): about 8 KB a round, which a node running for weeks must not hold for every round."""
 
 
 @dataclass
@@ -134,9 +138,10 @@ class Node:
     def run(self, *, on_round: Optional[Callable[[RoundResult], None]] = None) -> list[RoundResult]:
         """Runs rounds until `cfg.rounds` or a stop request; checkpoints and leaves at the end.
 
-        A node that `health` stopped leaves without a checkpoint of its failed rounds.
+        Returns the last `KEPT_RESULTS` rounds' results, oldest first. A node that `health`
+        stopped leaves without a checkpoint of its failed rounds.
         """
-        results: list[RoundResult] = []
+        results: deque[RoundResult] = deque(maxlen=KEPT_RESULTS)
         last_saved = self.state.start_round - 1
         r = self.state.start_round
         try:
@@ -156,7 +161,7 @@ class Node:
                 self.checkpoint(results[-1].round)
         finally:
             self.parts.close()
-        return results
+        return list(results)
 
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
