@@ -75,8 +75,8 @@ def sparkline(values: list[Optional[float]], width: int = 16) -> str:
     return "".join(out)
 
 
-def nodes_table(title: str, nodes: list[tuple[str, str, int, list[dict[str, Any]], str]]) -> Table:
-    """One row per node: `(name, model, rounds planned, its records so far, state)`."""
+def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]]) -> Table:
+    """One row per node: `(name, model, rounds planned, its latest records, state)`; the sparkline shows 16."""
     table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in COLUMNS), title=title)
     for name, model, planned, records, state in nodes:
         last = records[-1] if records else {}
