@@ -7,12 +7,14 @@ process's resident memory (`VmRSS`) and open file descriptors are read from /pro
 
 The warm-up lasts one TTL from the nodes' first round (by then every kind of record and
 body has lived and expired once) and, if later, until every node that updates at all has
-taken its first optimiser step: AdamW allocates its two fp32 moments (and the first
-backward its gradients) at that step, a one-time rise of about 3x the trainable bytes
-that the learner's memory plan counts as steady state. The tiny random models earn their
-first nonzero advantage late and by chance (rounds 145-262, 257 s and 625 s into two
-runs), so without this the soak read that one step as +17% and +29% "growth". After the
-warm-up a straight line is fitted to each process's samples;
+taken its first optimiser step: AdamW allocates its two fp32 moments at that step, and
+the first backward its buffers, a one-time rise of 2 to 4 times the trainable bytes that
+the learner's memory plan counts as steady state (+77 MB for tiny-full's 19 MB, +120 MB
+for tiny-large's 37 MB, +10 MB for the LoRA node). The tiny random models earn their
+first nonzero advantage late (with the preset's seeds: tiny-large's own group of its round
+171, which the others gather in the same round; 255 s into a run here, later on a slower
+machine), and a TTL-only warm-up read that one step as +22% and +27% "growth" of the two
+full fine-tunes. After the warm-up a straight line is fitted to each process's samples;
 its growth is the line's rise over the rest of the run, as a share of its value at the
 warm-up's end. A leak (a cache without eviction, a socket per round) shows as growth that
 goes on for the whole run; the goal is below 5% for every process.
