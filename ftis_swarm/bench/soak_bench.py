@@ -116,7 +116,7 @@ def _rounds(run_dir: Path) -> list[dict]:
     return list(read_jsonl(path)) if path.exists() else []
 
 
-def run_soak_bench(*, workdir: Path, rounds: int = 200, ttl: float = 30.0, deadline: float = 0.5,
+def run_soak_bench(*, workdir: Path, rounds: int = 300, ttl: float = 30.0, deadline: float = 0.5,
                    interval: float = 2.0, progress: Callable[[str], None] = lambda s: None) -> SoakBench:
     """Runs the testnet to its last round while sampling every process; no process outlives this call."""
     workdir.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,7 @@ def test_stop_request_ends_after_the_round_with_a_checkpoint(tmp_path, tiny_mode
     again.parts.close()
 
 
-def test_run_returns_only_the_latest_results_and_still_checkpoints_the_last_round(tmp_path, tiny_model_dir, monkeypatch):
+def test_run_keeps_only_the_latest_results_and_checkpoints_the_last_round(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setattr(daemon, "KEPT_RESULTS", 2)  # a long-running node holds a bounded number of results
     cfg = node_config(tmp_path, tiny_model_dir, rounds=3, checkpoint_every=10)
     seen: list[int] = []
