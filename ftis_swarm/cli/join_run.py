@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections import deque
 
 import typer
 
@@ -69,7 +70,8 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
         typer.echo(f"listening on {maddr}")
     typer.echo(f"starting at round {node.state.start_round} of {cfg.rounds}")
 
-    records: list[dict] = []
+    records: deque[dict] = deque(maxlen=LIVE_ROWS)  # the table's rows; every round is in metrics.jsonl
+    done = 0
     live = None
     title = f"ftis-node {cfg.model} on {cfg.task}"
     if table and sys.stdout.isatty():
@@ -79,9 +81,11 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
         live.start()
 
     def on_round(res: RoundResult) -> None:
+        nonlocal done
+        done += 1
         records.append(res.record)
         if live is not None:
-            live.update(rounds_table(title, records, max_rows=_fitting_rows()))
+            live.update(rounds_table(title, records, max_rows=_fitting_rows(), earlier=done - len(records)))
         else:
             typer.echo(round_line(res.record))
 
@@ -90,7 +94,7 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
     finally:
         if live is not None:
             live.stop()
-    typer.echo(f"\ndone: {len(results)} rounds this run")
+    typer.echo(f"\ndone: {done} rounds this run")
     typer.echo(format_summary([summarize_run(cfg.run_dir)]))
     typer.echo(f"\nnext: ftis-node report {shlex.quote(str(cfg.run_dir))}   (curves into report.png)")
     if node.health.stopped:  # node/health.py: a node whose training fails must not look alive
@@ -98,6 +102,10 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
 
         typer.echo(f"error: the node stopped at round {results[-1].round}: {node.health.explain()}", err=True)
         raise typer.Exit(EXIT_UNHEALTHY)
+
+
+LIVE_ROWS = 500
+"""Rounds the live table holds, the latest (more than a terminal shows)."""
 
 
 def _fitting_rows() -> int:

@@ -10,7 +10,7 @@ terminal, each round is one plain line instead (`round_line`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from rich.table import Table
 
@@ -53,13 +53,16 @@ def round_line(record: dict[str, Any], *, prefix: str = "") -> str:
     return prefix + pairs
 
 
-def rounds_table(title: str, records: list[dict[str, Any]], *, max_rows: int) -> Table:
-    """The last `max_rows` rounds (older ones leave at the top, the header stays)."""
+def rounds_table(title: str, records: Sequence[dict[str, Any]], *, max_rows: int, earlier: int = 0) -> Table:
+    """The last `max_rows` rounds (older ones leave at the top, the header stays).
+
+    `earlier`: rounds before `records` that the caller no longer holds (counted in the caption).
+    """
     table = Table(*(head for head, _, _ in COLUMNS), title=title)
     hidden = max(0, len(records) - max_rows)
-    if hidden:
-        table.caption = f"{hidden} earlier round{'s' * (hidden > 1)} in metrics.jsonl"
-    for record in records[hidden:]:
+    if hidden + earlier:
+        table.caption = f"{hidden + earlier} earlier round{'s' * (hidden + earlier > 1)} in metrics.jsonl"
+    for record in list(records)[hidden:]:
         table.add_row(*cells(record))
     return table
 
@@ -72,8 +75,8 @@ def sparkline(values: list[Optional[float]], width: int = 16) -> str:
     return "".join(out)
 
 
-def nodes_table(title: str, nodes: list[tuple[str, str, int, list[dict[str, Any]], str]]) -> Table:
-    """One row per node: `(name, model, rounds planned, its records so far, state)`."""
+def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]]) -> Table:
+    """One row per node: `(name, model, rounds planned, its latest records, state)`; the sparkline shows 16."""
     table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in COLUMNS), title=title)
     for name, model, planned, records, state in nodes:
         last = records[-1] if records else {}

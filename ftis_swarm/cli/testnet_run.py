@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Optional
 
@@ -34,7 +35,7 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
         for spec in pre.specs[:nodes]:  # once here, not in N nodes at the same time
             resolve_model(spec.model)
     planned = rounds or pre.rounds
-    history: dict[Path, list[dict]] = {}
+    history: dict[Path, deque[dict]] = {}  # each node's latest rounds: the table's last row and sparkline
     live = None
     if table and sys.stdout.isatty():
         from rich.live import Live
@@ -44,7 +45,7 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
 
     def progress(procs: list[NodeProc]) -> None:
         for p in procs:
-            records = history.setdefault(p.run_dir, [])
+            records = history.setdefault(p.run_dir, deque(maxlen=64))
             new = p.new_rows
             records.extend(new)
             if live is None:

@@ -44,7 +44,7 @@ import logging
 import os
 import signal
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -66,6 +66,10 @@ from ftis_swarm.wire import Group
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED_IDS = 100_000
+
+KEPT_RESULTS = 1_000
+"""Rounds whose result `Node.run` keeps and returns, the latest (each round's record is in
+metrics.jsonl): about 8 KB a round, which a node running for weeks must not hold for every round."""
 
 
 @dataclass
@@ -148,9 +152,10 @@ class Node:
     def run(self, *, on_round: Optional[Callable[[RoundResult], None]] = None) -> list[RoundResult]:
         """Runs rounds until `cfg.rounds` or a stop request; checkpoints and leaves at the end.
 
-        A node that `health` stopped leaves without a checkpoint of its failed rounds.
+        Returns the last `KEPT_RESULTS` rounds' results, oldest first. A node that `health`
+        stopped leaves without a checkpoint of its failed rounds.
         """
-        results: list[RoundResult] = []
+        results: deque[RoundResult] = deque(maxlen=KEPT_RESULTS)
         last_saved = self.state.start_round - 1
         r = self.state.start_round
         try:
@@ -172,7 +177,7 @@ class Node:
             if self.pipeline is not None:
                 self.pipeline.close()
             self.parts.close()
-        return results
+        return list(results)
 
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts

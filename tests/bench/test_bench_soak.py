@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ftis_swarm.metrics.procstat import open_fds, status_mb, with_children
-from ftis_swarm.bench.soak_bench import fitted_growth
+from ftis_swarm.bench.soak_bench import fitted_growth, warm_up_end
 
 
 def test_fitted_growth_ignores_the_warm_up_and_measures_a_steady_leak():
@@ -25,6 +25,17 @@ def test_fitted_growth_ignores_the_warm_up_and_measures_a_steady_leak():
     assert abs(fitted_growth(times, noisy, since=30.0).growth) < 0.01
     with pytest.raises(ValueError, match="too few"):
         fitted_growth(times, leak, since=99.5)
+
+
+def test_warm_up_waits_for_every_nodes_first_optimiser_step():
+    def node(start: float, first_update: float | None) -> list[dict]:
+        return [{"time": start + t, "policy_version": int(first_update is not None and start + t >= first_update)}
+                for t in range(0, 400, 2)]
+    # one TTL after the earliest first round when every node updated before that
+    assert warm_up_end([node(10.0, 20.0), node(12.0, 30.0)], ttl=30.0) == 40.0
+    # the latest first update when later (AdamW's state appears then); a node that never updates does not count
+    assert warm_up_end([node(10.0, 258.0), node(12.0, 100.0), node(11.0, None)], ttl=30.0) == 258.0
+    assert warm_up_end([node(10.0, None), node(11.0, None)], ttl=30.0) == 40.0
 
 
 def test_proc_figures_of_a_child_process():

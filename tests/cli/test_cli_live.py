@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 
 from rich.console import Console
 
@@ -31,6 +32,11 @@ def test_join_table_keeps_the_latest_rounds_however_long_the_run():
     rounds = [int(cols(line)[0]) for line in text.splitlines() if len(cols(line)) > 5 and cols(line)[0].isdigit()]
     assert rounds == list(range(41, 51))
     assert "40 earlier rounds in metrics.jsonl" in text and "no signal" in text and "filtered" in text
+    # the caller keeps only the latest rounds (a bounded deque): the ones it dropped still count as earlier
+    kept = deque((record(r) for r in range(1, 51)), maxlen=20)
+    text = render(rounds_table("node", kept, max_rows=10, earlier=30))
+    rounds = [int(cols(line)[0]) for line in text.splitlines() if len(cols(line)) > 5 and cols(line)[0].isdigit()]
+    assert rounds == list(range(41, 51)) and "40 earlier rounds in metrics.jsonl" in text
 
 
 def test_testnet_table_has_a_row_per_node_with_no_signal_filtered_and_bans():

@@ -9,6 +9,7 @@ import pytest
 
 from ftis_swarm.config import load_node_config
 from ftis_swarm.metrics import read_jsonl
+from ftis_swarm.node import daemon
 from ftis_swarm.node.daemon import Node
 
 pytestmark = pytest.mark.net
@@ -56,3 +57,13 @@ def test_stop_request_ends_after_the_round_with_a_checkpoint(tmp_path, tiny_mode
     again = Node(cfg)
     assert again.state.start_round == 2
     again.parts.close()
+
+
+def test_run_keeps_only_the_latest_results_and_checkpoints_the_last_round(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(daemon, "KEPT_RESULTS", 2)  # a long-running node holds a bounded number of results
+    cfg = node_config(tmp_path, tiny_model_dir, rounds=3, checkpoint_every=10)
+    seen: list[int] = []
+    results = Node(cfg).run(on_round=lambda res: seen.append(res.round))
+    assert seen == [1, 2, 3] and [r.round for r in results] == [2, 3]
+    assert [r["round"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [1, 2, 3]
+    assert [p.name for p in (cfg.run_dir / "checkpoints").iterdir()] == ["ckpt-00000003"]
