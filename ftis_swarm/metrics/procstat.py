@@ -61,29 +61,3 @@ def reset_peaks(pids: dict[str, int]) -> None:
         except OSError:
             log.debug("cannot reset the peak memory of %d", pid)
 
-
-_LIBC = None
-
-
-def release_freed_memory() -> None:
-    """Hands the heap's free pages back to the system (glibc `malloc_trim`); a no-op elsewhere.
-
-    A round's tensors are freed to glibc's arenas, which keep the pages: a node's resident
-    memory then steps up to its largest round so far and stays there, which reads as growth in
-    `bench soak` and costs a host running many nodes. Trimming after each round keeps the
-    resident set near what is live; it takes a few milliseconds.
-    """
-    global _LIBC
-    if _LIBC is None:
-        import ctypes
-        import ctypes.util
-
-        name = ctypes.util.find_library("c")
-        try:
-            _LIBC = ctypes.CDLL(name) if name else False
-        except OSError:
-            _LIBC = False
-        if _LIBC is not False and not hasattr(_LIBC, "malloc_trim"):
-            _LIBC = False  # musl and others: nothing to trim
-    if _LIBC:
-        _LIBC.malloc_trim(0)

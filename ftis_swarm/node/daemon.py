@@ -53,7 +53,6 @@ from ftis_swarm.config import NodeConfig
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
-from ftis_swarm.metrics.procstat import release_freed_memory
 from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
@@ -164,7 +163,6 @@ class Node:
                 results.append(res)
                 if on_round:
                     on_round(res)
-                release_freed_memory()  # the round's freed tensors go back to the system (bench soak)
                 if self.health.stopped:
                     break
                 if r % self.cfg.checkpoint_every == 0 or r == self.cfg.rounds:
