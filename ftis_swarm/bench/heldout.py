@@ -3,9 +3,9 @@
 The experiment compares arms item by item (paired on the same held-out questions), so both
 figures are kept per item, in the order of the items, with the item ids beside them:
 
-- greedy: 1 when the greedy completion is right, else 0 (the paper's pass@1); decoded by
-  `greedy_texts`, the one greedy decoder this module calls (point it at the unified
-  decoder when there is one);
+- greedy: 1 when the greedy completion is right, else 0 (the paper's pass@1); decoded and
+  scored by the experiment's `heldout_accuracy`, which is `ftis-node eval`'s one greedy
+  decoder;
 - sampled: how many of `samples` completions at temperature `T` are right (top-k and top-p
   off, the distribution a node samples from), drawn by the rollout backend the node uses,
   so the groups come back with their fp32 `logp_gen` (the pilot weighs them under another
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ftis_swarm.bench.experiment_eval import greedy_texts
+from ftis_swarm.bench.experiment_eval import heldout_accuracy
 from ftis_swarm.config import SamplingConfig
 from ftis_swarm.rollout import GroupHeader, PromptRequest, TransformersBackend
 from ftis_swarm.rollout.base import eos_token_ids
@@ -63,12 +63,11 @@ class HeldoutResult:
 
 def greedy_correct(model: Any, tokenizer: Any, task: Task, items: Sequence[TaskItem], *,
                    max_new_tokens: int) -> list[int]:
-    """1 where the greedy completion of the item is right, else 0."""
-    prompts = [task.render_prompt(tokenizer, it) for it in items]
+    """1 where the greedy completion of the item is right, else 0: the experiment's held-out decoder and scorer."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    texts = greedy_texts(model, tokenizer, prompts, max_new_tokens=max_new_tokens, pad_id=pad,
-                         eos_ids=eos_token_ids(tokenizer, model.config, getattr(model, "generation_config", None)))
-    return [int(s.correct) for s in task.score(list(items), texts)]
+    result = heldout_accuracy(model, tokenizer, task, items, max_new_tokens=max_new_tokens, pad_id=pad,
+                              eos_ids=eos_token_ids(tokenizer, model.config, getattr(model, "generation_config", None)))
+    return [int(v) for v in result["verdicts"]]
 
 
 def sample_groups(model: Any, tokenizer: Any, task: Task, items: Sequence[TaskItem], *, samples: int,
