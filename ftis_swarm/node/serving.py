@@ -48,7 +48,7 @@ class Serving:
 
         At version 0 no step was taken: the backend already serves those weights (a push would
         advance its version past the learner's)."""
-        if not self.shares_model and self.learner.policy_version > max(0, self.backend.policy_version):
+        if not self.shares_model and self.learner.policy_version > self.backend.policy_version:
             self._push(self._save())
         while self.backend.policy_version < self.learner.policy_version:
             self.backend.bump_policy_version()
