@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, NamedTuple, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -45,20 +45,47 @@ from ftis_swarm.config import LOSS_MODES
 log = logging.getLogger(__name__)
 
 MODES = tuple(LOSS_MODES)
-FULL_ARMS = ("solo", "vertical-nois", "vertical-tis", "vertical-filter", "vertical-fvis", "vertical-ftis",
-             "horizontal-ftis")
-QUICK_ARMS = ("solo", "vertical-nois", "vertical-ftis", "horizontal-ftis")
+FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
+"""The issue's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
+corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
+QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
+
+
+class ArmSpec(NamedTuple):
+    """What an arm name means: the round kind, the loss mode, the prompts-per-round factor, the staleness."""
+
+    kind: str
+    mode: str
+    prompts_factor: int = 1
+    staleness: Optional[int] = None
+    """`max_staleness` of this arm's vertical rounds; None: the config's."""
+
+
+def arm_spec(arm: str) -> ArmSpec:
+    """`solo`, `solo-2x` (twice the prompts a round: as many samples learned as a swarm arm),
+    `vertical-<mode>` or `horizontal-<mode>`, a vertical one optionally ending `-stale<k>`."""
+    if arm == "solo":
+        return ArmSpec("solo", "ftis")
+    if arm == "solo-2x":
+        return ArmSpec("solo", "ftis", prompts_factor=2)
+    kind, _, rest = arm.partition("-")
+    mode, _, stale = rest.partition("-")
+    staleness = None
+    if stale:
+        k = stale.removeprefix("stale")
+        if kind != "vertical" or not stale.startswith("stale") or not k.isdigit() or int(k) > 8:
+            raise ValueError(f"arm {arm!r}: only a vertical arm takes a suffix, -stale<k> with k 0..8")
+        staleness = int(k)
+    if kind not in ("vertical", "horizontal") or mode not in MODES:
+        raise ValueError(f"arm {arm!r} is not solo, solo-2x, vertical-<mode>[-stale<k>] or horizontal-<mode> "
+                         f"with a mode of {', '.join(MODES)}")
+    return ArmSpec(kind, mode, staleness=staleness)
 
 
 def parse_arm(arm: str) -> tuple[str, str]:
-    """`(kind, mode)` of an arm name: `solo`, `vertical-<mode>` or `horizontal-<mode>`."""
-    if arm == "solo":
-        return "solo", "ftis"
-    kind, _, mode = arm.partition("-")
-    if kind not in ("vertical", "horizontal") or mode not in MODES:
-        raise ValueError(f"arm {arm!r} is not solo, vertical-<mode> or horizontal-<mode> with a mode of "
-                         f"{', '.join(MODES)}")
-    return kind, mode
+    """`(kind, mode)` of an arm name (`arm_spec` has the rest)."""
+    spec = arm_spec(arm)
+    return spec.kind, spec.mode
 
 
 class LearnerSpec(BaseModel):
@@ -78,16 +105,16 @@ class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     learners: tuple[LearnerSpec, LearnerSpec] = (
         LearnerSpec(model="smollm2-135m", lr=2e-5),
-        LearnerSpec(model="smollm2-135m", lr=2e-4, lora_rank=16),
+        LearnerSpec(model="smollm2-slim27", lr=2e-4, lora_rank=16),
     )
-    """A, then B. Default: SmolLM2-135M fully fine-tuned, and its LoRA twin (see docs/experiment.md
-    for why not the smaller sibling `smollm2-mini`, which never scored in the pilot)."""
-    task: str = "arith"
+    """A, then B. Default: SmolLM2-135M fully fine-tuned, and the pilot's best sibling (layers 25-27
+    dropped) training a LoRA adapter (docs/experiment.md, docs/pilot.json)."""
+    task: str = "arith_mix"
     arms: list[str] = Field(default_factory=lambda: list(FULL_ARMS))
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = Field(default_factory=lambda: list(range(6)))
     rounds: int = Field(6, ge=1)
     prompts_per_round: int = Field(2, ge=1)
-    """Own prompts per learner per round (P)."""
+    """Own prompts per learner per round (P); `solo-2x` takes twice as many."""
     group_size: int = Field(6, ge=4)
     """G; even, since horizontal groups take G/2 completions from each learner."""
     temperature: float = Field(0.7, gt=0, le=10)
@@ -99,15 +126,20 @@ class ExperimentConfig(BaseModel):
     """Recompute each layer's activations in backward (for large models on a GPU; `ftis-node plan`)."""
     eval_task: Optional[str] = None
     """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: `task`."""
-    eval_items: int = Field(40, ge=1)
-    """Held-out test items for greedy pass@1 (the same items in every arm)."""
+    eval_items: Optional[int] = Field(None, ge=1)
+    """Held-out test items (the same items in every arm); None: every distinct one of the task's test split."""
     eval_seed: int = Field(0, ge=0)
     eval_max_new_tokens: int = Field(16, ge=1)
+    eval_samples: int = Field(8, ge=0, le=64)
+    """Sampled completions per held-out item beside the greedy one (0: greedy only)."""
+    eval_temperature: Optional[float] = Field(None, gt=0, le=10)
+    """Temperature of the sampled held-out completions; None: `temperature`."""
     eval_rounds: list[int] = Field(default_factory=list)
     """Rounds after which held-out accuracy is measured; empty: the last only."""
     max_staleness: int = Field(0, ge=0, le=8)
-    """Vertical arms: each learner's own groups of round r + k are generated before round r learns,
-    as a node with `max_staleness` k generates them (node/pipeline.py; the same schedule, in sequence)."""
+    """Vertical arms without a `-stale<k>` suffix: each learner's own groups of round r + k are generated
+    before round r learns, as a node with `max_staleness` k generates them (node/pipeline.py; the same
+    schedule, in sequence)."""
 
     @field_validator("arms")
     @classmethod
@@ -115,7 +147,7 @@ class ExperimentConfig(BaseModel):
         if not v:
             raise ValueError("at least one arm is needed")
         for arm in v:
-            parse_arm(arm)
+            arm_spec(arm)
         return list(dict.fromkeys(v))
 
     @field_validator("seeds")
@@ -141,14 +173,14 @@ class ExperimentConfig(BaseModel):
 
 
 QUICK_LEARNERS = (LearnerSpec(model="smollm2-135m", lr=2e-5), LearnerSpec(model="smollm2-mini", lr=2e-5))
-"""The quick setting pairs A with the smaller sibling: its samples are off-policy for A from the
-first round (a LoRA twin starts identical to A), so one round exercises weights and filter."""
+"""The quick setting pairs A with the smallest sibling: its samples are off-policy for A from the
+first round, so one round exercises weights and filter."""
 
 
 def quick_config(**overrides: Any) -> ExperimentConfig:
-    """The `--quick` setting: every arm kind once, one round, small groups; a couple of minutes."""
+    """The `--quick` setting: every arm kind once, one round, small groups, 8 held-out items; a couple of minutes."""
     base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], rounds=1,
-                                prompts_per_round=2, group_size=4, eval_items=8)
+                                prompts_per_round=2, group_size=4, eval_items=8, eval_samples=2)
     base.update(overrides)
     return ExperimentConfig(**base)
 
@@ -256,3 +288,21 @@ def _reuse(path: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
         log.info("%s was made with another config; running it again", path)
         return None
     return saved["result"]
+
+
+def pilot_gate(pilot: Optional[dict[str, Any]], model_b: str) -> dict[str, Any]:
+    """Whether the pilot's gate passed for learner B's model: `{passed, reason, checks}`.
+
+    The correction claims count as tested only when it did (and the run's ESS holds, which
+    the statistics check); without a pilot, or a pilot of other candidates, it did not.
+    """
+    if pilot is None:
+        return {"passed": False, "reason": "no pilot given (--pilot)", "checks": {}}
+    rows = [c for c in pilot.get("candidates", []) if c.get("model") == model_b]
+    if not rows:
+        return {"passed": False, "reason": f"the pilot did not try {model_b}", "checks": {}}
+    checks = rows[0].get("checks", {})
+    failed = [k for k, ok in checks.items() if not ok]
+    passed = bool(rows[0].get("passes")) and not failed
+    reason = "the pilot's gate passed" if passed else f"the pilot's gate failed for {model_b}: {', '.join(failed)}"
+    return {"passed": passed, "reason": reason, "checks": checks}

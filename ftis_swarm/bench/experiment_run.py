@@ -28,8 +28,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ftis_swarm.bench.experiment import ExperimentConfig, parse_arm
+from ftis_swarm.bench.experiment import ExperimentConfig, arm_spec
 from ftis_swarm.bench.experiment_eval import heldout_accuracy, heldout_items
+from ftis_swarm.bench.heldout import sample_groups, sampled_rewards
 from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig, NodeConfig, SamplingConfig, SwarmConfig, WireConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner
@@ -55,12 +56,13 @@ def learner_seed(seed: int, index: int) -> int:
     return seed + LEARNER_SEED_STRIDE * index
 
 
-def learner_config(cfg: ExperimentConfig, index: int, seed: int, mode: str) -> NodeConfig:
-    """The node config learner `index` trains as under loss `mode` with run seed `seed`."""
+def learner_config(cfg: ExperimentConfig, index: int, seed: int, mode: str, *, prompts_factor: int = 1) -> NodeConfig:
+    """The node config learner `index` trains as under loss `mode` with run seed `seed`
+    (`prompts_factor` times the config's prompts a round: the `solo-2x` arm)."""
     spec = cfg.learners[index]
     lora = LoRAConfig(rank=spec.lora_rank, alpha=2.0 * spec.lora_rank) if spec.lora_rank else None
     return NodeConfig(
-        model=spec.model, task=cfg.task, rounds=cfg.rounds, prompts_per_round=cfg.prompts_per_round,
+        model=spec.model, task=cfg.task, rounds=cfg.rounds, prompts_per_round=cfg.prompts_per_round * prompts_factor,
         seed=learner_seed(seed, index), backend="transformers",
         sampling=SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                                 group_size=cfg.group_size),
@@ -79,6 +81,8 @@ class Peer:
     cfg: NodeConfig
     backend: TransformersBackend
     learning: Learning
+    staleness: int = 0
+    """The arm's `max_staleness` k (vertical rounds)."""
     ahead: dict[int, tuple[list[Group], Counter]] = field(default_factory=dict)
     """With `max_staleness` k: own groups (and their counts) generated before their round, by round."""
 
@@ -119,11 +123,43 @@ def node_learner(name: str, cfg: NodeConfig, *, device: str) -> Peer:
     return Peer(name, cfg, backend, learning)
 
 
+def eval_items(cfg: ExperimentConfig, task: Task) -> list:
+    """The fixed held-out set: `eval_items` test items, or every distinct one of the test split."""
+    n = cfg.eval_items or task.size("test")
+    if not n:
+        raise ValueError(f"task {task.name} has no fixed test split; set eval_items")
+    return heldout_items(task, n, cfg.eval_seed)
+
+
+def evaluate(model: Any, tokenizer: Any, task: Task, items: list, cfg: ExperimentConfig, *, eos_ids: Any,
+             pad_id: int, sender: str) -> dict[str, Any]:
+    """Greedy pass@1 (`accuracy`, per item `greedy`) and, with `eval_samples` k, per item how many of k
+    samples are right (`sampled`, `sampled_accuracy`); the same items and sampling seed in every arm."""
+    was_training = model.training
+    model.eval()
+    try:
+        out = heldout_accuracy(model, tokenizer, task, items, max_new_tokens=cfg.eval_max_new_tokens,
+                               eos_ids=eos_ids, pad_id=pad_id)
+        out["greedy"] = [int(v) for v in out["verdicts"]]
+        k = cfg.eval_samples
+        if k:
+            groups = sample_groups(model, tokenizer, task, items, samples=k,
+                                   temperature=cfg.eval_temperature or cfg.temperature,
+                                   max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.eval_seed, sender=sender)
+            out["sampled"] = [int(sum(r)) for r in sampled_rewards(tokenizer, task, items, groups)]
+            out["samples"] = k
+            out["sampled_accuracy"] = sum(out["sampled"]) / (k * len(items)) if items else 0.0
+    finally:
+        model.train(was_training)
+    return out
+
+
 def start_evaluation(cfg_json: str) -> dict[str, Any]:
-    """Held-out accuracy of both learners' initial weights (shared by every run)."""
+    """Held-out accuracy of both learners' initial weights (shared by every run and seed: the
+    evaluation is seeded by `eval_seed` alone, so it would repeat the same figures per seed)."""
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     task = get_task(cfg.eval_task or cfg.task)
-    items = heldout_items(task, cfg.eval_items, cfg.eval_seed)
+    items = eval_items(cfg, task)
     out: dict[str, Any] = {"round": 0}
     for name, spec in zip(cfg.learner_names, cfg.learners):
         same = [n for n, s in zip(cfg.learner_names, cfg.learners) if s.model == spec.model and n in out]
@@ -133,8 +169,8 @@ def start_evaluation(cfg_json: str) -> dict[str, Any]:
         model, tok = load_model(spec.model, device=learner_device(cfg.learner_names.index(name)))
         backend = TransformersBackend(model=model, tokenizer=tok, header=GroupHeader(RUN_ID, name, spec.model))
         t0 = time.perf_counter()
-        out[name] = heldout_accuracy(model, tok, task, items, max_new_tokens=cfg.eval_max_new_tokens,
-                                     eos_ids=backend.eos_ids, pad_id=backend.pad_id)
+        out[name] = evaluate(model, tok, task, items, cfg, eos_ids=backend.eos_ids, pad_id=backend.pad_id,
+                             sender=name)
         out[name]["seconds"] = time.perf_counter() - t0
         del model, backend
     return out
@@ -143,36 +179,43 @@ def start_evaluation(cfg_json: str) -> dict[str, Any]:
 def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] = None) -> dict[str, Any]:
     """Trains both learners for `cfg.rounds` rounds under `arm`; returns per-round records and evals.
 
+    Each record carries `optimizer_step` (1 when the learner's policy version advanced that round).
     With `weights_dir`, each learner's final weights (or adapter) are written to
     `weights_dir/<name>/model` (or `adapter`), as a node's checkpoint holds them.
     """
     cfg = ExperimentConfig.model_validate_json(cfg_json)
-    kind, mode = parse_arm(arm)
+    spec = arm_spec(arm)
     t0 = time.perf_counter()
     task = get_task(cfg.task)
-    peers = [node_learner(name, learner_config(cfg, i, seed, mode), device=learner_device(i))
+    peers = [node_learner(name, learner_config(cfg, i, seed, spec.mode, prompts_factor=spec.prompts_factor),
+                          device=learner_device(i))
              for i, name in enumerate(cfg.learner_names)]
+    for p in peers:
+        p.staleness = cfg.max_staleness if spec.staleness is None else spec.staleness
     eval_task = get_task(cfg.eval_task) if cfg.eval_task else task
-    eval_set = heldout_items(eval_task, cfg.eval_items, cfg.eval_seed)
+    eval_set = eval_items(cfg, eval_task)
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
-    step = {"solo": solo_round, "vertical": vertical_round, "horizontal": horizontal_round}[kind]
+    step = {"solo": solo_round, "vertical": vertical_round, "horizontal": horizontal_round}[spec.kind]
+    versions = {p.name: p.learner.policy_version for p in peers}
     for r in range(1, cfg.rounds + 1):
         records = step(peers, task, cfg, r)
+        for x in records:
+            x["optimizer_step"] = int(x["policy_version"] > versions[x["learner"]])
+            versions[x["learner"]] = x["policy_version"]
         rounds.extend(records)
         log.info("%s seed %d round %d: %s", arm, seed, r,
                  ", ".join(f"{x['learner']} reward {_fmt(x['reward'])}" for x in records))
         if r in cfg.eval_rounds:
             ev: dict[str, Any] = {"round": r}
             for p in peers:
-                ev[p.name] = heldout_accuracy(p.backend.model, p.tokenizer, eval_task, eval_set,
-                                              max_new_tokens=cfg.eval_max_new_tokens, eos_ids=p.backend.eos_ids,
-                                              pad_id=p.backend.pad_id)
+                ev[p.name] = evaluate(p.backend.model, p.tokenizer, eval_task, eval_set, cfg,
+                                      eos_ids=p.backend.eos_ids, pad_id=p.backend.pad_id, sender=p.name)
             evals.append(ev)
     if weights_dir is not None:
         for p in peers:
             p.learner.save_weights(Path(weights_dir) / p.name / ("adapter" if p.learner.is_lora else "model"))
-    return {"arm": arm, "kind": kind, "mode": mode, "seed": seed, "rounds": rounds, "evals": evals,
+    return {"arm": arm, "kind": spec.kind, "mode": spec.mode, "seed": seed, "rounds": rounds, "evals": evals,
             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0}
 
 
@@ -233,7 +276,7 @@ def own_groups(p: Peer, task: Task, cfg: ExperimentConfig, r: int, counts: Count
     after round j - k - 1's update (the first k rounds are generated when they start), with the
     same generate calls in the same order, so they lag the learner by up to k versions.
     """
-    k = cfg.max_staleness
+    k = p.staleness
     groups, made = p.ahead.pop(r, (None, Counter()))
     if groups is None:
         groups = generate_own(p.backend, task, p.tokenizer, p.cfg, r, made)

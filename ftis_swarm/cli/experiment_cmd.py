@@ -30,7 +30,7 @@ def experiment(
     quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, 4 arms, learner B the smaller sibling): a couple of minutes."),
     run_dir: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
     figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <run-dir>/figures)."),
-    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, vertical-<mode>, horizontal-<mode> (modes: see join --help-modes)."),
+    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, solo-2x, vertical-<mode>[-stale<k>], horizontal-<mode> (modes: see join --help-modes)."),
     seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds, e.g. 0,1,2."),
     rounds: Optional[int] = typer.Option(None, help="Rounds per run."),
     prompts_per_round: Optional[int] = typer.Option(None, help="Own prompts per learner per round (P)."),
@@ -38,18 +38,20 @@ def experiment(
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per sampled completion."),
     model_a: Optional[str] = typer.Option(None, help="Learner A's model (default smollm2-135m)."),
-    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-135m with a LoRA adapter; same tokenizer as A)."),
+    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-slim27 with a LoRA adapter; same tokenizer as A)."),
     lr_a: Optional[float] = typer.Option(None, help="Learner A's learning rate."),
     lr_b: Optional[float] = typer.Option(None, help="Learner B's learning rate."),
     lora_rank_a: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank for A (default 0: the full model)."),
     lora_rank_b: Optional[int] = typer.Option(None, help="B's LoRA rank (default 16); 0 trains B's full model."),
     dtype: Optional[str] = typer.Option(None, help="Learner autocast: fp32 or bf16."),
-    limit: Optional[int] = typer.Option(None, help="Held-out test items for greedy pass@1 (the same in every arm)."),
-    task: Optional[str] = typer.Option(None, help="Training task (default arith)."),
+    limit: Optional[int] = typer.Option(None, help="Held-out test items (the same in every arm; default: every distinct one)."),
+    eval_samples: Optional[int] = typer.Option(None, help="Sampled held-out completions an item beside the greedy one (default 8; 0: greedy only)."),
+    task: Optional[str] = typer.Option(None, help="Training task (default arith_mix)."),
     eval_task: Optional[str] = typer.Option(None, help="Task of the held-out accuracy (default: the training task; math500 for the paper's)."),
     eval_max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per greedy held-out answer."),
     micro_batch: Optional[int] = typer.Option(None, help="Sequences per forward/backward (ftis-node plan says what fits)."),
     activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute layer activations in backward."),
+    pilot: Optional[Path] = typer.Option(None, help="The pilot's JSON (`ftis-node bench pilot --json`, e.g. docs/pilot.json): whether its gate passed for learner B decides if the correction claims count as tested."),
     workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
     threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
@@ -73,6 +75,8 @@ def experiment(
         fail(f"--run-dir: {out} is not a folder")
     if figures is not None and figures.exists() and not figures.is_dir():
         fail(f"--figures: {figures} is not a folder")
+    if pilot is not None and not pilot.is_file():
+        fail(f"--pilot: {pilot} is not a file")
     overrides: dict = {}
     arm_list, seed_list = _pair(arms, "--arms"), _pair(seeds, "--seeds")
     if arm_list is not None:
@@ -83,7 +87,7 @@ def experiment(
         overrides["seeds"] = [int(s) for s in seed_list]
     for key, value in dict(rounds=rounds, prompts_per_round=prompts_per_round, group_size=group_size,
                            temperature=temperature, max_new_tokens=max_new_tokens, dtype=dtype,
-                           eval_items=eval_items, task=task, eval_task=eval_task,
+                           eval_items=eval_items, eval_samples=eval_samples, task=task, eval_task=eval_task,
                            eval_max_new_tokens=eval_max_new_tokens, micro_batch=micro_batch,
                            activation_checkpointing=activation_checkpointing).items():
         if value is not None:
@@ -105,6 +109,18 @@ def experiment(
 
     import json
 
+    from ftis_swarm.bench.experiment import pilot_gate
+
+    pilot_data = None
+    if pilot is not None:
+        try:
+            pilot_data = json.loads(pilot.read_text())
+        except (OSError, ValueError) as exc:
+            fail(f"--pilot: {pilot} is not a pilot's JSON ({exc})")
+        if not isinstance(pilot_data, dict):
+            fail(f"--pilot: {pilot} is not a pilot's JSON (not an object)")
+    gate = pilot_gate(pilot_data, cfg.learners[1].model)
+
     from ftis_swarm.bench.experiment import run_experiment
     from ftis_swarm.bench.experiment_report import format_table, plot_all
     from ftis_swarm.cli.main import setup_logging
@@ -125,12 +141,14 @@ def experiment(
                 return
             bar.advance()
             end = res["evals"][-1]
-            accs = ", ".join(f"{n} {end[n]['accuracy']:.2f}" for n in cfg.learner_names)
+            accs = ", ".join(f"{n} {end[n]['accuracy']:.2f}"
+                             + (f" (sampled {end[n]['sampled_accuracy']:.2f})" if "sampled_accuracy" in end[n] else "")
+                             for n in cfg.learner_names)
             bar.say(f"[{time.perf_counter() - t0:6.0f} s] {label}: held-out {accs} ({res['seconds']:.0f} s)")
 
         result = run_experiment(cfg, out, workers=workers, threads=threads, resume=resume, on_done=progress)
     result["wall_seconds"] = time.perf_counter() - t0
-    result["workers"], result["threads"] = workers, threads
+    result["workers"], result["threads"], result["gate"] = workers, threads, gate
     table = format_table(result)
     (out / "summary.json").write_text(json.dumps(result))
     (out / "table.md").write_text(table + "\n")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from ftis_swarm.bench.experiment import QUICK_ARMS, ExperimentConfig, parse_arm, quick_config
+from ftis_swarm.bench.experiment import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_spec, parse_arm, pilot_gate, quick_config
 from ftis_swarm.bench.experiment_report import format_table, summary_rows
 from ftis_swarm.bench.experiment_run import merge_halves
 from ftis_swarm.config import FTISConfig
@@ -31,9 +31,25 @@ def test_arm_names_parse_and_bad_ones_are_refused():
     assert parse_arm("solo") == ("solo", "ftis")
     assert parse_arm("vertical-nois") == ("vertical", "nois")
     assert parse_arm("horizontal-fvis") == ("horizontal", "fvis")
-    for bad in ("vertical", "vertical-bogus", "diagonal-ftis", ""):
+    assert arm_spec("solo-2x") == ArmSpec("solo", "ftis", prompts_factor=2, staleness=None)
+    assert arm_spec("vertical-ftis-stale1") == ArmSpec("vertical", "ftis", prompts_factor=1, staleness=1)
+    assert arm_spec("vertical-ftis").staleness is None  # the config's max_staleness
+    for bad in ("vertical", "vertical-bogus", "diagonal-ftis", "", "solo-3x", "horizontal-ftis-stale1",
+                "vertical-ftis-stale", "vertical-ftis-stale9", "vertical-ftis-old1"):
         with pytest.raises(ValueError):
-            parse_arm(bad)
+            arm_spec(bad)
+    with pytest.raises(ValidationError, match="solo-3x"):
+        ExperimentConfig(arms=["solo", "solo-3x"])
+
+
+def test_pilot_gate_counts_only_a_passing_row_of_learner_b():
+    row = {"model": "b", "passes": False, "checks": {"ess_low": True, "over_c": False}}
+    failed = pilot_gate({"candidates": [row]}, "b")
+    assert failed["passed"] is False and "over_c" in failed["reason"] and "ess_low" not in failed["reason"]
+    ok = pilot_gate({"candidates": [{**row, "passes": True, "checks": {"ess_low": True}}]}, "b")
+    assert ok["passed"] is True
+    assert pilot_gate({"candidates": [{**row, "passes": True, "checks": {}}]}, "other")["passed"] is False
+    assert "no pilot" in pilot_gate(None, "b")["reason"]
 
 
 def test_config_refuses_odd_groups_and_eval_rounds_outside_the_run():
@@ -121,11 +137,14 @@ def test_quick_experiment_end_to_end(tmp_path):
     for arm in runs:
         by_learner = {(x["round"], x["learner"]): x for x in recs(arm)}
         for x in recs(arm):
+            # solo-2x learns as many samples a round as a swarm arm, all its own
             assert x["groups"] == (P if arm == "solo" else 2 * P) and x["sequences"] == x["groups"] * G
+            # a step is taken exactly when some sample kept a non-zero advantage
+            assert x["optimizer_step"] == x["policy_version"] == int(x["sequences_with_gradient"] > 0)
             assert x["frac_filtered@0"] == 0.0  # own samples are never filtered
             assert 0.0 <= x["reward"] <= 1.0
             other = by_learner[(x["round"], "B" if x["learner"] == "A" else "A")]
-            if arm == "solo":
+            if arm.startswith("solo"):
                 assert x["bytes_sent"] == x["bytes_received"] == 0 and x["offpolicy_sequences"] == 0
                 assert x["generators_max"] == 1 and x["peer_reward"] is None
                 continue
@@ -163,8 +182,13 @@ def test_quick_experiment_end_to_end(tmp_path):
         assert [e["round"] for e in run["evals"]] == cfg.eval_rounds
         for e in run["evals"]:
             for learner in ("A", "B"):
-                assert 0.0 <= e[learner]["accuracy"] <= 1.0 and e[learner]["items"] == cfg.eval_items
-                digests.add(e[learner]["digest"])
+                ev = e[learner]
+                assert 0.0 <= ev["accuracy"] <= 1.0 and ev["items"] == cfg.eval_items
+                assert ev["greedy"] == [int(v) for v in ev["verdicts"]] and sum(ev["greedy"]) == ev["correct"]
+                assert len(ev["sampled"]) == cfg.eval_items and ev["samples"] == cfg.eval_samples
+                assert all(0 <= k <= cfg.eval_samples for k in ev["sampled"])
+                assert ev["sampled_accuracy"] == sum(ev["sampled"]) / (cfg.eval_samples * cfg.eval_items)
+                digests.add(ev["digest"])
     assert len(digests) == 1  # every arm was measured on the same held-out items
 
     for name in ("experiment_reward.png", "experiment_heldout.png", "experiment_weights.png"):
