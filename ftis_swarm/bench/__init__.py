@@ -10,6 +10,9 @@ Every benchmark measures a baseline in the same process and prints ratios agains
 - swarm_bench.py     publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
                      polling (swarm_worker.py: one node)
 - experiment*.py     two heterogeneous learners, alone and together, per mode; vertical vs horizontal
+                     (experiment_report.py: table and plots; experiment_stats.py: the fixed paired
+                     statistics, claims and verdicts)
+- paired_tests.py    paired tests over seeds: t-test, exact sign-flip, bootstrap interval, MDE
 - e2e.py             a swarm round of real `ftis-node join` processes against a solo round
 - attack_bench.py    what of each hostile group reaches an update; how fast forgers are caught
 - resume_bench.py    a lone node SIGKILLed N times against an undisturbed run (run_compare.py:

@@ -1,14 +1,20 @@
 """The experiment's summary: a table over seeds, and PNG plots (matplotlib, Agg backend).
 
 Per arm and learner: training reward (the learner's own samples, early rounds and last
-rounds), held-out greedy pass@1 at the start, (middle) and end, and the off-policy samples'
-filter and weight metrics (METHOD.md's keys for source 1, the peer, averaged over rounds).
-Spread: mean +- sample standard deviation over seeds (`n` seeds).
+rounds), held-out greedy pass@1 at the start, (middle) and end, sampled accuracy at the
+start and end when the evaluations carry it, and the off-policy samples' filter and weight
+metrics (METHOD.md's keys for source 1, the peer, averaged over rounds). Spread: mean +-
+sample standard deviation over seeds (`n` seeds). The paired tests and claims are
+`experiment_stats.py`'s.
+
+Plots draw every seed as a thin line in its arm's colour and the arm's mean over seeds as a
+thick line: no bands, no error bars (issue 14), so a single divergent seed stays visible.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,11 +40,18 @@ def reward_matrix(runs: Sequence[dict[str, Any]], learner: str, key: str = "rewa
     return np.array([r + [np.nan] * (width - len(r)) for r in rows], dtype=float).reshape(len(rows), width)
 
 
-def eval_matrix(runs: Sequence[dict[str, Any]], start: dict[str, Any], learner: str) -> tuple[list[int], np.ndarray]:
-    """Evaluation rounds (0 first) and `[seeds, evals]` held-out accuracy of one learner."""
+def eval_matrix(runs: Sequence[dict[str, Any]], start: dict[str, Any], learner: str,
+                key: str = "accuracy") -> tuple[list[int], np.ndarray]:
+    """Evaluation rounds (0 first) and `[seeds, evals]` held-out `key` of one learner (greedy pass@1 by
+    default, `sampled_accuracy` for the sampled one; NaN where an evaluation lacks it)."""
     rounds = [0] + [e["round"] for e in runs[0]["evals"]] if runs else [0]
-    acc = [[start[learner]["accuracy"]] + [e[learner]["accuracy"] for e in run["evals"]] for run in runs]
-    return rounds, np.array(acc, dtype=float)
+
+    def get(ev: dict[str, Any]) -> float:
+        return math.nan if ev.get(key) is None else float(ev[key])
+
+    acc = [[get(start[learner])] + [get(e[learner]) for e in run["evals"]] for run in runs]
+    width = max((len(r) for r in acc), default=len(rounds))
+    return rounds, np.array([r + [math.nan] * (width - len(r)) for r in acc], dtype=float).reshape(len(acc), width)
 
 
 def _ms(values: np.ndarray) -> tuple[float, float]:
@@ -74,6 +87,8 @@ def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "heldout_mid": _ms(acc[:, 1]) if acc.shape[1] > 2 else (math.nan, math.nan),
                 "heldout_end": _ms(acc[:, -1]),
             }
+            _, sampled = eval_matrix(arm_runs, start, learner, "sampled_accuracy")
+            row["sampled_start"], row["sampled_end"] = _ms(sampled[:, 0]), _ms(sampled[:, -1])
             for key in PEER_METRICS:
                 m = reward_matrix(arm_runs, learner, key)
                 row[key] = _ms(np.nanmean(m, axis=1)) if m.size and np.isfinite(m).any() else (math.nan, math.nan)
@@ -87,12 +102,16 @@ def format_table(result: dict[str, Any]) -> str:
     cfg = result["config"]
     k = min(WINDOW, cfg["rounds"])
     mid = len(cfg["eval_rounds"]) > 1
+    rows = summary_rows(result)
+    sampled = any(not math.isnan(r["sampled_end"][0]) for r in rows)
     head = (["arm", "learner", "seeds", f"reward r1-{k}", f"reward last {k}", "held-out start"]
-            + ["held-out mid"] * mid + ["held-out end"] + [f"peer {x}" for x in PEER_LABELS] + ["bytes sent/round"])
+            + ["held-out mid"] * mid + ["held-out end"] + ["sampled start", "sampled end"] * sampled
+            + [f"peer {x}" for x in PEER_LABELS] + ["bytes sent/round"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in summary_rows(result):
+    for row in rows:
         cells = [row["arm"], row["learner"], str(row["seeds"]), _fmt(*row["reward_early"]), _fmt(*row["reward_late"]),
                  _fmt(*row["heldout_start"])] + [_fmt(*row["heldout_mid"])] * mid + [_fmt(*row["heldout_end"])]
+        cells += [_fmt(*row["sampled_start"]), _fmt(*row["sampled_end"])] * sampled
         cells += [_fmt(*row[key], digits=1 if key == "kl_mean@1" else 2) for key in PEER_METRICS]
         cells.append(f"{row['bytes_per_round']:.0f}" if row["bytes_per_round"] else "0")
         lines.append("| " + " | ".join(cells) + " |")
@@ -106,8 +125,22 @@ def _smooth(y: np.ndarray, k: int) -> np.ndarray:
     return np.array([np.convolve(np.nan_to_num(row), kernel, mode="valid") for row in np.atleast_2d(y)])
 
 
+def seed_lines(ax: Any, x: np.ndarray, ys: np.ndarray, color: Any, label: str, **mean_style: Any) -> None:
+    """Each row of `ys` `(seeds, points)` as a thin line, and their mean over seeds as a thick one
+    (with markers when there are under 3 points, so a lone point shows)."""
+    if len(x) < 3:
+        mean_style = {"marker": "o", "ms": 3, **mean_style}
+    for y in ys:
+        ax.plot(x, y, color=color, lw=0.7, alpha=0.35, marker=mean_style.get("marker"), ms=2)
+    with warnings.catch_warnings():  # a point no seed has (NaN in every row) stays a gap in the mean
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(ys, axis=0) if ys.size else np.full(x.shape, np.nan)  # (points,)
+    ax.plot(x, mean, color=color, lw=2.2, label=label, **mean_style)
+
+
 def plot_all(result: dict[str, Any], folder: Path, *, prefix: str = "experiment", smooth: int = 3) -> list[Path]:
-    """Writes `<prefix>_reward.png`, `<prefix>_heldout.png` and `<prefix>_weights.png`; returns the paths."""
+    """Writes `<prefix>_reward.png`, `<prefix>_heldout.png` (greedy, and sampled when present) and
+    `<prefix>_weights.png` (when an arm learns from a peer); returns the paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,7 +149,7 @@ def plot_all(result: dict[str, Any], folder: Path, *, prefix: str = "experiment"
     folder.mkdir(parents=True, exist_ok=True)
     runs, start, cfg = result["runs"], result["start"], result["config"]
     arms = [a for a in cfg["arms"] if _by(runs, a)]
-    colors = {a: plt.get_cmap("tab10")(i) for i, a in enumerate(arms)}
+    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(arms)}
     models = {n: spec["model"] + (f" (LoRA r{spec['lora_rank']})" if spec.get("lora_rank") else " (full)")
               for n, spec in zip(("A", "B"), cfg["learners"])}
     paths = []
@@ -127,9 +160,7 @@ def plot_all(result: dict[str, Any], folder: Path, *, prefix: str = "experiment"
             raw = reward_matrix(_by(runs, arm), learner)  # (seeds, rounds)
             rew = _smooth(raw, smooth)  # (seeds, rounds - smooth + 1), each point ends at its round
             x = np.arange(1, rew.shape[1] + 1) + (raw.shape[1] - rew.shape[1])
-            ax.plot(x, rew.mean(0), color=colors[arm], label=arm)
-            if rew.shape[0] > 1:
-                ax.fill_between(x, rew.min(0), rew.max(0), color=colors[arm], alpha=0.15)
+            seed_lines(ax, x, rew, colors[arm], arm)
         ax.set_title(f"{learner}: {models[learner]}", fontsize=9)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
@@ -137,32 +168,34 @@ def plot_all(result: dict[str, Any], folder: Path, *, prefix: str = "experiment"
     axes[1].legend(fontsize=7)
     paths.append(_save(fig, folder / f"{prefix}_reward.png"))
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
+    keys = [("accuracy", "greedy pass@1")]
+    if any(np.isfinite(eval_matrix(_by(runs, a), start, n, "sampled_accuracy")[1]).any() for a in arms for n in "AB"):
+        keys.append(("sampled_accuracy", "sampled accuracy"))
+    fig, axes = plt.subplots(len(keys), 2, figsize=(10, 3.4 * len(keys)), sharey=True, squeeze=False)
     n = len(arms)
-    for ax, learner in zip(axes, ("A", "B")):
-        for j, arm in enumerate(arms):
-            rounds, acc = eval_matrix(_by(runs, arm), start, learner)
-            x = np.array(rounds, dtype=float) + (j - (n - 1) / 2) * 0.12 * max(1, cfg["rounds"] / 8)
-            err = acc.std(0, ddof=1) if acc.shape[0] > 1 else None
-            ax.errorbar(x, acc.mean(0), yerr=err, color=colors[arm], marker="o", ms=3, capsize=2, label=arm)
-        ax.set_title(f"{learner}: {models[learner]}", fontsize=9)
-        ax.set_xlabel("round")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"held-out greedy pass@1 ({start['A']['items']} items)")
-    axes[1].legend(fontsize=7)
+    for row, (key, what) in zip(axes, keys):
+        for ax, learner in zip(row, ("A", "B")):
+            for j, arm in enumerate(arms):
+                rounds, acc = eval_matrix(_by(runs, arm), start, learner, key)  # (seeds, evals)
+                x = np.array(rounds, dtype=float) + (j - (n - 1) / 2) * 0.12 * max(1, cfg["rounds"] / 8)
+                seed_lines(ax, x[: acc.shape[1]], acc, colors[arm], arm, marker="o", ms=3)
+            ax.set_title(f"{learner}: {models[learner]}", fontsize=9)
+            ax.set_xlabel("round")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel(f"held-out {what} ({start['A'].get('items', '?')} items)")
+    axes[0, 1].legend(fontsize=7)
     paths.append(_save(fig, folder / f"{prefix}_heldout.png"))
 
-    together = [a for a in arms if a != "solo"]
+    together = [a for a in arms if not a.startswith("solo")]
     if together:
         fig, axes = plt.subplots(2, len(PEER_METRICS), figsize=(13, 5), sharex=True)
         for i, learner in enumerate(("A", "B")):
             for j, (key, label) in enumerate(zip(PEER_METRICS, PEER_LABELS)):
                 ax = axes[i, j]
                 for arm in together:
-                    m = reward_matrix(_by(runs, arm), learner, key)
-                    ax.plot(np.arange(1, m.shape[1] + 1), np.nanmean(m, 0), color=colors[arm], marker="o", ms=2,
-                            label=arm)
+                    m = reward_matrix(_by(runs, arm), learner, key)  # (seeds, rounds)
+                    seed_lines(ax, np.arange(1, m.shape[1] + 1), m, colors[arm], arm)
                 ax.set_title(f"{learner}: peer {label}", fontsize=8)
                 ax.tick_params(labelsize=7)
                 ax.grid(alpha=0.3)
