@@ -1,14 +1,16 @@
 """The paper's experiment in miniature: two heterogeneous learners, alone and together, on CPU.
 
 Two learners share one process per run (by default A is SmolLM2-135M fully fine-tuned and
-B the same checkpoint training a LoRA adapter; any two models with one tokenizer work, e.g.
-`smollm2-mini`, the smaller sibling). Each run is one *arm* and one seed:
+B the pilot's sibling `smollm2-slim27` training a LoRA adapter; any two models with one
+tokenizer work). Each run is one *arm* and one seed:
 
 - `solo`: each learner trains on its own vertical groups only (plain on-policy GRPO; the
   loss mode does not matter, since own samples have weight 1 and are never filtered);
+  `solo-2x` the same with twice the prompts a round: as many samples learned as a swarm arm;
 - `vertical-<mode>`: each learner also trains on the other's groups, which cross through
   the real wire codec (`encode_group` -> bytes -> `decode_group`), as off-policy samples
-  corrected by `<mode>` (`ftis_swarm.config.LOSS_MODES`);
+  corrected by `<mode>` (`ftis_swarm.config.LOSS_MODES`); `vertical-<mode>-stale<k>` with
+  each learner's own groups generated k versions ahead (`max_staleness` k);
 - `horizontal-<mode>`: each group's G completions are split across the two models (G/2
   each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
   group; the learner is called with `allow_mixed=True` (an experiment-only setting).
@@ -25,7 +27,9 @@ weights (identical in every run: the same checkpoint, and a fresh LoRA adapter c
 nothing until its first step), then after the rounds in `eval_rounds` (by default the last) of each run.
 
 Files: experiment.py (this: settings, plan, the pool that runs it), experiment_run.py (one
-run), experiment_eval.py (held-out accuracy), experiment_report.py (table and plots).
+run), experiment_eval.py (held-out accuracy), experiment_report.py (table and plots),
+experiment_stats.py and paired_tests.py (the statistics fixed before the run: paired tests over
+seeds, bootstrap over seeds and items, the claims' verdicts).
 """
 
 from __future__ import annotations
@@ -119,8 +123,10 @@ class ExperimentConfig(BaseModel):
     """G; even, since horizontal groups take G/2 completions from each learner."""
     temperature: float = Field(0.7, gt=0, le=10)
     max_new_tokens: int = Field(16, ge=1)
-    dtype: Literal["fp32", "bf16"] = "bf16"
-    """The learner's autocast (rollout and evaluation stay fp32)."""
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    """The learner's autocast (rollout and evaluation stay fp32). bf16 is for GPUs: on this machine's
+    CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the fp32 one, its
+    learning 7.5 x."""
     micro_batch: int = Field(32, ge=1)
     activation_checkpointing: bool = False
     """Recompute each layer's activations in backward (for large models on a GPU; `ftis-node plan`)."""

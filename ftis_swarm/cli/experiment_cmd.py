@@ -123,6 +123,7 @@ def experiment(
 
     from ftis_swarm.bench.experiment import run_experiment
     from ftis_swarm.bench.experiment_report import format_table, plot_all
+    from ftis_swarm.bench.experiment_stats import statistics, statistics_markdown
     from ftis_swarm.cli.main import setup_logging
     from ftis_swarm.cli.progress import Bar
 
@@ -152,6 +153,10 @@ def experiment(
     table = format_table(result)
     (out / "summary.json").write_text(json.dumps(result))
     (out / "table.md").write_text(table + "\n")
+    stats_md = statistics_markdown(result, gate["passed"])
+    (out / "stats.json").write_text(json.dumps(statistics(result, gate["passed"]), indent=1))
+    (out / "stats.md").write_text(f"{gate['reason']}.\n\n{stats_md}\n")
     paths = plot_all(result, figures or out / "figures")
     typer.echo(table)
+    typer.echo(f"\n{gate['reason']}.\n\n{stats_md}")
     typer.echo(f"wall time {result['wall_seconds']:.0f} s; results in {out}; plots: {', '.join(map(str, paths))}")

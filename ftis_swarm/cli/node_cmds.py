@@ -137,7 +137,7 @@ def join(
 @app.command()
 def testnet(
     nodes: int = typer.Option(3, help="Nodes to start (the preset's models, round-robin)."),
-    rounds: Optional[int] = typer.Option(None, help="Rounds per node (default: the preset's: 6, tiny: 2)."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds per node (default: the preset's: 5, tiny: 2)."),
     preset: str = typer.Option("default", help="default: SmolLM2 full / LoRA / a sibling; tiny: seconds-long smoke run."),
     run_dir: Optional[Path] = typer.Option(None, help="Where each node's run directory goes [default: runs/testnet]."),
     task: Optional[str] = typer.Option(None, help="Task of every node (default arith)."),

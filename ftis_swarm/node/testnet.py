@@ -61,7 +61,7 @@ def preset(name: str, workdir: Path, *, sibling: Optional[str] = None) -> Preset
             NodeSpec("smollm2-lora", "smollm2-135m", ("--lora-rank", "16", "--lr", "2e-4")),
             NodeSpec(third if third in ("smollm2-slim", "smollm2-mini") else "sibling", third, ("--lr", "2e-5")),
         )
-        return Preset(specs, DEFAULT_FLAGS, rounds=6)
+        return Preset(specs, DEFAULT_FLAGS, rounds=5)
     if name == "tiny":
         from ftis_swarm.models.tiny import build_tiny_qwen2
 

@@ -107,7 +107,9 @@ def test_table_reports_mean_and_sample_std_over_seeds():
 
 def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
     for flags, words in ((["--arms", "solo,sideways-ftis"], "sideways-ftis"), (["--group-size", "5"], "even"),
-                         (["--seeds", "x"], "--seeds"), (["--workers", "0"], "--workers")):
+                         (["--seeds", "x"], "--seeds"), (["--workers", "0"], "--workers"),
+                         (["--pilot", str(tmp_path / "none.json")], "--pilot"),
+                         (["--set", "eval_samples=-1"], "eval_samples")):
         proc = subprocess.run(CLI + flags + ["--run-dir", str(tmp_path / "o")], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, proc.stderr
@@ -195,3 +197,9 @@ def test_quick_experiment_end_to_end(tmp_path):
         data = (figures / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(data) < 400_000
     assert (out / "table.md").read_text().count("\n") == 2 + 2 * len(QUICK_ARMS)
+    # no --pilot: the claims' verdicts are computed but none counts as tested
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["gate_passed"] is False and stats["tested"] is False
+    assert [c["claim"] for c in stats["claims"]] == ["H1", "H2", "H3"]
+    assert all(c["label"].startswith("not tested (") for c in stats["claims"])
+    assert summary["gate"]["reason"] == "no pilot given (--pilot)" and "no pilot given" in proc.stdout
