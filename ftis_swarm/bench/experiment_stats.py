@@ -227,6 +227,37 @@ def comparisons(result: dict[str, Any], base: str = MAIN_BASE, metric: Metric = 
             for learner in LEARNERS]
 
 
+def staleness(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each `<arm>-stale<k>` with runs against `<arm>` (issue 13: learning is not hurt): per learner,
+    a non-inferiority test of `stale - fresh > -NONINFERIORITY_MARGIN`, with its verdict."""
+    have = arms_with_runs(result)
+    out = []
+    for arm in have:
+        fresh, _, k = arm.rpartition("-stale")
+        if not fresh or not k.isdigit() or fresh not in have:
+            continue
+        for learner in LEARNERS:
+            t = paired(result, arm, fresh, learner, alternative="greater", margin=NONINFERIORITY_MARGIN)
+            t["verdict"] = verdict(t)
+            out.append(t)
+    return out
+
+
+def staleness_markdown(result: dict[str, Any]) -> str:
+    """`staleness` as a table; empty when no stale arm has its fresh twin."""
+    tests = staleness(result)
+    if not tests:
+        return ""
+    lines = [f"Each stale arm against the same arm with `max_staleness` 0, paired by seed: non-inferiority "
+             f"(stale - fresh > -{NONINFERIORITY_MARGIN}), one-sided at alpha {ALPHA:.4f}.", "",
+             _row(["arm", "against", "learner", "seeds", "mean diff", "95% interval", "t p", "sign-flip p", "MDE",
+                   "non-inferior"]), "|" + "---|" * 10]
+    for t in tests:
+        lines.append(_row([t["arm"], t["base"], t["learner"], str(len(t["seeds"])), _num(t["mean_diff"], "+.3f"),
+                           _interval(t), _num(t["t_p"]), _num(t["sign_p"]), _num(t["mde"]), t["verdict"]]))
+    return "\n".join(lines + _notes(tests))
+
+
 def statistics(result: dict[str, Any], gate_passed: bool) -> dict[str, Any]:
     """Everything above as one JSON-ready dict (NaN as None), with the fixed settings and every note."""
     cl = claims(result, gate_passed)
@@ -241,6 +272,7 @@ def statistics(result: dict[str, Any], gate_passed: bool) -> dict[str, Any]:
         "bootstrap": {"draws": BOOTSTRAP_DRAWS, "seed": BOOTSTRAP_SEED, "level": 0.95},
         "gate_passed": bool(gate_passed), "ess": ess, "ess_holds": ess <= ESS_MAX,
         "tested": bool(gate_passed) and ess <= ESS_MAX, "claims": cl, "comparisons": comps,
+        "staleness": staleness(result),
         "steps": [step_counts(result, arm, learner) for arm in arms_with_runs(result) for learner in LEARNERS],
         "notes": list(dict.fromkeys(notes)),
     })
@@ -313,6 +345,9 @@ def statistics_markdown(result: dict[str, Any], gate_passed: bool) -> str:
     for base, what in ((MAIN_BASE, "main"), (SECONDARY_BASE, "secondary")):
         for metric in ("greedy", "sampled"):
             parts += [f"### Against {base} ({what}), {metric}", comparison_markdown(result, base=base, metric=metric)]
+    stale = staleness_markdown(result)
+    if stale:
+        parts += ["### Stale own samples (max_staleness)", stale]
     return "\n\n".join(parts)
 
 

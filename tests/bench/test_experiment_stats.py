@@ -190,3 +190,22 @@ def test_statistics_markdown_holds_the_claims_and_all_four_comparisons():
                      "### Against solo-2x (secondary), greedy", "### Against solo-2x (secondary), sampled"]
     assert "| H1 | vertical-ftis > solo | B | 6 | +0.117 |" in text and "| supported | supported |" in text
     assert "Claims tested" in text and "solo-2x: no finished runs, so no paired differences" in text
+
+
+def test_a_stale_arm_is_tested_for_non_inferiority_against_its_fresh_twin():
+    res = experiment(ABOUT_EVEN, UP)
+    fresh = {r["seed"]: r for r in res["runs"] if r["arm"] == "vertical-ftis"}
+    # stale A: one item (0.05) worse on every seed, i.e. exactly on the margin; stale B: as fresh
+    res["runs"] += [run("vertical-ftis-stale1", s, fresh[s]["evals"][0]["A"]["greedy"].count(1) - 1,
+                        fresh[s]["evals"][0]["B"]["greedy"].count(1)) for s in range(6)]
+    res["config"]["arms"].append("vertical-ftis-stale1")
+    tests = {t["learner"]: t for t in statistics(res, True)["staleness"]}
+    assert tests["A"]["base"] == "vertical-ftis" and tests["A"]["mean_diff"] == pytest.approx(-0.05)
+    assert tests["A"]["verdict"] == "not shown"  # on the margin: not shown to be better than -0.05
+    assert tests["B"]["mean_diff"] == 0.0 and tests["B"]["verdict"] == "supported"  # 0 > -0.05 on every seed
+    text = statistics_markdown(res, True)
+    assert "### Stale own samples (max_staleness)" in text
+    assert "| vertical-ftis-stale1 | vertical-ftis | B | 6 | +0.000 |" in text
+    # no fresh twin: no section
+    res["runs"] = [r for r in res["runs"] if r["arm"] != "vertical-ftis"]
+    assert statistics(res, True)["staleness"] == [] and "Stale own" not in statistics_markdown(res, True)
