@@ -139,6 +139,10 @@ class ShardedLearner(Learner):
         """The update without announcing it: for callers that run every rank in lock step (benches)."""
         return super().update(items, allow_mixed=allow_mixed)
 
+    def named_weights(self) -> None:
+        """None: no process holds the weights whole (`save_weights` gathers them to write a file)."""
+        return None
+
     def save_weights(self, path: Path) -> Path:
         """Gathers the full weights (or adapter) and writes them from rank 0, as one process would."""
         self._announce("save_weights", path)

@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
@@ -272,6 +272,11 @@ class Learner:
     def _sum_over_ranks(self, value: float) -> float:
         """A per-process partial sum, summed over every process of the learner (here: one)."""
         return value
+
+    def named_weights(self) -> Optional[Iterable[tuple[str, torch.Tensor]]]:
+        """The full model's tensors by name, in memory (a rollout engine loads them with no file); None
+        for an adapter, or where no process holds them whole (the sharded learner)."""
+        return None if self.is_lora else self.model.state_dict().items()
 
     def save_weights(self, path: Path) -> Path:
         """Writes the full model or the adapter as safetensors (what a rollout backend reloads)."""

@@ -143,6 +143,8 @@ def update_and_serve(learning: Learning, r: int, items: list[ScoredGroup], *, ow
     reason = update_failure(metrics, own_groups=own_groups, own_learn_errors=own_errors, error=error)
     health = learning.health.note(r, reason)
     learning.peer_ledger.settle_update(learner.peer_report, me=learning.me)
-    learning.serving.after_update()
+    refreshed = learning.serving.after_update()
+    if refreshed is not None:  # the backend's own copy of the weights was refreshed
+        metrics["time_weight_refresh"] = refreshed
     return metrics, health
 

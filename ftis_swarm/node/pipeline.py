@@ -83,7 +83,7 @@ class HeldServing:
         self.serving = serving
 
     def after_update(self) -> None:
-        """Held: `Pipeline.finish` serves the new weights once the generation in flight is done."""
+        """Held: `Pipeline.finish` serves the new weights once the generation in flight is done (timed there)."""
 
     def release(self) -> None:
         self.serving.after_update()

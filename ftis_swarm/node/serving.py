@@ -5,14 +5,17 @@ labels its own groups on-policy only when that version is its own (`learning.py`
 backend's version advances exactly when the learner's does, that is when an optimiser step
 was taken; an update without a step (no sample carried signal, or a skipped non-finite
 step) leaves both where they were. A backend sharing the learner's model object sees an
-update at once and only advances its version; any other backend (vLLM, or a transformers
-backend with its own copy) gets the weights or the adapter from a directory the learner
-writes. Used by the node (`components.py`) and by the experiment, the same code in both.
+update at once and only advances its version. A backend that loads tensors from memory
+(vLLM's `load_tensors`) gets a full model's new weights that way, with no file; otherwise
+(a LoRA adapter, or a transformers backend with its own copy) the weights or the adapter
+come from a directory the learner writes. `last_push_seconds` times the last refresh. Used
+by the node (`components.py`) and by the experiment, the same code in both.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -32,16 +35,23 @@ class Serving:
     """The backend samples from the learner's own model object (no copy to refresh)."""
     weights_dir: Optional[Path] = None
     """Where the learner writes its weights or adapter for a backend with its own copy (None: it shares the model)."""
+    last_push_seconds: float = 0.0
+    """How long the last refresh of the backend's weights took (in memory, or through `weights_dir`)."""
 
-    def after_update(self) -> None:
-        """Serves the learner's new weights, if the update took a step; versions stay equal."""
+    def after_update(self) -> Optional[float]:
+        """Serves the learner's new weights, if the update took a step; versions stay equal.
+
+        Returns the seconds the refresh of a backend's own copy took (None: nothing was copied)."""
         if self.backend.policy_version == self.learner.policy_version:
-            return  # no optimiser step: the served weights are still current
+            return None  # no optimiser step: the served weights are still current
+        seconds = None
         if self.shares_model:
             self.backend.bump_policy_version()
         else:
-            self._push(self._save())
+            self._refresh()
+            seconds = self.last_push_seconds
         check_versions(self.learner, self.backend)
+        return seconds
 
     def sync(self, *, resumed_from: Optional[Path] = None) -> None:
         """After a resume: the backend serves the restored weights under the restored version.
@@ -49,7 +59,7 @@ class Serving:
         At version 0 no step was taken: the backend already serves those weights (a push would
         advance its version past the learner's)."""
         if not self.shares_model and self.learner.policy_version > self.backend.policy_version:
-            self._push(self._save())
+            self._refresh()
         while self.backend.policy_version < self.learner.policy_version:
             self.backend.bump_policy_version()
         check_versions(self.learner, self.backend)
@@ -60,6 +70,15 @@ class Serving:
         if self.weights_dir is None:
             raise RuntimeError("a backend with its own copy of the model needs a weights_dir to load from")
         return self.learner.save_weights(self.weights_dir)
+
+    def _refresh(self) -> None:
+        t0 = time.perf_counter()
+        tensors = self.learner.named_weights() if hasattr(self.backend, "load_tensors") else None
+        if tensors is not None:
+            self.backend.load_tensors(tensors)
+        else:
+            self._push(self._save())
+        self.last_push_seconds = time.perf_counter() - t0
 
     def _push(self, path: Path) -> None:
         if self.learner.is_lora:

@@ -7,9 +7,12 @@ The only module of ftis_swarm that imports vllm (an import-linter contract). Cho
   `generation_config="vllm"` keeps a checkpoint's suggested top-k/penalties out.
 - The EOS set is ours (tokenizer + config + generation config, as in the transformers
   backend), passed as `stop_token_ids`; vLLM keeps the stop token in the output ids.
-- Weight refresh: the learner writes safetensors to a folder, then
-  `collective_rpc("reload_weights")` loads them in place and `reset_prefix_cache()` drops
-  KV blocks computed with the old weights. Adapter swap: a `LoRARequest` with a fixed id and
+- Weight refresh, in memory (`load_tensors`, what the node uses for a full fine-tune): the
+  learner's named tensors go to the engine's in-place reload as an iterator
+  (`collective_rpc("reload_weights", weights_iterator=...)`: the engine runs in this
+  process, so no pipe or file carries them), the tied output embedding is re-tied and
+  `reset_prefix_cache()` drops KV blocks computed with the old weights. From a folder (`load_weights`): the learner writes safetensors, then
+  `collective_rpc("reload_weights")` loads them in place, the same cache reset after. Adapter swap: a `LoRARequest` with a fixed id and
   `load_inplace=True`, again followed by a prefix-cache reset (the cache key is the LoRA id).
 - The engine runs in this process by default (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): no
   `__main__` guard needed in callers, and the node already gives the worker its own process.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ftis_swarm.config import SamplingConfig
 from ftis_swarm.models import load_tokenizer, resolve_model
@@ -163,6 +166,18 @@ class VLLMBackend(RolloutBackend):
         inputs = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
         outputs = self.llm.generate(inputs, params, lora_request=self._lora, use_tqdm=False)
         return [list(out.outputs[0].token_ids) for out in outputs]
+
+    def load_tensors(self, tensors: Iterable[tuple[str, Any]]) -> None:
+        """Loads named tensors (a transformers state dict's names and shapes) into the running engine,
+        in place, from memory: no file is written or read. The next call samples from them."""
+        items = [(name, t.detach()) for name, t in tensors]
+        if not items:
+            raise ValueError("no tensors to load")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        self.llm.apply_model(_retie_output_embeddings)
+        self.llm.reset_prefix_cache()
+        self.bump_policy_version()
+        log.info("serving %d tensors loaded from memory as policy version %d", len(items), self.policy_version)
 
     def load_weights(self, path: str) -> None:
         """Loads the safetensors checkpoint in folder `path` into the running engine, in place."""

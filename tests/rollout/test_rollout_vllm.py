@@ -101,6 +101,40 @@ def test_reloaded_weights_change_the_output(engine, tiny_model, tiny_dir, kit, t
     assert kit.gap(tiny_model, back) < 1e-4
 
 
+def test_tensors_loaded_from_memory_serve_like_a_file(engine, tiny_model, kit) -> None:
+    new = kit.perturbed(tiny_model, seed=5)
+    cfg = SamplingConfig(temperature=1.0, max_new_tokens=6, seed=0)
+    version = engine.policy_version
+    engine.load_tensors(new.state_dict().items())  # the learner's names; tied lm_head included
+    assert engine.policy_version == version + 1
+    after = engine.generate(kit.prompts, 2, cfg)
+    assert kit.gap(new, after) < 1e-4 and kit.gap(tiny_model, after) > 1e-2
+    engine.load_tensors(tiny_model.state_dict().items())
+    assert kit.gap(tiny_model, engine.generate(kit.prompts, 2, cfg)) < 1e-4
+    with pytest.raises(ValueError, match="no tensors"):
+        engine.load_tensors([])
+
+
+def test_the_node_serves_a_full_learner_to_vllm_from_memory(engine, tiny_dir, kit, tmp_path) -> None:
+    """`Serving` hands a full model's new weights to vLLM with no file (`Learner.named_weights`)."""
+    from ftis_swarm.config import load_node_config
+    from ftis_swarm.node.components import build_learner
+    from ftis_swarm.node.serving import Serving
+
+    cfg = load_node_config(None, {"model": str(tiny_dir), "run_dir": str(tmp_path / "run")})
+    _, _, learner = build_learner(cfg, device="cpu")
+    noisy = kit.perturbed(learner.model, seed=6)
+    learner.model.load_state_dict(noisy.state_dict())
+    learner.policy_version = engine.policy_version + 1  # as after an optimiser step
+    serving = Serving(learner, engine, shares_model=False, weights_dir=tmp_path / "weights")
+    seconds = serving.after_update()
+    assert seconds is not None and seconds > 0 and engine.policy_version == learner.policy_version
+    assert not (tmp_path / "weights").exists()  # nothing written
+    after = engine.generate(kit.prompts, 2, SamplingConfig(temperature=1.0, max_new_tokens=6, seed=3))
+    assert kit.gap(noisy, after) < 1e-4
+    assert serving.after_update() is None  # no new step: nothing to copy
+
+
 def test_an_adapter_swap_takes_effect(engine, tiny_model, kit, tmp_path) -> None:
     ref_a = kit.lora(tiny_model, tmp_path / "a", seed=1)
     ref_b = kit.lora(tiny_model, tmp_path / "b", seed=2)
