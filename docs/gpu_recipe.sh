@@ -74,7 +74,7 @@ echo "  B: $(plan "$MODEL_B" "$LORA_B")" >&2
 
 cmd=(ftis-node experiment --run-dir "$OUT" --figures "$OUT/figures"
      --model-a "$MODEL_A" --model-b "$MODEL_B" --lora-rank-a "$LORA_A" --lora-rank-b "$LORA_B"
-     --lr-a 1e-6 --lr-b 1e-6 --task gsm8k --eval-task math500 --limit "$EVAL_ITEMS"
+     --lr-a 1e-6 --lr-b 1e-6 --task gsm8k --eval-task math500 --limit "$EVAL_ITEMS" --eval-samples 0
      --eval-max-new-tokens 1024 --rounds "$ROUNDS" --prompts-per-round 24 --group-size 12
      --temperature 1.0 --max-new-tokens 512 --dtype bf16 --micro-batch 4 "$ac"
      --arms "$ARMS" --seeds "$SEEDS" --workers "$WORKERS" --threads 4)
