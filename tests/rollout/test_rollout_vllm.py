@@ -115,7 +115,7 @@ def test_tensors_loaded_from_memory_serve_like_a_file(engine, tiny_model, kit) -
         engine.load_tensors([])
 
 
-def test_the_node_serves_a_full_learner_to_vllm_from_memory(engine, tiny_dir, kit, tmp_path) -> None:
+def test_the_node_serves_a_full_learner_to_vllm_from_memory(engine, tiny_dir, tiny_model, kit, tmp_path) -> None:
     """`Serving` hands a full model's new weights to vLLM with no file (`Learner.named_weights`)."""
     from ftis_swarm.config import load_node_config
     from ftis_swarm.node.components import build_learner
@@ -127,12 +127,15 @@ def test_the_node_serves_a_full_learner_to_vllm_from_memory(engine, tiny_dir, ki
     learner.model.load_state_dict(noisy.state_dict())
     learner.policy_version = engine.policy_version + 1  # as after an optimiser step
     serving = Serving(learner, engine, shares_model=False, weights_dir=tmp_path / "weights")
-    seconds = serving.after_update()
-    assert seconds is not None and seconds > 0 and engine.policy_version == learner.policy_version
-    assert not (tmp_path / "weights").exists()  # nothing written
-    after = engine.generate(kit.prompts, 2, SamplingConfig(temperature=1.0, max_new_tokens=6, seed=3))
-    assert kit.gap(noisy, after) < 1e-4
-    assert serving.after_update() is None  # no new step: nothing to copy
+    try:
+        seconds = serving.after_update()
+        assert seconds is not None and seconds > 0 and engine.policy_version == learner.policy_version
+        assert not (tmp_path / "weights").exists()  # nothing written
+        after = engine.generate(kit.prompts, 2, SamplingConfig(temperature=1.0, max_new_tokens=6, seed=3))
+        assert kit.gap(noisy, after) < 1e-4
+        assert serving.after_update() is None  # no new step: nothing to copy
+    finally:  # the engine is shared by the module's tests: back to the base weights
+        engine.load_tensors(tiny_model.state_dict().items())
 
 
 def test_an_adapter_swap_takes_effect(engine, tiny_model, kit, tmp_path) -> None:
