@@ -48,8 +48,9 @@ def _join(tmp_path, cfg, run_dir):
 def test_solo_arm_trains_as_a_lone_node(tmp_path, tiny_arith):
     cfg = ExperimentConfig(learners=(LearnerSpec(model=str(tiny_arith), lr=3e-3),
                                      LearnerSpec(model=str(tiny_arith), lr=3e-3, lora_rank=4)),
-                           arms=["solo"], seeds=[SEED], rounds=ROUNDS, prompts_per_round=3, group_size=4,
-                           temperature=1.0, max_new_tokens=6, dtype="fp32", eval_items=2, eval_max_new_tokens=4)
+                           task="arith", arms=["solo"], seeds=[SEED], rounds=ROUNDS, prompts_per_round=3,
+                           group_size=4, temperature=1.0, max_new_tokens=6, dtype="fp32", eval_items=2,
+                           eval_max_new_tokens=4)
     node_cfgs = [learner_config(cfg, index, SEED, "ftis") for index in range(2)]
     assert node_cfgs[0].seed == SEED and node_cfgs[1].seed != SEED
     procs = [_join(tmp_path, c, tmp_path / f"node-{name}") for c, name in zip(node_cfgs, cfg.learner_names)]
