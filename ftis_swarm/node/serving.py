@@ -8,7 +8,7 @@ step) leaves both where they were. A backend sharing the learner's model object 
 update at once and only advances its version. A backend that loads tensors from memory
 (vLLM's `load_tensors`) gets a full model's new weights that way, with no file; otherwise
 (a LoRA adapter, or a transformers backend with its own copy) the weights or the adapter
-come from a directory the learner writes. `last_push_seconds` times the last refresh. Used
+come from a directory the learner writes; `after_update` returns how long that took. Used
 by the node (`components.py`) and by the experiment, the same code in both.
 """
 
@@ -35,8 +35,6 @@ class Serving:
     """The backend samples from the learner's own model object (no copy to refresh)."""
     weights_dir: Optional[Path] = None
     """Where the learner writes its weights or adapter for a backend with its own copy (None: it shares the model)."""
-    last_push_seconds: float = 0.0
-    """How long the last refresh of the backend's weights took (in memory, or through `weights_dir`)."""
 
     def after_update(self) -> Optional[float]:
         """Serves the learner's new weights, if the update took a step; versions stay equal.
@@ -48,8 +46,7 @@ class Serving:
         if self.shares_model:
             self.backend.bump_policy_version()
         else:
-            self._refresh()
-            seconds = self.last_push_seconds
+            seconds = self._refresh()
         check_versions(self.learner, self.backend)
         return seconds
 
@@ -71,14 +68,15 @@ class Serving:
             raise RuntimeError("a backend with its own copy of the model needs a weights_dir to load from")
         return self.learner.save_weights(self.weights_dir)
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> float:
+        """Gives the backend's own copy the learner's weights (from memory where it can); returns the seconds."""
         t0 = time.perf_counter()
         tensors = self.learner.named_weights() if hasattr(self.backend, "load_tensors") else None
         if tensors is not None:
             self.backend.load_tensors(tensors)
         else:
             self._push(self._save())
-        self.last_push_seconds = time.perf_counter() - t0
+        return time.perf_counter() - t0
 
     def _push(self, path: Path) -> None:
         if self.learner.is_lora:
