@@ -395,6 +395,11 @@ class NodeConfig(_Strict):
     generate_threads: Optional[int] = Field(None, ge=1, le=1024)
     """With `max_staleness` >= 1 on CPU: torch threads of the generator; the learner keeps the rest of
     `threads` (at least one). None: half of them."""
+    generate_in: Literal["process", "thread"] = "process"
+    """With `max_staleness` >= 1 and the transformers backend on CPU: where the generator samples. A
+    process of its own (weights in shared memory, refreshed in place) keeps the two sides from
+    contending for the GIL; a thread of the node's process is the fallback (and what a model on a
+    GPU always uses)."""
     metrics_port: Optional[int] = Field(None, ge=0, le=65535)
     """Port of the Prometheus /metrics endpoint; None: no endpoint (0 picks a free port)."""
     metrics_host: str = "127.0.0.1"

@@ -316,9 +316,11 @@ def bench_soak(
 @bench_app.command("pipeline")
 def bench_pipeline(
     model: str = typer.Option("smollm2-135m", help="Model of the node (short name, folder), or tiny: a tiny Qwen2 taught arith."),
+    task: Optional[str] = typer.Option(None, help="The nodes' task; default arith for tiny, arith_mix otherwise (most rounds take a step)."),
     rounds: int = typer.Option(5, help="Rounds of each node run (the first and the last are not measured)."),
     threads: int = typer.Option(2, help="torch threads of each node: the total the pipelined node splits."),
     generate_threads: Optional[int] = typer.Option(None, help="The generator's share of --threads; default half."),
+    generate_in: str = typer.Option("process", help="Where the pipelined node's generator samples: process (its own) or thread."),
     prompts_per_round: int = typer.Option(4, help="Own prompts (groups) per round."),
     group_size: int = typer.Option(4, "--group-size", "-G", help="Completions per prompt, G."),
     max_new_tokens: int = typer.Option(24, help="Most tokens per completion."),
@@ -334,9 +336,20 @@ def bench_pipeline(
     if generate_threads is not None and not 1 <= generate_threads < threads:
         fail(f"--generate-threads must be 1 to {threads - 1} (the learner keeps the rest of --threads)")
     _check_json_path(json_path)
+    if generate_in not in ("process", "thread"):
+        fail(f"--generate-in must be process or thread, got {generate_in!r}")
+    if task is not None:
+        from ftis_swarm.tasks.registry import check_trainable, task_class
+
+        try:
+            task_class(task)
+            check_trainable(task)
+        except ValueError as exc:
+            fail(f"--task: {exc}")
     from ftis_swarm.bench.pipeline_bench import format_pipeline, run_pipeline_bench
 
-    bench = run_pipeline_bench(workdir=run_dir, model=model, rounds=rounds, threads=threads,
+    bench = run_pipeline_bench(workdir=run_dir, model=model, task=task, rounds=rounds, threads=threads,
+                               generate_in=generate_in,
                                generate_threads=generate_threads, prompts=prompts_per_round, group_size=group_size,
                                max_new_tokens=max_new_tokens, lr=lr, seed=seed, progress=_progress)
     _report(format_pipeline(bench), bench, json_path)

@@ -5,8 +5,8 @@
 - learning.py      learn_round: the learning half of a round (score, label own / peer / stale, update,
                    charge and credit the ledger, serve); the daemon, the experiment and `bench attacks` call it
 - serving.py       Serving: the rollout backend serves the learner's weights under the learner's version
-- pipeline.py      Pipeline: with max_staleness k >= 1, round r + k generates in its own thread while round r
-                   learns; stale own groups, too-old ones dropped, groups ahead checkpointed; in-memory sync
+- pipeline.py      Pipeline: with max_staleness k >= 1, round r + k generates (in its own process on CPU)
+                   while round r learns; stale own groups, too-old ones dropped, groups ahead checkpointed; in-memory sync
 - components.py    build_components: the parts from the config (model, learner, swarm, backend, sinks)
 - ranks.py         a node under torchrun: rank 0 is the node, the other ranks follow as learner shards
 - preflight.py     what `join` checks before it writes or loads anything; task-dependent defaults

@@ -19,8 +19,8 @@ This is the one place where rollout, learner and swarm meet. A round:
    advances only when an optimiser step was taken);
 7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
 
-With `max_staleness` k >= 1, steps 1 and 2 of round r + k run in the generator's thread
-during steps 3 to 6 of round r, and the round ends by waiting for them and syncing the
+With `max_staleness` k >= 1, step 2 of round r + k runs in the generator (its own process
+on CPU) during steps 3 to 6 of round r, and the round ends by waiting for them and syncing the
 generator's weights (`pipeline.py`; the hooks here: `_own_groups`, `pipeline.finish`, and
 the groups generated ahead in the checkpoint as `own_ahead`).
 

@@ -14,18 +14,23 @@ With `max_staleness = k >= 1` the daemon's round is, around the one learning hal
 
 So round j's groups come from the weights after round j - k - 1's update and are at most
 k versions old when round j learns: the schedule is fixed, whatever the two threads'
-speeds, so a run repeats exactly. Each generation has its own torch thread count
-(`generate_threads`; torch's intra-op count is per thread), the learner keeps the rest.
+speeds, so a run repeats exactly. The generator has its own torch thread count
+(`generate_threads`), the learner keeps the rest.
 
 The generator samples from its own copy of the model, refreshed in memory after each
-update (`rollout.weight_sync`); a backend with its own weights already (vLLM, or the
+update (`rollout.weight_sync`). On CPU that copy lives in shared memory and is sampled in a
+process of its own (`generate_in = "process"`, `rollout.process_backend`): in one process
+the decode loop and the learner contend for the GIL (docs/benchmarks.md, bench pipeline);
+the pipeline's thread then only waits for the process. `generate_in = "thread"`, or a model
+on a GPU, samples in the thread itself. A backend with its own weights already (vLLM, or the
 sharded learner's rank-0 copy) is refreshed by `Serving` as before, but only once its
 generation is done (`HeldServing` holds the learner's push until `finish`).
 
 A checkpoint is taken between rounds, when no generation is in flight: it carries the
 groups generated ahead (wire-encoded, with their rounds and counts: `state` /
 `load_state`), since the weights that made them are gone, and the daemon saves the
-generator's count of generate calls (`backend`), which seeds the next call. The resumed
+generator's count of generate calls (`backend`, kept in this process also when the
+sampling runs in another), which seeds the next call. The resumed
 node learns them as the uninterrupted one would have. Prompts are rendered on the main
 thread; only sampling runs in the generator's.
 """
@@ -47,6 +52,7 @@ from ftis_swarm.config import NodeConfig, WireConfig
 from ftis_swarm.node.rollouts import generate_groups, node_sampling, render_prompts, round_items
 from ftis_swarm.node.serving import Serving, check_versions
 from ftis_swarm.rollout import PromptRequest, TransformersBackend
+from ftis_swarm.rollout.process_backend import ProcessBackend
 from ftis_swarm.rollout.weight_sync import InMemorySync, model_copy
 from ftis_swarm.wire import Group, decode_group, encode_group
 
@@ -93,8 +99,9 @@ class Pipeline:
     """The generator's side of a node whose generation runs `cfg.max_staleness` rounds ahead."""
 
     def __init__(self, cfg: NodeConfig, *, backend: Any, learner: Any, task: Any, tokenizer: Any,
-                 sync: Callable[[], None], threads: int) -> None:
+                 sync: Callable[[], None], threads: int, owned: Any = None) -> None:
         self.cfg, self.backend, self.learner, self.task, self.tokenizer = cfg, backend, learner, task, tokenizer
+        self._owned = owned  # a backend this pipeline started (the generator's process), closed with it
         self._sync = sync
         self._ready: dict[int, Ahead] = {}
         self._future: Optional[Future] = None
@@ -106,18 +113,25 @@ class Pipeline:
         """The pipeline of a node's `parts`; on CPU, its own model copy. Rewires `learning.serving` when needed."""
         cfg, learner = parts.cfg, parts.learner
         gen_threads, learn_threads = thread_shares(cfg, torch.get_num_threads())
+        owned = None
         if parts.shares_model:
             twin = model_copy(learner.model)
             copier = InMemorySync(learner.model, twin)
-            backend = TransformersBackend(model=twin, tokenizer=parts.tokenizer, header=parts.backend.header)
+            on_cpu = next(twin.parameters()).device.type == "cpu"
+            if cfg.generate_in == "process" and on_cpu:
+                # sampling in a process of its own: no GIL shared with the learner; the copy's pages are shared
+                backend = owned = ProcessBackend(model=twin, tokenizer=parts.tokenizer, header=parts.backend.header,
+                                                 threads=gen_threads)
+            else:
+                backend = TransformersBackend(model=twin, tokenizer=parts.tokenizer, header=parts.backend.header)
 
             def sync() -> None:
                 copier.sync()
                 while backend.policy_version < learner.policy_version:
                     backend.bump_policy_version()
 
-            log.info("generator: its own model copy, %d tensors (%.1f MiB) synced in memory after each update",
-                     copier.tensors, copier.bytes / 2**20)
+            log.info("generator: its own model copy in %s, %d tensors (%.1f MiB) synced in memory after each update",
+                     "a process of its own" if owned else "a thread", copier.tensors, copier.bytes / 2**20)
         else:
             backend, held = parts.backend, HeldServing(learning.serving)
             learning.serving = held
@@ -126,7 +140,7 @@ class Pipeline:
         log.info("generation runs up to %d rounds ahead: %d generator threads, %d learner threads",
                  cfg.max_staleness, gen_threads, learn_threads)
         return cls(cfg, backend=backend, learner=learner, task=parts.task, tokenizer=parts.tokenizer, sync=sync,
-                   threads=gen_threads)
+                   threads=gen_threads, owned=owned)
 
     # -- the round's hooks -------------------------------------------------------------------
     def take(self, r: int, counts: Counter) -> list[Group]:
@@ -199,5 +213,10 @@ class Pipeline:
         check_versions(self.learner, self.backend)
 
     def close(self) -> None:
-        """Waits for a generation in flight (its groups are not needed any more) and stops the thread."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Waits for a generation in flight (its groups are not needed any more), stops the thread and the
+        generator's process, if it has one."""
+        try:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            if self._owned is not None:
+                self._owned.close()

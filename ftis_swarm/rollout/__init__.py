@@ -7,6 +7,8 @@
                    (KV cache, fp32 log-probs), drawing or taking the argmax
 - hf_backend.py    TransformersBackend: own model or a learner's model shared in-process
 - vllm_backend.py  VLLMBackend: vLLM engine, in-place weight reload, LoRA swap (the one module importing vllm)
+- process_backend.py ProcessBackend: a TransformersBackend in a child process sampling from weights in
+                   shared memory (generation ahead of learning on CPU, without the GIL between them)
 - weight_sync.py   InMemorySync: a generator's model copy follows the learner's, tensors copied in place
 - factory.py       make_backend(kind, model, header=...): auto = vllm with CUDA, transformers otherwise
 

@@ -2,7 +2,8 @@
 
 A lone node on a tiny Qwen2 taught arith's answer form (so its rounds take optimiser steps
 and the policy version moves), in this process, with a real swarm peer and no others.
-Slow: teaching the model takes about 25 CPU seconds, and the file runs 16 node rounds.
+Slow: teaching the model takes about 25 CPU seconds, and the file runs 20 node rounds. The generator
+samples in a process of its own (the default) except where a test says thread.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.node.daemon import Node
 from ftis_swarm.node.pipeline import fresh_enough
+from ftis_swarm.rollout.process_backend import ProcessBackend
 
 pytestmark = pytest.mark.net
 slow = pytest.mark.slow
@@ -51,9 +53,15 @@ def last_weights(run_dir):
 
 
 @slow
-def test_groups_generated_ahead_are_one_version_old_weighted_never_filtered(tmp_path, arith_model):
-    cfg = node_config(tmp_path / "run", arith_model)
-    Node(cfg).run()
+@pytest.mark.parametrize("where", ["process", "thread"])
+def test_groups_generated_ahead_are_one_version_old_weighted_never_filtered(tmp_path, arith_model, where):
+    cfg = node_config(tmp_path / "run", arith_model, generate_in=where)
+    node = Node(cfg)
+    generator = node.pipeline.backend
+    assert isinstance(generator, ProcessBackend) == (where == "process")
+    node.run()
+    if where == "process":
+        assert generator.pid is None  # closed with the node
     got = rows(cfg.run_dir)
     assert [r["round"] for r in got] == [1, 2, 3, 4]
     assert got[0].get("stale_groups", 0) == 0  # round 1 is generated when it starts: on-policy
