@@ -17,13 +17,17 @@ Steps, each guarded so that one failure still lets the others run and print:
 4. FSDP2 with one rank on NCCL through `ShardedLearner`, the code `torchrun` runs: fp32 loss
    and gradient norm against the one-process learner's on the same batch, then a bf16 step;
    both peaks against the plan for one sharded rank;
-5. one bf16 learner step on a model shaped like Qwen2.5-3B (random weights of its own), for
+5. generation ahead of learning on the device: the learner's step and sampling from the
+   generator's copy at once, in two threads, the copy's kernels on the default stream or
+   on a stream of their own, against each alone; the in-memory sync's time and the copy's
+   log-probs against the learner's after it (run before 3; `--only pipeline`: this step alone);
+6. one bf16 learner step on a model shaped like Qwen2.5-3B (random weights of its own), for
    the GPU recipe's time estimates;
-6. vLLM, only where it imports: the node's vLLM backend on this model (saved with the Qwen
+7. vLLM, only where it imports: the node's vLLM backend on this model (saved with the Qwen
    tokenizer), its tokens/s and its log-probs against `token_logprobs` (< 1e-3); otherwise
    reported "not checked", never "ok".
 
-Imports only what the steps need (config, core, learner, rollout.sampler, wire, models.shapes):
+Imports only what the steps need (config, core, learner, rollout.sampler and weight_sync, wire, models.shapes):
 no hivemind, vLLM, math-verify or gguf, so the wheels in `.whl/` (pydantic and its parts) are
 all it carries. Prints one line per check and a JSON summary; exits 1 when a check failed.
 """
@@ -262,6 +266,77 @@ def learner_step(checks: Checks, name: str, init_state: dict | None, size: str, 
     return first
 
 
+def pipeline_step(checks: Checks, args, init_state: dict, size: str, device, w: dict, items) -> None:
+    """Generation ahead of learning on one device (node/pipeline.py's pieces): the learner's update on the main
+    thread while a thread samples from the generator's copy (`rollout.weight_sync`), with the copy's kernels on
+    the default stream and on a stream of their own; then the in-memory sync, and the copy's log-probs against
+    the learner's after it."""
+    import threading
+    from contextlib import nullcontext
+
+    import torch
+
+    from ftis_swarm.config import LearnerConfig
+    from ftis_swarm.learner.learner import Learner
+    from ftis_swarm.rollout.sampler import sample_rows
+    from ftis_swarm.rollout.weight_sync import InMemorySync, model_copy
+
+    model = build_model(size, device)
+    model.load_state_dict(init_state)
+    learner = Learner(model, cfg=LearnerConfig(lr=1e-6, dtype="bf16", micro_batch=w["micro_batch"]), pad_id=0)
+    twin = model_copy(learner.model)
+    copier = InMemorySync(learner.model, twin)
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(1)
+    rows = [[int(t) for t in torch.randint(0, 1000, (16 + 4 * i,), generator=gen)]
+            for i in range(w["sample_prompts"]) for _ in range(w["G"])]
+
+    def generate() -> None:
+        sample_rows(twin, rows, budgets=[w["sample_new"]] * len(rows), temperature=args.temperature,
+                    eos_ids=[vocab - 1], pad_id=vocab - 2, generator=torch.Generator(device=device).manual_seed(0))
+
+    def timed(fn) -> float:
+        _sync()
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        return time.perf_counter() - t0
+
+    def beside(stream) -> float:
+        """Generation in a thread (on `stream`, or the default one) while the main thread learns."""
+        def run_generation() -> None:
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+                generate()
+
+        def both() -> None:
+            worker = threading.Thread(target=run_generation)
+            worker.start()
+            learner.update(items)
+            worker.join()
+        return timed(both)
+
+    learner.update(items)  # warm-ups: AdamW's state, the kernels' first launches
+    generate()
+    gen_s = min(timed(generate) for _ in range(args.repeats))
+    learn_s = min(timed(lambda: learner.update(items)) for _ in range(args.repeats))
+    figures = dict(generate_s=gen_s, learn_s=learn_s)
+    figures["beside_default_stream_s"] = min(beside(None) for _ in range(args.repeats))
+    figures["overlap_default_stream"] = figures["beside_default_stream_s"] / max(gen_s, learn_s)
+    if device.type == "cuda":
+        stream = torch.cuda.Stream(device=device)
+        figures["beside_own_stream_s"] = min(beside(stream) for _ in range(args.repeats))
+        figures["overlap_own_stream"] = figures["beside_own_stream_s"] / max(gen_s, learn_s)
+    figures["sync_s"] = min(timed(copier.sync) for _ in range(args.repeats))
+    figures["sync_over_learn"] = figures["sync_s"] / learn_s
+    figures["sync_gib"] = copier.bytes / 2**30
+    parity = sampler_parity(twin, w, args.temperature, reference=learner.model)
+    figures["copy_vs_learner_max_abs_diff"] = parity["max_abs_diff_vs_fp32_learner"]
+    checks.record("pipeline", figures["sync_over_learn"] < 0.2 and parity["max_abs_diff_vs_fp32_learner"] < FP32_PARITY_TOL,
+                  **figures)
+    del learner, model, twin, copier
+    _free()
+
+
 def fsdp_steps(checks: Checks, init_state: dict, size: str, device, w: dict, items, reference: dict | None,
                repeats: int) -> None:
     import torch.distributed as dist
@@ -364,6 +439,12 @@ def run(args: argparse.Namespace) -> Checks:
         ragged = synthetic_groups(model, w, seed=1, ragged=True)
     del model
     _free()
+    if "batch" in checks.failed:
+        return checks
+    with checks.guard("pipeline"):
+        pipeline_step(checks, args, init_state, size, device, w, items)
+    if args.only == "pipeline":
+        return checks
     reference = None
     steps = (("learner.fp32", "fp32", False, None, False), ("learner.bf16", "bf16", False, None, False),
              ("learner.bf16_ac", "bf16", True, None, False), ("learner.bf16_padded", "bf16", False, None, True),
@@ -393,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="timed updates per learner step")
     parser.add_argument("--skip-vllm", action="store_true", help="report vLLM as not checked without looking")
     parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
+    parser.add_argument("--only", choices=["pipeline"], default=None,
+                        help="build, the sampler's parity and the batch, then this step alone")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     checks = run(args)

@@ -46,11 +46,14 @@ def learner_and_generator(tiny_model, tiny_tokenizer):
     generator.close()
 
 
-def test_it_samples_what_the_in_process_backend_samples_and_follows_a_refresh(learner_and_generator, tiny_tokenizer):
+def test_it_samples_like_the_in_process_backend_refuses_like_it_and_follows_a_refresh(learner_and_generator, tiny_tokenizer):
     learner, twin, generator = learner_and_generator
     reference = TransformersBackend(model=learner, tokenizer=tiny_tokenizer, header=HEADER)
     assert generator.pid != os.getpid() and generator.context_len == reference.context_len
     assert generator.tokenizer_fp == reference.tokenizer_fp
+    with pytest.raises(RolloutInputError, match="outside the model's vocabulary"):  # raised here, as the child did
+        generator.generate([PromptRequest("arith", "arith/v1/0/9", [10**8])], 3, SAMPLING)
+    assert generator.generate_calls == 0  # refused before a seed was drawn; the child lives on
     _same_groups(generator.generate(PROMPTS, 3, SAMPLING), reference.generate(PROMPTS, 3, SAMPLING))
     assert generator.generate_calls == reference.generate_calls == 1  # the next call's seed moves on in both
 
@@ -70,15 +73,6 @@ def test_it_samples_what_the_in_process_backend_samples_and_follows_a_refresh(le
     _same_groups(generator.generate(PROMPTS, 3, SAMPLING), fresh, atol=0)
     reference.bump_policy_version()
     assert generator.greedy([PROMPTS[0].prompt_ids], 4) == reference.greedy([PROMPTS[0].prompt_ids], 4)
-
-
-def test_a_refused_prompt_is_raised_here_and_draws_no_seed(learner_and_generator):
-    _, _, generator = learner_and_generator
-    bad = PromptRequest("arith", "arith/v1/0/9", [10**8])
-    with pytest.raises(RolloutInputError, match="outside the model's vocabulary"):
-        generator.generate([bad], 3, SAMPLING)
-    assert generator.generate_calls == 0
-    assert len(generator.generate(PROMPTS[:1], 3, SAMPLING)) == 1  # the child lives on
 
 
 def test_a_lora_copy_is_shared_and_follows_the_adapter(tiny_model, tiny_tokenizer):
