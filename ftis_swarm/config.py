@@ -334,14 +334,14 @@ class SwarmConfig(_Strict):
 
 
 class LedgerConfig(_Strict):
-    """Which peers a node takes groups from, and how faults cost them (ftis_swarm/node/ledger.py)."""
+    """Which peers a node takes groups from, and how faults cost them (ftis_swarm/peers/ledger.py)."""
 
     allow_peers: list[str] = Field(default_factory=list)
     """Peer ids (base58) whose groups are taken; empty: every peer not denied (a public swarm)."""
     deny_peers: list[str] = Field(default_factory=list)
     """Peer ids whose groups are never taken."""
     ban_threshold: float = Field(20.0, gt=0)
-    """Fault points (costs in node/ledger.py) that ban a peer; counted afresh after each ban."""
+    """Fault points (costs in peers/ledger.py) that ban a peer; counted afresh after each ban."""
     ban_seconds: float = Field(60.0, gt=0)
     """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
     max_ban_seconds: float = Field(3600.0, gt=0)

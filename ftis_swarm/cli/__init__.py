@@ -8,7 +8,7 @@
 - testnet_run.py   runs the testnet: model preparation, the live table, the summary
 - experiment_cmd.py `experiment`
 - bench_cmds.py    `bench wire | learner | rollout | swarm | e2e | hostile | attacks | resume | soak`
-                   (each calls its module in `ftis_swarm/bench/`)
+                   (each calls its module in `ftis_swarm/lab/bench/`)
 - pilot_cmd.py     `bench pilot`: the experiment's pilot gate for learner B
 - overrides.py     `--set key=value` and `FTIS_*` environment variables -> dotted config keys
 - live.py          the round tables of join and testnet (rich), and the per-round log line

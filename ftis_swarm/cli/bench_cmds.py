@@ -46,7 +46,7 @@ def bench_wire(
     if not 2 <= group_size <= 64 or not 1 <= tokens <= 8192:
         fail("--group-size must be 2 to 64 and --tokens 1 to 8192 (the wire limits)")
     _check_json_path(json_path)
-    from ftis_swarm.bench.wire_bench import format_wire, run_wire_bench
+    from ftis_swarm.lab.bench.wire import format_wire, run_wire_bench
 
     figures = run_wire_bench(G=group_size, tokens=tokens)
     typer.echo(format_wire(figures))
@@ -74,7 +74,7 @@ def bench_learner(
              ">= 1 and --group-size >= 2")
     _check_json_path(json_path)
     if nproc > 1:
-        from ftis_swarm.bench.dist_bench import format_dist, run_dist_bench
+        from ftis_swarm.lab.bench.dist import format_dist, run_dist_bench
         from ftis_swarm.models import ModelNotFoundError, resolve_model
 
         try:
@@ -91,7 +91,7 @@ def bench_learner(
         typer.echo(format_dist(dist))
         _write_json(json_path, dist.as_dict())
         return
-    from ftis_swarm.bench.learner_bench import format_learner, run_learner_bench
+    from ftis_swarm.lab.bench.learner import format_learner, run_learner_bench
 
     figures = run_learner_bench(model_name=model, n_groups=groups, G=group_size, prompt_len=prompt_tokens,
                                 comp_len=completion_tokens, repeats=repeats, threads=threads, memory=memory,
@@ -126,7 +126,7 @@ def bench_e2e(
     if len(os.sched_getaffinity(0)) < 2:
         fail("the e2e bench pins each swarm node to its own core and needs at least 2 cores")
     from ftis_swarm.models import resolve_model
-    from ftis_swarm.bench.e2e import format_e2e, run_e2e
+    from ftis_swarm.lab.bench.e2e import format_e2e, run_e2e
 
     resolve_model(model)  # convert the embedded model once, before the timed runs
     figures = run_e2e(workdir=workdir, model=model, prompts=prompts, G=group_size, tokens=max_new_tokens,
@@ -153,7 +153,7 @@ def bench_hostile(
     if identities > 1000 or pointers > 100_000 or random_keys > 100_000 or dictionary_items > 1_000_000:
         fail("at most 1,000 identities, 100,000 pointers or random keys and 1,000,000 dictionary items")
     _check_json_path(json_path)
-    from ftis_swarm.bench.hostile_bench import format_hostile, run_hostile_bench
+    from ftis_swarm.lab.bench.hostile import format_hostile, run_hostile_bench
 
     bench = run_hostile_bench(rounds=rounds, groups=groups, deadline=deadline, identities=identities,
                               pointers=pointers, random_keys=random_keys, dictionary_items=dictionary_items,
@@ -187,7 +187,7 @@ def bench_swarm(
     if not 0 <= round_seconds <= 600:
         fail("--round-seconds must be in [0, 600]")
     _check_json_path(json_path)
-    from ftis_swarm.bench.swarm_bench import format_table, rows_as_json, run_swarm_bench
+    from ftis_swarm.lab.bench.swarm import format_table, rows_as_json, run_swarm_bench
 
     rows = run_swarm_bench(counts, groups_per_node=groups, poll_interval=interval, transports=transports,
                            round_seconds=round_seconds)
@@ -226,7 +226,7 @@ def bench_rollout(
     if not 0 < temperature <= 10:
         fail("--temperature must be in (0, 10]")
     _check_json_path(json_path)
-    from ftis_swarm.bench.rollout_bench import format_table, rows_as_json, run_rollout_bench
+    from ftis_swarm.lab.bench.rollout import format_table, rows_as_json, run_rollout_bench
 
     settings = dict(model=model, prompts=prompts, group_size=group_size, max_new_tokens=max_new_tokens)
     rows = run_rollout_bench(model, backends=kinds, prompts=prompts, group_size=group_size,
@@ -252,7 +252,7 @@ def bench_attacks(
     if min(rounds, honest_groups, forged_groups, threads) < 1:
         fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
     _check_json_path(json_path)
-    from ftis_swarm.bench.attack_bench import format_attacks, run_attack_bench
+    from ftis_swarm.lab.bench.attacks import format_attacks, run_attack_bench
 
     figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
                                forged_groups=forged_groups, threads=threads, progress=_progress)
@@ -281,7 +281,7 @@ def bench_resume(
     if backend not in ("transformers", "vllm"):
         fail(f"--backend must be transformers or vllm, got {backend!r}")
     _check_json_path(json_path)
-    from ftis_swarm.bench.resume_bench import format_resume, run_resume_bench
+    from ftis_swarm.lab.bench.resume import format_resume, run_resume_bench
 
     bench = run_resume_bench(workdir=run_dir, model=model, rounds=rounds, kills=kills, seed=seed, backend=backend,
                              prompts=prompts_per_round, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
@@ -306,7 +306,7 @@ def bench_soak(
     if not Path("/proc/self/status").is_file():
         fail("bench soak reads /proc: it runs on Linux only")
     _check_json_path(json_path)
-    from ftis_swarm.bench.soak_bench import format_soak, run_soak_bench
+    from ftis_swarm.lab.bench.soak import format_soak, run_soak_bench
 
     bench = run_soak_bench(workdir=run_dir, rounds=rounds, ttl=ttl, deadline=round_deadline, interval=interval,
                            progress=_progress)
@@ -345,7 +345,7 @@ def bench_pipeline(
             check_trainable(task)  # an unknown task raises too
         except ValueError as exc:
             fail(f"--task: {exc}")
-    from ftis_swarm.bench.pipeline_bench import format_pipeline, run_pipeline_bench
+    from ftis_swarm.lab.bench.pipeline import format_pipeline, run_pipeline_bench
 
     bench = run_pipeline_bench(workdir=run_dir, model=model, task=task, rounds=rounds, threads=threads,
                                generate_in=generate_in,

@@ -1,4 +1,4 @@
-"""`ftis-node experiment`: the paper's experiment in miniature (see ftis_swarm.bench.experiment).
+"""`ftis-node experiment`: the paper's experiment in miniature (see ftis_swarm.lab.experiment.arms).
 
 Flags (and `--set key=value` for any `ExperimentConfig` key) are validated, one sentence and
 exit 2, before torch is imported. A bar counts the runs; a line is printed per finished run;
@@ -62,7 +62,7 @@ def experiment(
     """Two heterogeneous learners alone and together (nois/tis/ftis, vertical vs horizontal), several seeds."""
     from pydantic import ValidationError
 
-    from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec, quick_config
+    from ftis_swarm.lab.experiment.arms import ExperimentConfig, LearnerSpec, quick_config
     from ftis_swarm.cli.overrides import set_overrides
     from ftis_swarm.config import format_validation_error
 
@@ -109,7 +109,7 @@ def experiment(
 
     import json
 
-    from ftis_swarm.bench.experiment import pilot_gate
+    from ftis_swarm.lab.experiment.arms import pilot_gate
 
     pilot_data = None
     if pilot is not None:
@@ -121,9 +121,9 @@ def experiment(
             fail(f"--pilot: {pilot} is not a pilot's JSON (not an object)")
     gate = pilot_gate(pilot_data, cfg.learners[1].model)
 
-    from ftis_swarm.bench.experiment import run_experiment
-    from ftis_swarm.bench.experiment_report import format_table, plot_all
-    from ftis_swarm.bench.experiment_stats import statistics, statistics_markdown
+    from ftis_swarm.lab.experiment.arms import run_experiment
+    from ftis_swarm.lab.experiment.report import format_table, plot_all
+    from ftis_swarm.lab.experiment.stats import statistics, statistics_markdown
     from ftis_swarm.cli.main import setup_logging
     from ftis_swarm.cli.progress import Bar
 

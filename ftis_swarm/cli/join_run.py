@@ -60,7 +60,7 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
         return
 
     hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
-    from ftis_swarm.node.summary import format_summary, summarize_run
+    from ftis_swarm.ops.summary import format_summary, summarize_run
 
     with status(f"loading {cfg.model} and joining the swarm (a first use downloads or converts the model)"):
         node = Node(cfg, ranks=ranks)

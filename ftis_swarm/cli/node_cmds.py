@@ -220,7 +220,7 @@ def eval_cmd(
     import json
 
     from ftis_swarm.cli.progress import Bar
-    from ftis_swarm.node.evaluate import evaluate
+    from ftis_swarm.ops.evaluate import evaluate
 
     with Bar("answering", total=None) as bar:
         result = evaluate(model, task, limit=limit, max_new_tokens=tokens, batch_size=batch_size,
@@ -245,8 +245,8 @@ def report(
         fail(f"no metrics.jsonl in {', '.join(missing)}")
     if smooth < 1:
         fail("--smooth must be at least 1")
-    from ftis_swarm.node.report import plot_runs
-    from ftis_swarm.node.summary import format_summary, summarize_run
+    from ftis_swarm.ops.report import plot_runs
+    from ftis_swarm.ops.summary import format_summary, summarize_run
 
     typer.echo(format_summary([summarize_run(d) for d in run_dirs]))
     typer.echo(f"plots written to {plot_runs(list(run_dirs), out, smooth=smooth)}")

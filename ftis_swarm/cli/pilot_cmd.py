@@ -1,4 +1,4 @@
-"""`ftis-node bench pilot`: the experiment's pilot gate for learner B (ftis_swarm.bench.pilot).
+"""`ftis-node bench pilot`: the experiment's pilot gate for learner B (ftis_swarm.lab.experiment.pilot).
 
 Flags are checked (one sentence, exit 2) before torch is imported; then the pilot's table is
 printed and its figures, per item included, written to `--json`.
@@ -51,8 +51,8 @@ def bench_pilot(
 
     import torch
 
-    from ftis_swarm.bench.experiment import ExperimentConfig
-    from ftis_swarm.bench.pilot import pilot_table, run_pilot
+    from ftis_swarm.lab.experiment.arms import ExperimentConfig
+    from ftis_swarm.lab.experiment.pilot import pilot_table, run_pilot
 
     torch.set_num_threads(threads)
     defaults = ExperimentConfig()

@@ -19,8 +19,8 @@ import typer
 from ftis_swarm.cli.live import nodes_table, round_line
 from ftis_swarm.cli.main import log_level
 from ftis_swarm.cli.progress import status
-from ftis_swarm.node.summary import format_summary, summarize_run
-from ftis_swarm.node.testnet import NodeProc, preset, run_testnet
+from ftis_swarm.ops.summary import format_summary, summarize_run
+from ftis_swarm.ops.testnet import NodeProc, preset, run_testnet
 
 
 def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_name: str, extra: tuple[str, ...],

@@ -8,11 +8,9 @@
 - sharding.py     how a model is cut for FSDP2 (LogprobRoot), mixed precision, activation checkpointing
 - state.py        weights and optimiser state any process count loads (by parameter name)
 - plan.py         plan_memory: the GPUs and memory per GPU a node needs, from the choices above
-- rewards.py      score_groups: what a learner accepts (task, split, item, prompt), and rewards
-                  recomputed by this node's verifier from the decoded text
 - checkpoint.py   CheckpointManager: atomic, verified checkpoints; resume from the last complete one
                   (`latest`, `round_of`, `load`)
 
-Imports below it: wire, tasks, models, core, config and errors (never rollout, swarm or node);
+Imports below it: peers, wire, tasks, models, core, config and errors (never rollout, swarm or node);
 torch, peft, safetensors and numpy; never hivemind or vllm (import-linter contracts).
 """

@@ -23,12 +23,12 @@ from ftis_swarm.config import NodeConfig, dump_node_config
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.distributed import Ranks, ShardedLearner
 from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.learner.rewards import Admission, TaskCache
+from ftis_swarm.node.scoring import Admission, TaskCache
 from ftis_swarm.learner.sharding import base_dtype
 from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
 from ftis_swarm.node.learning import node_admission
-from ftis_swarm.node.ledger import PeerLedger
+from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.node.preflight import with_peers_file
 from ftis_swarm.node.rollouts import group_header
 from ftis_swarm.node.serving import Serving
@@ -58,7 +58,7 @@ class Components:
     checkpoints: CheckpointManager
     shares_model: bool
     admission: Admission
-    """What the scorer accepts from a group (learner/rewards.py)."""
+    """What the scorer accepts from a group (node/scoring.py)."""
     peer_ledger: PeerLedger
     token_bound: int
     """Token ids at or above this no peer accepts: the tokenizer's length where that is below the

@@ -55,10 +55,10 @@ from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
-from ftis_swarm.node.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.node.learning import Learning, learn_round
 from ftis_swarm.node.pipeline import Pipeline
-from ftis_swarm.node.ledger import short_peer
+from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.node.rollouts import generate_own
 from ftis_swarm.wire import Group
 

@@ -18,7 +18,7 @@ the intake kept, and:
 
 Generation is not in here: the caller passes the own groups in (`rollouts.py` makes them),
 so they may come from an older policy version. The daemon calls `learn_round`; so do the
-experiment (`bench/experiment_run.py`), whose horizontal arm, which a node refuses, builds
+experiment (`lab/experiment/run.py`), whose horizontal arm, which a node refuses, builds
 its mixed groups on `score` and `update_and_serve`, and `bench attacks`.
 """
 
@@ -32,9 +32,9 @@ from typing import Any, Sequence
 from ftis_swarm.config import NodeConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner
-from ftis_swarm.learner.rewards import Admission, ScoredBatch, TaskCache, score_groups
+from ftis_swarm.node.scoring import Admission, ScoredBatch, TaskCache, score_groups
 from ftis_swarm.node.health import UpdateHealth, update_failure
-from ftis_swarm.node.ledger import PeerLedger
+from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.node.serving import Serving
 from ftis_swarm.wire import Group
 

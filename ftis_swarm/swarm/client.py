@@ -24,15 +24,15 @@ from typing import Optional
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
-from ftis_swarm.swarm.bodies import BodyStore, serve_bodies
-from ftis_swarm.swarm.channel import GossipChannel
+from ftis_swarm.swarm.fetch.bodies import BodyStore, serve_bodies
+from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.swarm.gatherer import Gatherer
-from ftis_swarm.swarm.gossip import GossipGate
+from ftis_swarm.swarm.fetch.gatherer import Gatherer
+from ftis_swarm.swarm.gossip.gate import GossipGate
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
-from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
-from ftis_swarm.swarm.publishing import Record, StoreOutcome, sign_records, store_records
-from ftis_swarm.swarm.reading import KeyReader
+from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
+from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
                                       make_subkey)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer

@@ -29,14 +29,14 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.swarm.dhtcodec import BoundedSerializer
+from ftis_swarm.swarm.dht.codec import BoundedSerializer
 from ftis_swarm.swarm.errors import SwarmError
-from ftis_swarm.swarm.guard import DHTServicer
+from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.identity import NodeIdentity
-from ftis_swarm.swarm.policy import ALLOW_ALL, PeerPolicy
-from ftis_swarm.swarm.pubsub import PubsubP2P
-from ftis_swarm.swarm.storage import GuardedStorage
-from ftis_swarm.swarm.validators import RecordChecker
+from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.swarm.gossip.pubsub import PubsubP2P
+from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.swarm.dht.validators import RecordChecker
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

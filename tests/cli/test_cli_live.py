@@ -9,7 +9,7 @@ from collections import deque
 from rich.console import Console
 
 from ftis_swarm.cli.live import nodes_table, round_line, rounds_table, sparkline
-from ftis_swarm.node.summary import format_summary, summarize_run
+from ftis_swarm.ops.summary import format_summary, summarize_run
 
 
 def render(table) -> str:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ftis_swarm.bench.logprob_memory import measure_logprobs
+from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
 from ftis_swarm.core.logprobs import token_logprobs
 
 

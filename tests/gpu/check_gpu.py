@@ -385,7 +385,7 @@ def vllm_step(checks: Checks, args, init_state: dict, size: str, device) -> None
 
     from transformers import AutoTokenizer
 
-    from ftis_swarm.bench.rollout_bench import run_rollout_bench
+    from ftis_swarm.lab.bench.rollout import run_rollout_bench
     from ftis_swarm.models.tiny import QWEN_VOCAB_SIZE, build_tiny_qwen2, qwen_tokenizer_dir
 
     folder = Path(tempfile.mkdtemp(prefix="ftis-gpucheck-"))

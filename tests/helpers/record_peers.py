@@ -13,7 +13,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
-from ftis_swarm.swarm.validators import RecordChecker
+from ftis_swarm.swarm.dht.validators import RecordChecker
 
 SER = DHTProtocol.serializer
 TTL, SKEW, RUN, W = 600.0, 30.0, "run", 7

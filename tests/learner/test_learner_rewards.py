@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from ftis_swarm.learner.rewards import Admission, TaskCache, score_groups
+from ftis_swarm.node.scoring import Admission, TaskCache, score_groups
 from ftis_swarm.models.tiny import qwen_tokenizer_dir
 from ftis_swarm.tasks import get_task
 from ftis_swarm.tasks.arith import ArithTask

@@ -96,7 +96,7 @@ def test_eval_writes_pass_at_1_json(tmp_path, tiny_model_dir):
 
 
 def test_eval_picks_transformers_on_cpu_and_vllm_only_when_asked() -> None:
-    from ftis_swarm.node.evaluate import pick_eval_backend
+    from ftis_swarm.ops.evaluate import pick_eval_backend
     from ftis_swarm.rollout.factory import vllm_installed
 
     assert pick_eval_backend("auto") == ("transformers", "cpu")  # no CUDA here: auto never starts vLLM on CPU

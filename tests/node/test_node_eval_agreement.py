@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
-from ftis_swarm.bench.experiment_eval import heldout_accuracy, heldout_items
+from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items
 from ftis_swarm.cli.main import app
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import get_task

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ftis_swarm.config import LedgerConfig
-from ftis_swarm.node.ledger import COSTS, PeerLedger, short_peer
+from ftis_swarm.peers.ledger import COSTS, PeerLedger, short_peer
 
 A, B = "12D3KooWpeerAaaaaaaaaaaa", "12D3KooWpeerBbbbbbbbbbbb"
 
@@ -83,7 +83,7 @@ def test_round_record_and_state_round_trip():
 def test_swarm_faults_are_charged_with_their_own_costs_and_ban_the_forger():
     from collections import Counter
 
-    from ftis_swarm.node.ledger import SWARM_COSTS
+    from ftis_swarm.peers.ledger import SWARM_COSTS
     from ftis_swarm.swarm import PeerPolicy
 
     ledger = PeerLedger()

@@ -12,7 +12,7 @@ from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.models import portable_model_name
-from ftis_swarm.node.evaluate import load_for_eval
+from ftis_swarm.ops.evaluate import load_for_eval
 
 from learner_samples import sample_group
 

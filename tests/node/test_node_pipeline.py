@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ftis_swarm.bench.tiny_arith import build_tiny_arith_model
+from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.config import load_node_config
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
@@ -132,8 +132,8 @@ def test_fresh_enough_keeps_at_most_k_versions_behind():
 @slow
 def test_the_experiments_vertical_arm_learns_stale_own_groups_as_the_pipelined_node(arith_model):
     """`max_staleness 1` in the experiment: round 1 as with 0, later own groups one version late."""
-    from ftis_swarm.bench.experiment import ExperimentConfig, LearnerSpec
-    from ftis_swarm.bench.experiment_run import run_arm
+    from ftis_swarm.lab.experiment.arms import ExperimentConfig, LearnerSpec
+    from ftis_swarm.lab.experiment.run import run_arm
 
     def arm(k):
         cfg = ExperimentConfig(learners=(LearnerSpec(model=str(arith_model), lr=1e-2),

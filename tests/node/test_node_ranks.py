@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models.tiny import build_tiny_qwen2
-from ftis_swarm.node.testnet import NodeSpec, node_command, start_bootstrap, start_node, stop
+from ftis_swarm.ops.testnet import NodeSpec, node_command, start_bootstrap, start_node, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 ROUNDS = 2

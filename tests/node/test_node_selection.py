@@ -1,4 +1,4 @@
-"""Which peers' groups an update takes (node/intake.py): refused peers, dedup against persisted
+"""Which peers' groups an update takes (peers/intake.py): refused peers, dedup against persisted
 updates, context, caps, and the completion-token budget with one round of deferral."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 
 from ftis_swarm.config import load_node_config
 from ftis_swarm.node.daemon import drop_rounds_after
-from ftis_swarm.node.intake import Budget, PeerIntake
+from ftis_swarm.peers.intake import Budget, PeerIntake
 
 from wire_samples import random_group
 

@@ -49,7 +49,7 @@ def test_importing_the_rollout_package_and_its_factory_leaves_vllm_unimported() 
     import subprocess
     import sys
 
-    code = ("import sys\nimport ftis_swarm.rollout, ftis_swarm.rollout.factory, ftis_swarm.node.evaluate\n"
+    code = ("import sys\nimport ftis_swarm.rollout, ftis_swarm.rollout.factory, ftis_swarm.ops.evaluate\n"
             "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith(('vllm.', 'ftis_swarm.rollout.vllm'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

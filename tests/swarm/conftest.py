@@ -120,7 +120,7 @@ class Node(Proc):
 
 
 class Hostile(Proc):
-    """The hostile peer (ftis_swarm.swarm.hostile): its own peer id, its signing identities, its body servers."""
+    """The hostile peer (ftis_swarm.lab.hostile.peer): its own peer id, its signing identities, its body servers."""
 
     peer_id: str
     identities: list[str]
@@ -160,12 +160,12 @@ class Swarm:
         return node
 
     def hostile(self, peers: list[str], cfg: SwarmConfig, *, identities: int) -> "Hostile":
-        """Starts `python -m ftis_swarm.swarm.hostile` against this swarm and waits for its hello."""
+        """Starts `python -m ftis_swarm.lab.hostile.peer` against this swarm and waits for its hello."""
         settings = dict(peers=peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
                         window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
                         tokenizer_fp=node_proc.TOKENIZER_FP, vocab_size=node_proc.VOCAB_SIZE,
                         identities=identities)
-        proc = Hostile([sys.executable, "-m", "ftis_swarm.swarm.hostile", json.dumps(settings)],
+        proc = Hostile([sys.executable, "-m", "ftis_swarm.lab.hostile.peer", json.dumps(settings)],
                        log=self.tmp_path / f"hostile{len(self.procs)}.log")
         self.procs.append(proc)
         hello = proc.read(120.0)

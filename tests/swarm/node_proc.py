@@ -23,7 +23,8 @@ import sys
 import time
 
 from ftis_swarm.config import SwarmConfig
-from ftis_swarm.swarm import SwarmClient, hostile_floods
+from ftis_swarm.lab.hostile import floods as hostile_floods
+from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.wire import Group, encode_group
 
 TOKENIZER_FP = "test-tokenizer"

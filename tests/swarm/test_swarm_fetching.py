@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.swarm.fetching import FetchScheduler
-from ftis_swarm.swarm.policy import ALLOW_ALL
+from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
+from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
 
 BODY = b"b" * 64

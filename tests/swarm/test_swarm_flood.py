@@ -1,6 +1,6 @@
 """Floods and stalls against a 3-node testnet: every honest group still arrives, on time, and each attack is counted.
 
-One hostile process (`ftis_swarm.swarm.hostile`: its own identity, 50 identities that only
+One hostile process (`ftis_swarm.lab.hostile.peer`: its own identity, 50 identities that only
 sign, four libp2p daemons serving bad bodies) attacks while the honest nodes exchange
 groups round after round: 5,000 pointers in one window from the 50 identities (their
 bodies unreachable), 10,000 records under random keys, one whole-dictionary store of

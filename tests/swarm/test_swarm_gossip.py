@@ -8,10 +8,10 @@ import time
 
 import msgpack
 
-from ftis_swarm.swarm.gossip import MAX_MESSAGE_BYTES, GossipGate, decode_message, encode_message
+from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, decode_message, encode_message
 from ftis_swarm.swarm.keys import pointer_key
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
-from ftis_swarm.swarm.rounds import RoundTracker
+from ftis_swarm.swarm.fetch.rounds import RoundTracker
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
 

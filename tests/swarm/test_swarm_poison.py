@@ -1,5 +1,5 @@
-"""Poisoned groups against a real 3-node testnet: the hostile peer (`ftis_swarm.swarm.hostile`, its own
-process) publishes validly signed groups of every attack in `ftis_swarm/node/attacks.py`
+"""Poisoned groups against a real 3-node testnet: the hostile peer (`ftis_swarm.lab.hostile.peer`, its own
+process) publishes validly signed groups of every attack in `ftis_swarm/lab/hostile/groups.py`
 before three tiny nodes (real `ftis-node join` processes) start; each node counts each
 attack under its reason, no hostile sample reaches an update, and every node's weights
 stay finite.
@@ -23,9 +23,9 @@ from safetensors.torch import load_file
 
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import load_model
-from ftis_swarm.node.attacks import ATTACKS, attack_groups
-from ftis_swarm.node.ledger import short_peer
-from ftis_swarm.node.testnet import TINY_FLAGS, node_command, preset, start_node, stop
+from ftis_swarm.lab.hostile.groups import ATTACKS, attack_groups
+from ftis_swarm.peers.ledger import short_peer
+from ftis_swarm.ops.testnet import TINY_FLAGS, node_command, preset, start_node, stop
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.wire import encode_group
 

@@ -19,10 +19,10 @@ from hivemind.proto import dht_pb2
 from hivemind.utils.serializer import MSGPackSerializer
 
 from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.swarm.dhtcodec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
-from ftis_swarm.swarm.guard import DHTServicer
+from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
+from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.keys import member_key, pointer_key
-from ftis_swarm.swarm.storage import GuardedStorage
+from ftis_swarm.swarm.dht.storage import GuardedStorage
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
 

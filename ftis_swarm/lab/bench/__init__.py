@@ -1,0 +1,23 @@
+"""Benchmarks (`ftis-node bench ...`): each measures a baseline in the same run and prints ratios against it.
+
+- wire.py            bytes per completion token; encode/decode throughput against a memory copy
+- learner.py         an F-TIS step against a NoIS step; the loss alone; TRL's GRPO loss as the anchor
+- logprob_memory.py  chunked vs naive per-token log-probs at a 150k vocabulary (fresh processes)
+- dist.py            the FSDP2 learner on N ranks against one process: peak memory per rank, step time
+- rollout.py         tokens/s of each installed rollout backend and log-prob parity with the learner
+- swarm.py           publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
+                     polling (swarm_worker.py: one node)
+- e2e.py             a swarm round of real `ftis-node join` processes against a solo round
+- attacks.py         what of each hostile group reaches an update; how fast forgers are caught
+- resume.py          a lone node SIGKILLed N times against an undisturbed run (run_compare.py:
+                     weights, optimiser and per-round logs compared)
+- pipeline.py        the same lone node with max_staleness 0 against 1 on the same threads: round time,
+                     samples learned per second, generate and learn alone with their shares, sync time
+- soak.py            RSS and open files of every process of a testnet over hundreds of rounds
+- hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes)
+- tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
+
+A bench measures the product, never a copy of it: e2e, resume and soak start real
+`ftis-node join` processes (`ops/testnet.py`). Imports below it: ops, node and every layer
+under it; only the CLI imports the lab.
+"""

@@ -1,0 +1,281 @@
+"""`ftis-node bench attacks`: what of each attack reaches an update, and how fast forgers are caught.
+
+**The attack table.** One receiving node (SmolLM2-135M; the honest peer runs the same
+model, so some of its groups carry signal), in process, runs its rounds on the product's
+own parts: the wire decoder (with its token bound), `PeerIntake`, the scorer's
+`Admission`, the `Learner` and the `PeerLedger`. Each round it trains on its own groups,
+an honest peer's and one group of each attack (`attacks.py`), each attack from its own
+sender so that what reaches the update (samples with a non-zero effective advantage, and
+their largest weight) is told apart per attack. Bans carry over between rounds.
+
+**The detector.** For ordered pairs of models (the learner's, the generator's): honest
+groups of the generator (arith, G = 4, 24 tokens, T = 0.7, the testnet's settings) go
+through the learner's real update one group at a time (with equal rewards, so nothing is
+learned): false alarms are updates that flag the honest peer. Then the same groups with
+`logp_gen - 3`: the delay is the number of forged groups before the flag, from a fresh
+peer and from one that was honest until then. Pairs: the testnet's three models (SmolLM2
+full, the same with a fresh LoRA r16, which computes the same function until it trains,
+and the 24-layer sibling), and a divergent pair, SmolLM2 against itself with layers 26-27
+dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ftis_swarm.config import LearnerConfig, LoRAConfig, SamplingConfig, WireConfig
+from ftis_swarm.learner.batch import ScoredGroup
+from ftis_swarm.learner.learner import Learner, apply_lora
+from ftis_swarm.node.scoring import Admission, TaskCache
+from ftis_swarm.models import load_model
+from ftis_swarm.lab.hostile.groups import ATTACKS, FORGERY_SHIFT, attack_groups, prompts_for, rebuilt
+from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.node.health import UpdateHealth
+from ftis_swarm.node.learning import Learning, learn_round
+from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.node.serving import Serving
+from ftis_swarm.rollout import GroupHeader, TransformersBackend
+from ftis_swarm.tasks import get_task
+from ftis_swarm.wire import WireError, decode_group, encode_group, tokenizer_fingerprint
+
+SAMPLING = SamplingConfig(temperature=0.7, max_new_tokens=24, group_size=4, seed=0)
+DIVERGENT_DROP = (26, 27)
+
+
+@dataclass
+class AttackRow:
+    attack: str
+    sent: int = 0
+    reached: int = 0
+    """Samples in an update with a non-zero effective advantage."""
+    max_weight: float = 0.0
+    """Their largest per-token weight."""
+    stopped_by: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class DetectorRow:
+    learner: str
+    generator: str
+    honest_mean: float
+    """Mean of min(pi_theta / pi_gen, C) over the honest groups' tokens (at most 1 in expectation)."""
+    honest_tokens: int
+    false_alarms: int
+    checks: int
+    forged_mean: float
+    delay_fresh: int | None
+    """Forged groups until flagged, from a peer the learner has not seen (None: never within the groups)."""
+    delay_turncoat: int | None
+    """The same for a peer that sent the honest groups first."""
+
+
+@dataclass
+class AttackFigures:
+    preset: str
+    rounds: int
+    attacks: list[AttackRow]
+    detector: list[DetectorRow]
+    weights_finite: bool
+    banned: list[str]
+    """Senders banned at least once."""
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Models:
+    receiver: str
+    honest: str
+    hostile: str
+    pairs: dict[str, Callable[[], Any]]
+    """Name -> loader of (model, tokenizer) for the detector, the learner side."""
+    same_as: dict[str, str]
+    """Detector models whose samples are another's (a fresh LoRA samples as its base)."""
+    divergent: tuple[str, str]
+
+
+def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_groups: int = 24,
+                     forged_groups: int = 8, threads: int = 1,
+                     progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
+    """The attack table over `rounds` rounds, then the detector on `honest_groups` and `forged_groups` per pair."""
+    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1:
+        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1")
+    import torch
+
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    models = _models(preset, workdir)
+    progress("attack table")
+    rows, finite, banned = _attack_table(models, rounds=rounds, progress=progress)
+    progress("detector")
+    det = _detector(models, honest_groups=honest_groups, forged_groups=forged_groups, progress=progress)
+    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0)
+
+
+def _models(preset: str, workdir: Path) -> Models:
+    if preset == "default":
+        sibling = str(_divergent_sibling())
+        loaders = {"full": lambda: load_model("smollm2-135m"), "lora": lambda: _lora(*load_model("smollm2-135m")),
+                   "mini": lambda: load_model("smollm2-mini"), "drop26-27": lambda: load_model(sibling)}
+        return Models("smollm2-135m", "smollm2-135m", "smollm2-135m", loaders, {"lora": "full"}, ("full", "drop26-27"))
+    if preset == "tiny":
+        from ftis_swarm.models.tiny import build_tiny_qwen2
+
+        a = str(build_tiny_qwen2(workdir / "tiny-a", hidden_size=32, num_layers=1, seed=1))
+        b = str(build_tiny_qwen2(workdir / "tiny-b", hidden_size=64, num_layers=2, seed=2))
+        loaders = {"tiny-a": lambda: load_model(a), "tiny-b": lambda: load_model(b),
+                   "tiny-b-lora": lambda: _lora(*load_model(b))}
+        return Models(a, b, a, loaders, {"tiny-b-lora": "tiny-b"}, ("tiny-a", "tiny-b"))
+    raise ValueError(f"unknown preset {preset!r}; expected 'default' or 'tiny'")
+
+
+def _lora(model: Any, tokenizer: Any) -> tuple[Any, Any]:
+    return apply_lora(model, LearnerConfig(lora=LoRAConfig(rank=16))), tokenizer
+
+
+def _divergent_sibling() -> Path:
+    from ftis_swarm.models.cache import cached_checkpoint
+    from ftis_swarm.models.smollm2 import converted_smollm2, drop_layers
+
+    keep = tuple(i for i in range(30) if i not in DIVERGENT_DROP)
+    src = converted_smollm2()
+    return cached_checkpoint("smollm2-drop26-27-v1", lambda out: drop_layers(src, out, keep))
+
+
+def _backend(model: Any, tokenizer: Any, sender: str) -> TransformersBackend:
+    return TransformersBackend(model=model, tokenizer=tokenizer, header=GroupHeader("bench", sender, "bench"))
+
+
+def _attack_table(m: Models, *, rounds: int, progress: Callable[[str], None]) -> tuple[list[AttackRow], bool, list[str]]:
+    model, tok = load_model(m.receiver)
+    honest_model, _ = load_model(m.honest)
+    hostile_model, _ = load_model(m.hostile)
+    fp = tokenizer_fingerprint(tok)
+    bound = min(len(tok), model.get_input_embeddings().num_embeddings)
+    cfg = LearnerConfig(lr=2e-6)
+    learner = Learner(model, cfg=cfg, pad_id=tok.pad_token_id or 0, tokenizer_fp=fp)
+    own, honest, hostile = (_backend(x, tok, s) for x, s in ((model, "self"), (honest_model, "honest"),
+                                                               (hostile_model, "hostile")))
+    own_tokens = 2 * SAMPLING.group_size * SAMPLING.max_new_tokens
+    intake = PeerIntake(Budget(max_groups=64, max_groups_per_peer=16, max_tokens=4 * own_tokens,
+                               max_tokens_per_peer=2 * own_tokens, context=model.config.max_position_embeddings))
+    ledger = PeerLedger()
+    learning = Learning(me="self", learner=learner, tokenizer=tok, tasks=TaskCache(),
+                        admission=Admission(tokenizer_fp=fp, accept_tasks=frozenset({"arith"})),
+                        serving=Serving(learner, own, shares_model=True), peer_ledger=ledger,
+                        health=UpdateHealth(rounds + 1))
+    rows = {name: AttackRow(name) for name in ("honest", *ATTACKS)}
+    arith = get_task("arith")
+    for r in range(rounds):
+        progress(f"round {r + 1} of {rounds}")
+        mine = own.generate(prompts_for(arith.sample(2, seed=100 + r), tok), 4, SAMPLING)
+        peers = [g for g in honest.generate(prompts_for(arith.sample(2, seed=200 + r), tok), 4, SAMPLING)
+                 if within_vocab(g, bound)]  # what an honest node publishes
+        attacks = attack_groups(hostile, tok, seed=r, token_bound=bound, max_new_tokens=8)
+        peers += [rebuilt(g, sender=f"hostile-{name}") for name, g in attacks.items()]
+        arrived = []
+        for g in peers:
+            rows[_row(g.sender)].sent += 1
+            try:
+                arrived.append(decode_group(encode_group(g), vocab_size=bound, limits=WireConfig()))
+            except WireError:
+                rows[_row(g.sender)].stopped_by["wire"] = rows[_row(g.sender)].stopped_by.get("wire", 0) + 1
+        taken = intake.take(arrived, {}, ledger.allows)
+        ledger.charge_counts(taken.by_peer, me="self")
+        learned = learn_round(learning, r + 1, mine, taken.kept)  # the node's own learning half
+        for (sender, reason), n in (taken.by_peer + learned.rejected_by_peer).items():
+            _stop(rows[_row(sender)], reason, n)
+        for sender, report in learner.peer_report.items():
+            for reason, n in report.items():
+                if reason != "groups" and sender != "self":
+                    _stop(rows[_row(sender)], reason, n)
+        for sender, src in learning.sources.items():
+            if f"used@{src}" in learned.metrics:
+                row = rows[_row(sender)]
+                row.reached += int(learned.metrics[f"used@{src}"])
+                row.max_weight = max(row.max_weight, learned.metrics[f"max_weight_used@{src}"])
+    finite = all(bool(p.isfinite().all()) for p in learner.model.parameters())
+    return list(rows.values()), finite, sorted(p for p, rec in ledger.snapshot().items() if rec["bans"])
+
+
+def _row(sender: str) -> str:
+    return sender.removeprefix("hostile-")
+
+
+def _stop(row: AttackRow, reason: str, n: int) -> None:
+    row.stopped_by[reason] = row.stopped_by.get(reason, 0) + n
+
+
+def _detector(m: Models, *, honest_groups: int, forged_groups: int,
+              progress: Callable[[str], None]) -> list[DetectorRow]:
+    loaded = {name: load() for name, load in m.pairs.items()}
+    tok = next(iter(loaded.values()))[1]
+    items = get_task("arith").sample(honest_groups, seed=7)
+    samples: dict[str, list] = {}
+    for name, (model, _) in loaded.items():
+        if name in m.same_as:
+            continue
+        progress(f"sampling {honest_groups} groups from {name}")
+        samples[name] = _backend(model, tok, name).generate(prompts_for(items, tok), SAMPLING.group_size, SAMPLING)
+    testnet = [n for n in loaded if n not in m.divergent or n == m.divergent[0]]
+    pairs = [(a, b) for a in testnet for b in testnet if a != b] + [m.divergent, m.divergent[::-1]]
+    out = []
+    for learner_name, gen in pairs:
+        progress(f"detector: {learner_name} learning from {gen}")
+        groups = samples[m.same_as.get(gen, gen)]
+        forged = [rebuilt(g, logp_gen=[lp + FORGERY_SHIFT for lp in g.logp_gen]) for g in groups[:forged_groups]]
+        out.append(_pair(loaded[learner_name][0], tok, learner_name, gen, groups, forged))
+    return out
+
+
+def _pair(model: Any, tok: Any, learner_name: str, gen: str, groups: list, forged: list) -> DetectorRow:
+    learner = Learner(model, cfg=LearnerConfig(), pad_id=tok.pad_token_id or 0)
+
+    def feed(g, sender: str) -> tuple[bool, float]:
+        item = ScoredGroup.vertical(rebuilt(g, sender=sender), [0.0] * g.G, offpolicy=True, filterable=True, source=1)
+        metrics = learner.update([item])
+        return metrics.get("withheld_forgery", 0) > 0, learner.detector.stat(sender).mean
+
+    alarms = sum(feed(g, "honest")[0] for g in groups)
+    stat = learner.detector.stat("honest")
+    honest_mean, honest_tokens = stat.mean, stat.tokens
+    fresh = [feed(g, "forger") for g in forged]
+    turncoat = [feed(g, "honest")[0] for g in forged]
+    return DetectorRow(learner_name, gen, honest_mean, honest_tokens, alarms, len(groups), fresh[-1][1],
+                       _first(f for f, _ in fresh), _first(turncoat))
+
+
+def _first(flags: Any) -> int | None:
+    for i, flagged in enumerate(flags, start=1):
+        if flagged:
+            return i
+    return None
+
+
+def format_attacks(f: AttackFigures) -> str:
+    lines = [f"attacks on one receiving node ({f.preset} preset, {f.rounds} rounds, one group of each a round)",
+             f"{'attack':<18}{'sent':>6}{'reached':>9}{'max w':>8}  stopped by"]
+    for r in f.attacks:
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(r.stopped_by.items())) or "-"
+        lines.append(f"{r.attack:<18}{r.sent:>6}{r.reached:>9}{r.max_weight:>8.3f}  {stops}")
+    lines.append(f"receiver's weights finite: {f.weights_finite}; banned: {', '.join(f.banned) or 'none'}")
+    lines.append("")
+    lines.append("forgery detector (delta 1e-6, C 2): honest groups one per update, then forged (logp_gen - 3)")
+    lines.append(f"{'learner':<12}{'generator':<12}{'honest mean':>12}{'tokens':>8}{'false alarms':>14}"
+                 f"{'forged mean':>12}{'delay':>7}{'turncoat':>10}")
+    for d in f.detector:
+        lines.append(f"{d.learner:<12}{d.generator:<12}{d.honest_mean:>12.3f}{d.honest_tokens:>8}"
+                     f"{f'{d.false_alarms}/{d.checks}':>14}{d.forged_mean:>12.3f}{_n(d.delay_fresh):>7}"
+                     f"{_n(d.delay_turncoat):>10}")
+    lines.append(f"wall time {f.seconds:.0f} s")
+    return "\n".join(lines)
+
+
+def _n(x: int | None) -> str:
+    return "never" if x is None else str(x)
+

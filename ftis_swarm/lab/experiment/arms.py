@@ -1,0 +1,316 @@
+"""The paper's experiment in miniature: two heterogeneous learners, alone and together, on CPU.
+
+Two learners share one process per run (by default A is SmolLM2-135M fully fine-tuned and
+B the pilot's sibling `smollm2-slim27` training a LoRA adapter; any two models with one
+tokenizer work). Each run is one *arm* and one seed:
+
+- `solo`: each learner trains on its own vertical groups only (plain on-policy GRPO; the
+  loss mode does not matter, since own samples have weight 1 and are never filtered);
+  `solo-2x` the same with twice the prompts a round: as many samples learned as a swarm arm;
+- `vertical-<mode>`: each learner also trains on the other's groups, which cross through
+  the real wire codec (`encode_group` -> bytes -> `decode_group`), as off-policy samples
+  corrected by `<mode>` (`ftis_swarm.config.LOSS_MODES`); `vertical-<mode>-stale<k>` with
+  each learner's own groups generated k versions ahead (`max_staleness` k);
+- `horizontal-<mode>`: each group's G completions are split across the two models (G/2
+  each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
+  group; the learner is called with `allow_mixed=True` (an experiment-only setting).
+
+Each learner is a node's learning half (`experiment_run.learner_config`: the `NodeConfig` of
+learner i under seed s has node seed `s + 1000000 i`), trained by the node's own round
+(`node.learning.learn_round`), so `solo` is exactly a lone node. Every arm sees the same
+prompt schedule for the same seed, the node's (`node.rollouts.round_items`): in `solo` and
+`vertical` learner i draws its own P prompts of round r; in `horizontal` both learners take the union of those
+2P prompts and generate G/2 completions each, so each learner samples P x G completions and
+updates on 2P groups of G, as in `vertical`. Held-out accuracy is greedy pass@1 on a fixed
+set of the task's test items, the same for every arm; it is measured once for the initial
+weights (identical in every run: the same checkpoint, and a fresh LoRA adapter changes
+nothing until its first step), then after the rounds in `eval_rounds` (by default the last) of each run.
+
+Files: experiment.py (this: settings, plan, the pool that runs it), experiment_run.py (one
+run), experiment_eval.py (held-out accuracy), experiment_report.py (table and plots),
+experiment_stats.py and paired_tests.py (the statistics fixed before the run: paired tests over
+seeds, bootstrap over seeds and items, the claims' verdicts).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Literal, NamedTuple, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ftis_swarm.config import LOSS_MODES
+
+log = logging.getLogger(__name__)
+
+MODES = tuple(LOSS_MODES)
+FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
+"""The issue's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
+corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
+QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
+
+
+class ArmSpec(NamedTuple):
+    """What an arm name means: the round kind, the loss mode, the prompts-per-round factor, the staleness."""
+
+    kind: str
+    mode: str
+    prompts_factor: int = 1
+    staleness: Optional[int] = None
+    """`max_staleness` of this arm's vertical rounds; None: the config's."""
+
+
+def arm_spec(arm: str) -> ArmSpec:
+    """`solo`, `solo-2x` (twice the prompts a round: as many samples learned as a swarm arm),
+    `vertical-<mode>` or `horizontal-<mode>`, a vertical one optionally ending `-stale<k>`."""
+    if arm == "solo":
+        return ArmSpec("solo", "ftis")
+    if arm == "solo-2x":
+        return ArmSpec("solo", "ftis", prompts_factor=2)
+    kind, _, rest = arm.partition("-")
+    mode, _, stale = rest.partition("-")
+    staleness = None
+    if stale:
+        k = stale.removeprefix("stale")
+        if kind != "vertical" or not stale.startswith("stale") or not k.isdigit() or int(k) > 8:
+            raise ValueError(f"arm {arm!r}: only a vertical arm takes a suffix, -stale<k> with k 0..8")
+        staleness = int(k)
+    if kind not in ("vertical", "horizontal") or mode not in MODES:
+        raise ValueError(f"arm {arm!r} is not solo, solo-2x, vertical-<mode>[-stale<k>] or horizontal-<mode> "
+                         f"with a mode of {', '.join(MODES)}")
+    return ArmSpec(kind, mode, staleness=staleness)
+
+
+def parse_arm(arm: str) -> tuple[str, str]:
+    """`(kind, mode)` of an arm name (`arm_spec` has the rest)."""
+    spec = arm_spec(arm)
+    return spec.kind, spec.mode
+
+
+class LearnerSpec(BaseModel):
+    """One of the two learners."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    """Short name, folder or hub id (both learners must share a tokenizer)."""
+    lr: float = Field(gt=0, le=1)
+    lora_rank: Optional[int] = Field(None, ge=1, le=1024)
+    """Train a LoRA adapter of this rank instead of the full model."""
+
+
+class ExperimentConfig(BaseModel):
+    """Everything a run depends on; written to the output folder and checked on resume."""
+
+    model_config = ConfigDict(extra="forbid")
+    learners: tuple[LearnerSpec, LearnerSpec] = (
+        LearnerSpec(model="smollm2-135m", lr=2e-5),
+        LearnerSpec(model="smollm2-slim27", lr=2e-4, lora_rank=16),
+    )
+    """A, then B. Default: SmolLM2-135M fully fine-tuned, and the pilot's best sibling (layers 25-27
+    dropped) training a LoRA adapter (docs/experiment.md, docs/pilot.json)."""
+    task: str = "arith_mix"
+    arms: list[str] = Field(default_factory=lambda: list(FULL_ARMS))
+    seeds: list[int] = Field(default_factory=lambda: list(range(6)))
+    rounds: int = Field(6, ge=1)
+    prompts_per_round: int = Field(2, ge=1)
+    """Own prompts per learner per round (P); `solo-2x` takes twice as many."""
+    group_size: int = Field(6, ge=4)
+    """G; even, since horizontal groups take G/2 completions from each learner."""
+    temperature: float = Field(0.7, gt=0, le=10)
+    max_new_tokens: int = Field(16, ge=1)
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    """The learner's autocast (rollout and evaluation stay fp32). bf16 is for GPUs: on this machine's
+    CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the fp32 one, its
+    learning 7.5 x."""
+    micro_batch: int = Field(32, ge=1)
+    activation_checkpointing: bool = False
+    """Recompute each layer's activations in backward (for large models on a GPU; `ftis-node plan`)."""
+    eval_task: Optional[str] = None
+    """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: `task`."""
+    eval_items: Optional[int] = Field(None, ge=1)
+    """Held-out test items (the same items in every arm); None: every distinct one of the task's test split."""
+    eval_seed: int = Field(0, ge=0)
+    eval_max_new_tokens: int = Field(16, ge=1)
+    eval_samples: int = Field(8, ge=0, le=64)
+    """Sampled completions per held-out item beside the greedy one (0: greedy only)."""
+    eval_temperature: Optional[float] = Field(None, gt=0, le=10)
+    """Temperature of the sampled held-out completions; None: `temperature`."""
+    eval_rounds: list[int] = Field(default_factory=list)
+    """Rounds after which held-out accuracy is measured; empty: the last only."""
+    max_staleness: int = Field(0, ge=0, le=8)
+    """Vertical arms without a `-stale<k>` suffix: each learner's own groups of round r + k are generated
+    before round r learns, as a node with `max_staleness` k generates them (node/pipeline.py; the same
+    schedule, in sequence)."""
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one arm is needed")
+        for arm in v:
+            arm_spec(arm)
+        return list(dict.fromkeys(v))
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v):
+            raise ValueError("seeds must be a non-empty list of non-negative integers")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ExperimentConfig":
+        if self.group_size % 2:
+            raise ValueError(f"group_size must be even (horizontal groups split it in two), got {self.group_size}")
+        if not self.eval_rounds:
+            self.eval_rounds = [self.rounds]
+        if any(not 1 <= r <= self.rounds for r in self.eval_rounds):
+            raise ValueError(f"eval_rounds must lie in 1..{self.rounds}, got {self.eval_rounds}")
+        return self
+
+    @property
+    def learner_names(self) -> tuple[str, str]:
+        return ("A", "B")
+
+
+QUICK_LEARNERS = (LearnerSpec(model="smollm2-135m", lr=2e-5), LearnerSpec(model="smollm2-mini", lr=2e-5))
+"""The quick setting pairs A with the smallest sibling: its samples are off-policy for A from the
+first round, so one round exercises weights and filter."""
+
+
+def quick_config(**overrides: Any) -> ExperimentConfig:
+    """The `--quick` setting: every arm kind once, one round, small groups, 8 held-out items; a couple of minutes."""
+    base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], rounds=1,
+                                prompts_per_round=2, group_size=4, eval_items=8, eval_samples=2)
+    base.update(overrides)
+    return ExperimentConfig(**base)
+
+
+def run_path(out: Path, arm: str, seed: int) -> Path:
+    return out / "runs" / f"{arm}_seed{seed}.json"
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out: Path,
+    *,
+    workers: int = 1,
+    threads: int = 1,
+    resume: bool = True,
+    on_done: Optional[Callable[[str, dict[str, Any]], None]] = None,
+) -> dict[str, Any]:
+    """Runs the start evaluation and every (arm, seed), `workers` processes at a time.
+
+    Each result is written to `out/runs/<arm>_seed<k>.json` as it finishes; with `resume`, a
+    result already there from the same config is reused instead of rerun. `on_done(label,
+    result)` is called in this process as each job finishes. Returns every result.
+    """
+    from ftis_swarm.lab.experiment.run import run_arm, start_evaluation
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_json = cfg.model_dump_json()
+    (out / "config.json").write_text(json.dumps(json.loads(cfg_json), indent=2))
+    key = run_key(cfg)
+    t0 = time.perf_counter()
+    jobs: list[tuple[str, Path, Callable[..., dict[str, Any]], tuple]] = [
+        ("start", out / "start_eval.json", start_evaluation, (cfg_json,)),
+    ] + [(f"{arm} seed {seed}", run_path(out, arm, seed), run_arm, (cfg_json, arm, seed))
+         for seed in cfg.seeds for arm in cfg.arms]
+    results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for label, path, fn, args in jobs:
+        done = _reuse(path, key) if resume else None
+        if done is None:
+            todo.append((label, path, fn, args))
+            continue
+        results[label] = done
+        if on_done:
+            on_done(f"{label} (reused)" if label != "start" else label, done)
+
+    def finished(i: int, res: dict[str, Any]) -> None:
+        label, path = todo[i][0], todo[i][1]
+        _write(path, res, key)
+        results[label] = res
+        if on_done:
+            on_done(label, res)
+
+    _in_pool([(fn, args) for _, _, fn, args in todo], workers=workers, threads=threads, on_result=finished)
+    return {
+        "config": json.loads(cfg_json),
+        "start": results["start"],
+        "runs": [results[label] for label, *_ in jobs[1:]],
+        "wall_seconds": time.perf_counter() - t0,
+    }
+
+
+def _init_worker(threads: int) -> None:
+    """A pool process: `threads` torch threads, no download progress bars on the console."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()
+
+
+def _in_pool(calls: list[tuple[Callable[..., dict[str, Any]], tuple]], *, workers: int, threads: int,
+             on_result: Callable[[int, dict[str, Any]], None]) -> None:
+    """`fn(*args)` for each call, in spawned processes; `on_result(i, result)` here as each finishes.
+
+    Calls are submitted in order, so the first (the start evaluation) starts first.
+    """
+    if not calls:
+        return
+    n = max(1, min(workers, len(calls)))
+    # a fresh process per run: a process reused across runs kept growing (5.7 and 6.7 GB resident
+    # after 13 runs of the default setting), and spawning costs seconds against minutes a run
+    with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"), initializer=_init_worker,
+                             initargs=(threads,), max_tasks_per_child=1) as pool:
+        futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(calls)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            on_result(i, fut.result())
+
+
+def run_key(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The settings one run depends on (all but the list of arms and seeds): what resume compares."""
+    return cfg.model_dump(mode="json", exclude={"arms", "seeds"})
+
+
+def _write(path: Path, result: dict[str, Any], key: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"config": key, "result": result}))
+    tmp.replace(path)
+
+
+def _reuse(path: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text())
+    if saved.get("config") != key:
+        log.info("%s was made with another config; running it again", path)
+        return None
+    return saved["result"]
+
+
+def pilot_gate(pilot: Optional[dict[str, Any]], model_b: str) -> dict[str, Any]:
+    """Whether the pilot's gate passed for learner B's model: `{passed, reason, checks}`.
+
+    The correction claims count as tested only when it did (and the run's ESS holds, which
+    the statistics check); without a pilot, or a pilot of other candidates, it did not.
+    """
+    if pilot is None:
+        return {"passed": False, "reason": "no pilot given (--pilot)", "checks": {}}
+    rows = [c for c in pilot.get("candidates", []) if c.get("model") == model_b]
+    if not rows:
+        return {"passed": False, "reason": f"the pilot did not try {model_b}", "checks": {}}
+    checks = rows[0].get("checks", {})
+    failed = [k for k, ok in checks.items() if not ok]
+    passed = bool(rows[0].get("passes")) and not failed
+    reason = "the pilot's gate passed" if passed else f"the pilot's gate failed for {model_b}: {', '.join(failed)}"
+    return {"passed": passed, "reason": reason, "checks": checks}

@@ -1,0 +1,10 @@
+"""A hostile peer for the tests and `bench hostile` / `bench attacks`; the product never imports it.
+
+- peer.py     Hostile (`python -m ftis_swarm.lab.hostile.peer`): its own daemon and keys, signing
+              records and serving bodies as a forger would
+- floods.py   its floods of records and its bad body servers
+- gossip.py   its gossip flood: raw gossipsub streams, messages signed by any of its identities
+- groups.py   the hostile groups a peer can make with valid signatures, built from honest ones
+
+The only package besides `swarm` that may import hivemind.
+"""

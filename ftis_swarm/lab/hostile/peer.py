@@ -1,0 +1,305 @@
+"""A hostile swarm peer for the tests and `ftis-node bench hostile`: a raw hivemind DHT node without checks.
+
+    python -m ftis_swarm.lab.hostile.peer '<json settings>'
+
+Settings: `peers`, `run_id`, `ttl`, `max_clock_skew`, `window`, `member_shards`, `max_bytes`,
+`tokenizer_fp`, `vocab_size`, `identities` (keys that only sign, made at start). Besides
+its own identity it runs one libp2p daemon per kind of bad body server (`hostile_bodies`).
+It writes {"peer_id", "maddrs", "identities", "body_peers"} once joined, then answers one
+JSON line per command:
+
+    {"op": "attack_records", "victim": peer id, "group_id": g}
+        raw stores against the victim's pointer of group g (overwrite, forged signature,
+        replays, far expiry, oversize, malformed, schema, owner, subkey, regular value,
+        whole dictionary) and a well-formed control of its own
+        -> {"asked": [peer ids], "answers": {attack: [store_ok or null per peer]}, "key": key}
+    {"op": "inspect", "key": k, "group_id": g}
+        -> {peer id: {"records": n, "invalid": n, "honest": [value b64, expiry] or null}}
+    {"op": "publish_bad", "victim_body": b64 body, "cap": n}
+        valid pointers (its own key) to bad bodies it serves, plus cap + 2 good groups
+        -> {"good": [group ids], "stored": {case: [store_ok per peer]}}
+    {"op": "publish_groups", "bodies": [b64 body]}  valid signed pointers (its own key) to bodies the
+        caller built (groups whose sender is this peer: poisoned content, not a broken envelope), served
+        -> {"group_ids": [...], "stored": [[store_ok per peer] per body]}
+    {"op": "flood", "attack": name, "n": count}   start a flood in the background -> {"started": name}
+        pointers: n pointers spread over the signing identities (each in the current window)
+        random_keys: n pointer-form records under random keys
+        dictionary: one whole-dictionary store holding n unknown msgpack extension types
+        bodies: n pointers per bad body server (stall, header then silence, dribble, endless)
+        replays: n re-sends of every honest record it can read (old and current versions)
+        gossip: pushed on the run's topic, n per identity and kind (`hostile_gossip`), with
+            "params": {"burst": the nodes' gossip_burst, "targets": [peer ids]}
+    {"op": "results"}  waits for the floods -> {name: {"sent": n, "accepted": {peer id: n}}}
+    {"op": "done"}  whether every flood started has finished -> {"done": bool}
+    {"op": "quit"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import msgpack
+
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.node import DHTNode
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DictionaryDHTValue
+from hivemind.dht.validation import DHTRecord
+from hivemind.p2p import P2P, PeerID
+from hivemind.utils.crypto import RSAPrivateKey
+
+from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
+from ftis_swarm.lab.hostile.floods import Floods, make_group
+from ftis_swarm.swarm.identity import create_identity, peer_id_from_public_key
+from ftis_swarm.swarm.keys import key_id, pointer_key, window_of
+from ftis_swarm.swarm.records import make_pointer, make_subkey
+from ftis_swarm.swarm.dht.validators import RecordChecker
+from ftis_swarm.wire import Group, content_id, decode_group, encode_group
+
+SER = DHTProtocol.serializer
+
+
+class Signer:
+    """One RSA identity that signs records (its peer id derived from its public key)."""
+
+    def __init__(self, key: RSAPrivateKey):
+        self.key, self._rsa = key, RSASignatureValidator(key)
+        self.public_key = key.get_public_key().to_bytes()
+        self.peer_id = peer_id_from_public_key(self.public_key)
+
+    def sign(self, kid: DHTID, subkey: bytes, value: bytes, expiration: float) -> bytes:
+        """Signs with this key, whoever the subkey names as owner."""
+        record = DHTRecord(kid.to_bytes(), SER.dumps(subkey), value, expiration)
+        return value + b"[signature:" + self.key.sign(self._rsa._serialize_record(record)) + b"]"
+
+
+class Hostile:
+    def __init__(self, settings: dict):
+        self.s = settings
+        self.identity = create_identity(Path(tempfile.mkdtemp(prefix="hostile-")) / "id.key")
+        self.me = Signer(self.identity.private_key)
+        self.served: dict[str, bytes] = {}  # group id -> raw bytes sent after the status byte
+
+    async def start(self) -> None:
+        self.p2p = await P2P.create(initial_peers=self.s["peers"], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                                    identity_path=str(self.identity.path), check_if_identity_free=False)
+        self.node = await DHTNode.create(p2p=self.p2p, initial_peers=self.s["peers"], record_validator=None,
+                                         cache_nearest=0)
+        await self.p2p.add_binary_stream_handler(BODY_PROTOCOL, self._serve)
+        signers = [Signer(RSAPrivateKey()) for _ in range(self.s.get("identities", 50))]
+        self.floods = Floods(self, signers)
+        await self.floods.start_body_peers()
+
+    async def _serve(self, info, reader, writer) -> None:
+        gid = (await reader.readexactly(32)).decode()
+        writer.write(b"\x00" + self.served[gid] if gid in self.served else b"\x01")
+        await writer.drain()
+        writer.close()
+
+    async def honest_peers(self, kid: DHTID) -> list[PeerID]:
+        """Up to 64 peers nearest to `kid`, by a lookup (on a testnet: every honest peer)."""
+        nearest = await self.node.find_nearest_nodes([kid], k_nearest=64, exclude_self=True)
+        return list(nearest[kid].values())
+
+    async def store_everywhere(self, peers: list, kid: DHTID, values: list, exps: list, subkeys: list) -> list:
+        answers = await asyncio.gather(*(self.node.protocol.call_store(p, [kid] * len(values), values, exps,
+                                                                       subkeys=subkeys) for p in peers))
+        return [a if a is None else list(a) for a in answers]
+
+    async def find_honest_record(self, victim: str, group_id: str) -> tuple:
+        now = time.time()
+        for w in range(window_of(now - 60, self.s["window"]), window_of(now + 5, self.s["window"]) + 1):
+            key = pointer_key(self.s["run_id"], victim, w)
+            kid = key_id(key)
+            peers = await self.honest_peers(kid)
+            for peer in peers:
+                found = await self.node.protocol.call_find(peer, [kid])
+                value = found and found[kid][0]
+                if value is None or not isinstance(value.value, DictionaryDHTValue):
+                    continue
+                for subkey, (raw, exp) in value.value.items():
+                    if subkey.endswith(group_id.encode()):
+                        return key, kid, subkey, raw, exp, peers
+        raise RuntimeError(f"no peer holds a pointer to {group_id}")
+
+    async def attack_records(self, victim: str, group_id: str) -> dict:
+        key, kid, honest_subkey, honest_raw, exp, peers = await self.find_honest_record(victim, group_id)
+        pointer = SER.loads(RSASignatureValidator._SIGNATURE_RE.sub(b"", honest_raw))
+        forged = SER.dumps({**pointer, "sha256": hashlib.sha256(b"junk").hexdigest()[:32] + "0" * 32})
+        mine_gid = hashlib.sha256(b"hostile").hexdigest()[:32]
+        my_subkey = make_subkey(self.me.public_key, mine_gid)
+        quiet = pointer["window"] // 2  # a window no reader reads: the control is stored, never fetched
+        my_key = key_id(pointer_key(self.s["run_id"], self.me.peer_id, quiet))
+        my_pointer = {**pointer, "group_id": mine_gid, "sha256": mine_gid + "0" * 32, "publisher": self.me.peer_id,
+                      "window": quiet}
+        later, now = exp + 5.0, time.time()
+        ttl, skew = self.s["ttl"], self.s["max_clock_skew"]
+
+        def mine(value: object, exp_: float = later, subkey: bytes = my_subkey, at: DHTID = my_key) -> tuple:
+            raw = value if isinstance(value, bytes) else SER.dumps(value)
+            return at, [self.me.sign(at, subkey, raw, exp_)], [exp_], [subkey]
+
+        cases = {
+            "overwrite": (kid, [self.me.sign(kid, honest_subkey, forged, later)], [later], [honest_subkey]),
+            "forged_signature": (kid, [forged + b"[signature:" + base64.b64encode(os.urandom(256)) + b"]"], [later],
+                                 [honest_subkey]),
+            "replay_changed_expiry": (kid, [honest_raw], [later], [honest_subkey]),
+            "replay_into_other_key": (my_key, [honest_raw], [exp], [honest_subkey]),
+            "mine_under_victims_key": mine(my_pointer, later, my_subkey, kid),
+            "far_future_expiry": mine(my_pointer, now + 10 * (ttl + skew)),
+            "oversize_record": mine({**my_pointer, "pad": "x" * 8000}),
+            "malformed_value": mine(b"\xc1\xc1 not msgpack"),
+            "schema_violation": mine({**my_pointer, "size": float(my_pointer["size"])}),
+            "extra_field": mine({**my_pointer, "extra": 1}),
+            "publisher_not_owner": mine({**my_pointer, "publisher": pointer["publisher"]}),
+            "subkey_without_owner": mine(my_pointer, later, b"plain-subkey"),
+            "regular_value": (my_key, [SER.dumps(my_pointer)], [later], [None]),
+        }
+        answers = {name: await self.store_everywhere(peers, *case) for name, case in cases.items()}
+        bundle = DictionaryDHTValue()
+        bundle.store(honest_subkey, self.me.sign(kid, honest_subkey, forged, later), later)
+        answers["dictionary_store"] = await self.store_everywhere(peers, kid, [bundle], [later], [None])
+        answers["valid_control"] = await self.store_everywhere(peers, *mine(my_pointer, now + ttl / 2))
+        # and serve the forged records itself, to whoever reads through this peer
+        storage = self.node.protocol.storage
+        storage.store_subkey(kid, honest_subkey, cases["overwrite"][1][0], later)
+        storage.store_subkey(kid, my_subkey, cases["mine_under_victims_key"][1][0], later)
+        return {"asked": [p.to_base58() for p in peers], "answers": answers, "key": key}
+
+    async def inspect(self, key: str, group_id: str) -> dict:
+        kid = key_id(key)
+        honest = RecordChecker(self.identity.private_key, max_record_bytes=4096, ttl=self.s["ttl"],
+                               max_clock_skew=self.s["max_clock_skew"])
+        out = {}
+        for peer in await self.honest_peers(kid):
+            found = await self.node.protocol.call_find(peer, [kid])
+            value = found[kid][0] if found else None
+            entries = list(value.value.items()) if value is not None else []
+            invalid = sum(not honest.validate(DHTRecord(kid.to_bytes(), SER.dumps(sk), raw, exp))
+                          for sk, (raw, exp) in entries)
+            mine = [(base64.b64encode(raw).decode(), exp) for sk, (raw, exp) in entries
+                    if sk.endswith(group_id.encode())]
+            out[peer.to_base58()] = {"records": len(entries), "invalid": invalid, "honest": mine[0] if mine else None}
+        return out
+
+    async def publish_bad(self, victim_body: bytes, cap: int) -> dict:
+        run_id, ttl, me = self.s["run_id"], self.s["ttl"], self.me.peer_id
+        now = time.time()
+        w = window_of(now, self.s["window"])
+
+        def group(item: str, **kw) -> Group:
+            return make_group(sender=kw.pop("sender", me), run_id=run_id, item=item, tokens=32,
+                              tokenizer_fp=kw.pop("tokenizer_fp", self.s["tokenizer_fp"]),
+                              vocab_size=self.s["vocab_size"], **kw)
+
+        good = [group(f"flood-{i}") for i in range(cap + 2)]
+        twin_a, twin_b = group("twin-a"), group("twin-b")  # same size, different content
+        junk = os.urandom(len(encode_group(twin_a)))
+        victim_group = decode_group(victim_body)
+        long, absent = group("long"), group("absent")
+        tok = self.s["tokenizer_fp"]
+        # name -> (group the pointer describes, pointer fields changed, body announced, bytes served)
+        cases = {
+            "hash_mismatch": (twin_a, {}, encode_group(twin_a), encode_group(twin_b)),
+            "size_mismatch": (long, {}, encode_group(long), encode_group(long) + b"0123456789"),
+            "malformed": (twin_a, {}, junk, junk),
+            "out_of_vocab": (g := group("vocab", max_token=self.s["vocab_size"] * 10), {}, encode_group(g), None),
+            "sender_mismatch": (g := group("impostor", sender=victim_group.sender), {}, encode_group(g), None),
+            "reannounce_victim": (victim_group, {}, victim_body, None),
+            "pointer_mismatch": (g := group("fp", tokenizer_fp="another-tokenizer"), {"tokenizer_fp": tok},
+                                 encode_group(g), None),
+            "tokenizer": (g := group("tok"), {"tokenizer_fp": "another-tokenizer"}, encode_group(g), None),
+            "another_run": (g := group("run"), {"run_id": "another-run"}, encode_group(g), None),
+            "stale": (g := group("old"), {"created_at": now - 2 * ttl}, encode_group(g), None),
+            "future": (g := group("new"), {"created_at": now + ttl}, encode_group(g), None),
+            "oversize": (g := group("big"), {"size": self.s["max_bytes"] + 1}, encode_group(g), None),
+            "fetch_failed": (absent, {}, encode_group(absent), b""),
+        }
+        cases.update({f"good-{i}": (g, {}, encode_group(g), None) for i, g in enumerate(good)})
+        stored = {}
+        for name, (described, fields, body, served) in cases.items():
+            gid = content_id(body)
+            pointer = {**make_pointer(described, body, gid, window=w).dict(), "publisher": me, **fields}
+            kid = key_id(pointer_key(run_id, me, w))  # another run's pointer here is refused as `unbound_key`
+            served = body if served is None else served
+            if served:
+                self.served[gid] = len(served).to_bytes(8, "big") + served
+            subkey = make_subkey(self.me.public_key, gid)
+            value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
+            peers = await self.honest_peers(kid)
+            stored[name] = await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey])
+        await self.floods.announce(self.me, w, len(cases) - 1)  # the other run's pointer is never stored
+        return {"good": [g.group_id for g in good], "stored": stored}
+
+    async def publish_groups(self, bodies: list[bytes]) -> dict:
+        run_id, ttl, me = self.s["run_id"], self.s["ttl"], self.me.peer_id
+        now = time.time()
+        w = window_of(now, self.s["window"])
+        kid = key_id(pointer_key(run_id, me, w))
+        peers = await self.honest_peers(kid)
+        stored = []
+        for body in bodies:  # described from the raw record: the decoder refuses some of these bodies
+            rec = msgpack.unpackb(body, raw=False)
+            described = SimpleNamespace(sender=rec["snd"], created_at=rec["ts"], run_id=rec["run"],
+                                        tokenizer_fp=rec["tfp"])
+            gid = content_id(body)
+            pointer = {**make_pointer(described, body, gid, window=w).dict(), "publisher": me}
+            self.served[gid] = len(body).to_bytes(8, "big") + body
+            subkey = make_subkey(self.me.public_key, gid)
+            value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
+            stored.append(await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey]))
+        await self.floods.announce(self.me, w, len(bodies))
+        return {"group_ids": [content_id(b) for b in bodies], "stored": stored}
+
+
+async def amain() -> None:
+    hostile = Hostile(json.loads(sys.argv[1]))
+    await hostile.start()
+    maddrs = [str(m) for m in await hostile.p2p.get_visible_maddrs()]
+    _send({"peer_id": hostile.me.peer_id, "maddrs": maddrs, "identities": hostile.floods.identities(),
+           "body_peers": hostile.floods.body_peer_ids()})
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            break
+        cmd = json.loads(line)
+        if cmd["op"] == "attack_records":
+            _send(await hostile.attack_records(cmd["victim"], cmd["group_id"]))
+        elif cmd["op"] == "inspect":
+            _send(await hostile.inspect(cmd["key"], cmd["group_id"]))
+        elif cmd["op"] == "publish_bad":
+            _send(await hostile.publish_bad(base64.b64decode(cmd["victim_body"]), cmd["cap"]))
+        elif cmd["op"] == "publish_groups":
+            _send(await hostile.publish_groups([base64.b64decode(b) for b in cmd["bodies"]]))
+        elif cmd["op"] == "flood":
+            hostile.floods.launch(cmd["attack"], cmd["n"], **cmd.get("params", {}))
+            _send({"started": cmd["attack"]})
+        elif cmd["op"] == "results":
+            _send(await hostile.floods.results())
+        elif cmd["op"] == "done":
+            _send({"done": hostile.floods.done()})
+        else:
+            break
+    await hostile.floods.stop()
+    await hostile.node.shutdown()
+    await hostile.p2p.shutdown()
+
+
+def _send(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    asyncio.run(amain())

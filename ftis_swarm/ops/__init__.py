@@ -1,0 +1,9 @@
+"""Operations around run directories: what an operator runs beside a node.
+
+- testnet.py   the local testnet: a bootstrap peer and N `ftis-node join` processes
+- evaluate.py  `ftis-node eval`: greedy pass@1 of a model, checkpoint or adapter
+- report.py    `ftis-node report`: plots of run directories
+- summary.py   the closing table of run directories
+
+Imports below it: node and every layer under it; imported by `lab` and `cli`.
+"""

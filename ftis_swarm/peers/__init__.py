@@ -1,0 +1,9 @@
+"""What a node believes about its peers, and the seam a transport plugs into. No hivemind here.
+
+- policy.py    PeerPolicy (the ledger as a transport sees it: allows, score) and ALLOW_ALL
+- intake.py    PeerIntake, Budget: which gathered peers' groups an update takes (caps, token budget)
+- ledger.py    PeerLedger: per peer, counted faults with costs, credit, score, bans
+
+Imports below it: wire, tasks, metrics, models, core, config, errors. Imported by swarm,
+learner, rollout, node and above.
+"""

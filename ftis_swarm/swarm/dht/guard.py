@@ -1,0 +1,142 @@
+"""The DHT calls other peers make on this one, answered with the storage guarded.
+
+hivemind's `DHTProtocol.rpc_store` decodes a whole-dictionary store with its msgpack
+extension types before any validator runs, stores regular values and cache entries
+without bound, and keeps everything until it expires. `DHTServicer` answers the same
+three calls (it is registered under hivemind's handler names, so peers see no
+difference) in this order, each record on its own:
+
+1. cheap screens on the raw bytes: no cache stores (`cache_store`), no regular values
+   (`regular_value`), a subkey of the swarm's form (`not_pointer_form`); a
+   whole-dictionary store (hivemind's replication push) is decoded strictly
+   (`dhtcodec`), refused whole at its first item of another form (`bad_encoding`);
+2. `RecordChecker.examine` (size, expiry, signature, schema, key binding);
+3. `GuardedStorage.admit` (quotas, rank-ordered eviction).
+
+Refusals are counted per requesting peer as faults and logged at most once per peer per
+10 s (`ThrottledLog`), never once per item. `rpc_find` answers at most `MAX_FIND_KEYS`
+keys and stops adding values past `MAX_REPLY_BYTES`, so no reply nears p2pd's 4 MiB.
+A requester the policy does not allow gets nothing stored and nothing found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord
+from hivemind.p2p import P2PContext
+from hivemind.proto import dht_pb2
+
+from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
+from ftis_swarm.swarm.dht.codec import NotPointerForm, value_items
+from ftis_swarm.peers.policy import PeerPolicy
+from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of
+
+logger = logging.getLogger(__name__)
+
+MAX_FIND_KEYS = 64
+MAX_REPLY_BYTES = 5 << 19
+"""2.5 MiB: two full keys (1 MiB each) always fit, and no reply nears p2pd's 4 MiB."""
+_HARMLESS = frozenset({"not_newer", "expired"})
+
+
+class DHTServicer:
+    """Answers `rpc_ping`, `rpc_store` and `rpc_find` for one peer (see the module docstring)."""
+
+    def __init__(self, *, protocol: DHTProtocol, storage: GuardedStorage, checker: RecordChecker,
+                 policy: PeerPolicy, counters: SwarmCounters):
+        self._protocol, self._storage, self._checker = protocol, storage, checker
+        self._policy, self._counters = policy, counters
+        self._log = ThrottledLog(logger, "refused DHT requests")
+
+    async def rpc_ping(self, request: dht_pb2.PingRequest, context: P2PContext) -> dht_pb2.PingResponse:
+        return await self._protocol.rpc_ping(request, context)
+
+    async def rpc_store(self, request: dht_pb2.StoreRequest, context: P2PContext) -> dht_pb2.StoreResponse:
+        requester = context.remote_id.to_base58()
+        n = len(request.keys)
+        refused: Counter[str] = Counter()
+        store_ok = [False] * n
+        try:
+            if not (len(request.subkeys) == len(request.values) == len(request.expiration_time)
+                    == len(request.in_cache) == n):
+                refused["malformed_request"] += 1
+            elif not self._policy.allows(requester):
+                refused["denied"] += n
+            else:
+                if request.peer and request.peer.node_id:
+                    asyncio.create_task(self._protocol.rpc_ping(dht_pb2.PingRequest(peer=request.peer), context))
+                for i in range(n):
+                    store_ok[i] = self._store_item(request, i, requester, refused)
+        except Exception:  # a bug here must cost the requester one refusal, never this peer's handler
+            logger.exception("a store request from %s failed", requester)
+            refused["store_error"] += 1
+        self._count(requester, refused)
+        return dht_pb2.StoreResponse(store_ok=store_ok, peer=self._protocol.node_info)
+
+    async def rpc_find(self, request: dht_pb2.FindRequest, context: P2PContext) -> dht_pb2.FindResponse:
+        requester = context.remote_id.to_base58()
+        if not self._policy.allows(requester):
+            self._count(requester, Counter(denied=1))
+            return dht_pb2.FindResponse(results=[dht_pb2.FindResult() for _ in request.keys],
+                                        peer=self._protocol.node_info)
+        extra = max(0, len(request.keys) - MAX_FIND_KEYS)
+        if extra:
+            self._count(requester, Counter(oversized_request=1))
+            request = dht_pb2.FindRequest(keys=request.keys[:MAX_FIND_KEYS], peer=request.peer)
+        response = await self._protocol.rpc_find(request, context)
+        budget = MAX_REPLY_BYTES
+        for result in response.results:
+            if result.type != dht_pb2.NOT_FOUND:
+                if len(result.value) > budget:
+                    result.type, result.value, result.expiration_time = dht_pb2.NOT_FOUND, b"", 0.0
+                else:
+                    budget -= len(result.value)
+        response.results.extend(dht_pb2.FindResult() for _ in range(extra))
+        return response
+
+    def _store_item(self, request: dht_pb2.StoreRequest, i: int, requester: str, refused: Counter[str]) -> bool:
+        key, tag, value, expiration = request.keys[i], request.subkeys[i], request.values[i], request.expiration_time[i]
+        if request.in_cache[i]:
+            refused["cache_store"] += 1
+            return False
+        if tag == DHTProtocol.IS_REGULAR_VALUE:
+            refused["regular_value"] += 1
+            return False
+        if tag == DHTProtocol.IS_DICTIONARY:
+            try:
+                items = value_items(value)
+            except NotPointerForm:
+                refused["bad_encoding"] += 1
+                return False
+            if any(owner_of(subkey) is None for subkey, _, _ in items):
+                refused["not_pointer_form"] += 1
+                return False
+            return all([self._admit(key, subkey, item_value, item_expiration, requester, refused)
+                        for subkey, item_value, item_expiration in items])
+        if owner_of(tag) is None:
+            refused["not_pointer_form"] += 1
+            return False
+        return self._admit(key, tag, value, expiration, requester, refused)
+
+    def _admit(self, key: bytes, subkey: bytes, value: bytes, expiration: float, requester: str,
+               refused: Counter[str]) -> bool:
+        verdict = self._checker.examine(DHTRecord(key, subkey, value, expiration))
+        if verdict.reason:
+            refused[verdict.reason] += 1
+            return False
+        reason = self._storage.admit(DHTID.from_bytes(key), DHTProtocol.serializer.loads(subkey), value, expiration,
+                                     owner=verdict.owner.peer_id, requester=requester)
+        if reason and reason not in _HARMLESS:
+            refused[reason] += 1
+        return not reason
+
+    def _count(self, requester: str, refused: Counter[str]) -> None:
+        if refused:
+            self._counters.fault(requester, refused)
+            self._log.note(requester, refused)

@@ -1,0 +1,308 @@
+"""The background half of `gather`: learn of pointers (pushed, or read from the DHT), fetch and check bodies.
+
+Pointers arrive two ways. Pushed: each peer gossips its signed pointer on the run's topic
+as it publishes it (`channel`, `gossip`), and an admitted one is considered at once
+(`on_gossip`). Read: every `dht_poll_interval` (with gossip off, every `poll_interval`)
+the gatherer reads the membership keys (`keys.member_key`) of the windows that may have
+received records since its last read ([last read - skew - publish_timeout, now + skew];
+on the first poll, back to the TTL): the fallback for pointers gossip missed and the way
+a late joiner finds what was published before it came. A membership record
+says a peer published `groups` pointers in a window; when that is more than the gatherer
+has seen under the peer's pointer key or on the topic, it reads that key: at once for peers whose bodies
+it accepted before (or that the policy scores), and for `STRANGER_READS` strangers a poll
+at most, in turns. A key that still holds fewer pointers than claimed is read again after
+`poll_interval * 2^k`, `MAX_REREADS` times at most for one claim. So a flood of pointers
+lands under the flooder's own keys, and a flood of identities costs a bounded number of
+reads a poll; neither hides another peer's pointers.
+
+Each new pointer is screened (run id, tokenizer, age, size, policy) and handed to the
+`FetchScheduler`. A fetched body must match its signed pointer and pass the wire decoder
+with this node's limits and vocabulary. Accepted groups wait in an inbox that `drain`
+empties. A group id is delivered at most once; rejections are remembered per (publisher,
+group id), so a peer that re-announces someone else's group cannot make this node skip
+the genuine pointer. Memory of a group ends when no record of it can still be alive.
+
+Every new pointer is noted in the `RoundTracker` (`rounds`), and every accepted or rejected
+group settled there, so `owed` says which live peers' newest rounds are not in yet; each
+change sets `changed`, which a gather of a round waits on.
+
+Runs on the swarm's event loop thread; `drain` is called from the node's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Optional
+
+from hivemind.p2p import P2P
+from hivemind.utils.timed_storage import get_dht_time
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
+from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
+from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_between
+from ftis_swarm.peers.policy import PeerPolicy
+from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
+from ftis_swarm.swarm.records import GroupPointer, MemberRecord, check_body, screen_pointer
+from ftis_swarm.swarm.fetch.rounds import RoundTracker
+from ftis_swarm.wire import Group
+
+if TYPE_CHECKING:
+    from ftis_swarm.swarm.gossip.channel import GossipChannel
+
+logger = logging.getLogger(__name__)
+
+_Key = tuple[str, str]  # (publisher, group id)
+READ_TIMEOUT = 10.0
+STRANGER_READS = 16
+MAX_REREADS = 6
+
+
+@dataclasses.dataclass
+class _Member:
+    """What one peer claims for one window, and what this node has read of it."""
+
+    claimed: int = 0
+    have: int = 0
+    rereads: int = 0
+    next_read: float = 0.0
+    last_read: float = 0.0
+
+
+class Gatherer:
+    """Polls membership and pointers, fetches bodies in the background; `drain` hands the accepted groups out."""
+
+    def __init__(self, *, reader: KeyReader, p2p: P2P, cfg: SwarmConfig, peer_id: str, tokenizer_fp: str,
+                 vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy):
+        self._reader, self._cfg, self._peer_id, self._policy = reader, cfg, peer_id, policy
+        self._tokenizer_fp, self._vocab_size, self._counters = tokenizer_fp, vocab_size, counters
+        self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
+        self._lookback = cfg.max_clock_skew + cfg.publish_timeout
+        self._lock = threading.Lock()  # guards the inbox, shared with the node's thread
+        self._inbox: list[tuple[Group, float]] = []  # (group, when its body was accepted)
+        self._inbox_by_peer: Counter[str] = Counter()
+        # loop-thread state
+        self._members: dict[tuple[str, int], _Member] = {}
+        self._accepted: dict[str, tuple[str, float]] = {}  # group id -> (publisher, forget after)
+        self._rejected: dict[_Key, float] = {}  # -> forget after
+        self._log = ThrottledLog(logger, "rejected groups", level=logging.INFO)
+        self._gossip: Optional["GossipChannel"] = None
+        self._gossiped: dict[tuple[str, int], set[str]] = {}  # (peer, window) -> group ids pushed to this node
+        self._next_member_read = 0.0
+        self._members_from = 0  # the oldest window whose membership is remembered (set at each tick)
+        self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
+        self.changed = threading.Event()
+        """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
+        self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
+                                         on_body=self._accept_body, on_reject=self._reject)
+
+    async def run(self) -> None:
+        """Polls until cancelled. A failed poll is logged with its traceback and tried again."""
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    await self.poll_once()
+                except Exception:
+                    logger.exception("a poll of the swarm's keys failed; next try in %.1f s", self._cfg.poll_interval)
+                await asyncio.sleep(max(0.0, self._cfg.poll_interval - (time.monotonic() - started)))
+        finally:
+            self._scheduler.cancel()
+
+    def use_gossip(self, channel: "GossipChannel") -> None:
+        """Reads the DHT every `dht_poll_interval` from now on, and keeps `channel` connected to members."""
+        self._gossip = channel
+
+    async def poll_once(self) -> None:
+        cfg = self._cfg
+        now = get_dht_time()
+        if time.monotonic() >= self._next_member_read:
+            await self._read_members(now)
+        due = self._due(now)
+        if due:
+            keys = {pointer_key(cfg.run_id, peer, w): (peer, w) for peer, w in due}
+            found = await self._reader.read(list(keys), timeout=READ_TIMEOUT)
+            for key, records in found.items():
+                self._note_read(keys[key], len(records), now)
+                for record in records.values():
+                    if isinstance(record.content, GroupPointer):
+                        self._consider(record.content, source="pointers_read")
+        self._forget(now)
+        self._scheduler.schedule()
+
+    async def _read_members(self, now: float) -> None:
+        cfg = self._cfg
+        windows = windows_between(self._read_from, now + cfg.max_clock_skew, cfg.window)
+        members = await self._reader.read([member_key(cfg.run_id, w, s) for w in windows
+                                           for s in range(cfg.member_shards)], timeout=READ_TIMEOUT)
+        for records in members.values():
+            for record in records.values():
+                self._note_member(record)
+        self._read_from = max(self._read_from, now - self._lookback)
+        interval = cfg.dht_poll_interval if self._gossip is not None else cfg.poll_interval
+        self._next_member_read = time.monotonic() + interval
+        if self._gossip is not None:
+            await self._gossip.keep_connected(self._run_members())
+
+    def on_gossip(self, record: FoundRecord) -> None:
+        """A pointer admitted from the run's topic: considered at once, as if read from its key."""
+        pointer = record.content
+        if not isinstance(pointer, GroupPointer):
+            return
+        member, cfg = (pointer.publisher, pointer.window), self._cfg
+        if self._members_from <= pointer.window <= window_of(get_dht_time() + cfg.max_clock_skew, cfg.window):
+            pushed = self._gossiped.setdefault(member, set())  # a window the membership reads can still see
+            pushed.add(pointer.group_id)
+            state = self._members.get(member)
+            if state is not None:
+                state.have = max(state.have, len(pushed))
+        self._consider(pointer, source="pointers_gossiped")
+        self._scheduler.schedule()
+
+    def owed(self, horizon: float) -> list[str]:
+        """Live peers (a pointer seen within `horizon` s) whose newest round is not in yet; thread-safe."""
+        policy = self._policy
+        return self.rounds.owed(now=get_dht_time(), horizon=horizon,
+                                scored=lambda peer: policy.allows(peer) and policy.score(peer) > 0)
+
+    def _run_members(self) -> list[str]:
+        """The run's members this node knows of: proven and scored ones first, then the most recent."""
+        latest: dict[str, int] = {}
+        for peer, w in self._members:
+            if self._policy.allows(peer):
+                latest[peer] = max(latest.get(peer, w), w)
+        return sorted(latest, key=lambda p: (not (self._scheduler.is_proven(p) or self._policy.score(p) > 0),
+                                             -latest[p]))
+
+    def drain(self) -> list[tuple[Group, float]]:
+        """(group, unix time its body was accepted) for the groups accepted since the last drain,
+        minus any that went stale while waiting."""
+        with self._lock:
+            groups, self._inbox = self._inbox, []
+            self._inbox_by_peer.clear()
+        now = get_dht_time()
+        fresh = []
+        for group, accepted_at in groups:
+            if now - group.created_at > self._cfg.ttl:
+                self._counters.reject(group.sender, "stale")
+            else:
+                fresh.append((group, accepted_at))
+        self._counters.add("gathered", len(fresh))
+        return fresh
+
+    def _note_member(self, record: FoundRecord) -> None:
+        member = record.content
+        if not isinstance(member, MemberRecord) or record.owner == self._peer_id or member.run_id != self._cfg.run_id:
+            return
+        if not self._policy.allows(record.owner):
+            return
+        key = (record.owner, member.window)
+        state = self._members.get(key)
+        if state is None:
+            state = self._members[key] = _Member(have=len(self._gossiped.get(key, ())))
+        if member.groups > state.claimed:
+            state.claimed, state.rereads, state.next_read = member.groups, 0, 0.0
+
+    def _due(self, now: float) -> list[tuple[str, int]]:
+        """The (peer, window) pointer keys to read this poll: every known peer's, a few strangers'."""
+        due, strangers = [], []
+        for (peer, w), state in self._members.items():
+            if state.claimed > state.have and now >= state.next_read:
+                known = self._scheduler.is_proven(peer) or self._policy.score(peer) > 0
+                (due if known else strangers).append((state.last_read, peer, w))
+        strangers.sort()
+        return [(peer, w) for _, peer, w in due + strangers[:STRANGER_READS]]
+
+    def _note_read(self, member: tuple[str, int], count: int, now: float) -> None:
+        state = self._members.get(member)
+        if state is None:
+            return
+        state.have, state.last_read = max(state.have, count), now
+        if state.claimed > state.have:
+            state.rereads += 1
+            state.next_read = now + self._cfg.poll_interval * 2 ** min(state.rereads, 6)
+            if state.rereads >= MAX_REREADS:  # claims more than it stored: believe it again when it claims more
+                state.have = state.claimed
+                self._counters.fault(member[0], Counter(member_overclaim=1))
+
+    def _consider(self, pointer: GroupPointer, *, source: str) -> None:
+        """Hands a pointer to the scheduler, unless it is known already; counts where it came from first."""
+        key = (pointer.publisher, pointer.group_id)
+        accepted = self._accepted.get(pointer.group_id)
+        if (pointer.publisher == self._peer_id or key in self._rejected or self._scheduler.holds(*key)
+                or (accepted is not None and accepted[0] == pointer.publisher)):
+            return
+        self._counters.add(source)
+        cfg, now = self._cfg, get_dht_time()
+        reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
+                                ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew, max_bytes=cfg.wire.max_bytes)
+        if reason not in ("future", "stale"):  # a pointer outside the TTL is no part of a round, and never forgotten
+            self.rounds.note(pointer, now=now)
+            self.changed.set()
+        if accepted is not None:  # the body names its sender, who is not this publisher
+            self._reject(pointer, "sender_mismatch", "re-announces a group accepted from its sender")
+            return
+        if not reason and not self._policy.allows(pointer.publisher):
+            reason = "denied"
+        if reason:
+            self._reject(pointer, reason, "screened from its pointer")
+        else:
+            self._scheduler.add(pointer)
+
+    def _room(self, publisher: str) -> int:
+        with self._lock:
+            return self._cfg.max_groups_per_peer_per_gather - self._inbox_by_peer[publisher]
+
+    def _accept_body(self, pointer: GroupPointer, body: bytes) -> bool:
+        try:
+            group, reason, detail = check_body(body, pointer, vocab_size=self._vocab_size, limits=self._cfg.wire)
+        except Exception as exc:  # the wire decoder's contract is WireError; anything else is a bug, contained
+            logger.exception("checking group %s from %s failed unexpectedly", pointer.group_id, pointer.publisher)
+            group, reason, detail = None, "fetch_error", repr(exc)
+        if group is None:
+            self._reject(pointer, reason, detail)
+            return False
+        self._scheduler.settle(pointer)
+        self._accepted[pointer.group_id] = (pointer.publisher, self._forget_after(pointer))
+        self._counters.add("fetched_bytes", len(body))
+        with self._lock:
+            self._inbox.append((group, time.time()))
+            self._inbox_by_peer[pointer.publisher] += 1
+        self.rounds.settle(pointer, accepted=True)
+        self.changed.set()
+        return True
+
+    def _reject(self, pointer: GroupPointer, reason: str, detail: str) -> None:
+        self._scheduler.settle(pointer)
+        self.rounds.settle(pointer, accepted=False)
+        self.changed.set()
+        self._rejected[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
+        self._counters.reject(pointer.publisher, reason)
+        self._log.note(pointer.publisher, Counter({reason: 1}))
+        logger.debug("rejected group %s from %s: %s (%s)", pointer.group_id, pointer.publisher, reason, detail)
+
+    def _forget_after(self, pointer: GroupPointer) -> float:
+        """When no record of this pointer can still be alive (a record lives at most ttl + skew)."""
+        return max(pointer.created_at, get_dht_time()) + self._cfg.ttl + self._cfg.max_clock_skew
+
+    def _forget(self, now: float) -> None:
+        cfg = self._cfg
+        for gid in [g for g, (_, until) in self._accepted.items() if until < now]:
+            del self._accepted[gid]
+        for key in [k for k, until in self._rejected.items() if until < now]:
+            del self._rejected[key]
+        oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)
+        for member in [m for m in self._members if m[1] < oldest]:
+            del self._members[member]
+        for member in [m for m in self._gossiped if m[1] < oldest]:
+            del self._gossiped[member]
+        self.rounds.forget(now=now, ttl=cfg.ttl)
+        for pointer in self._scheduler.pending():  # pending pointers that went stale while they waited
+            if now - pointer.created_at > cfg.ttl:
+                self._reject(pointer, "stale", "went stale while pending")
+        self._scheduler.forget_idle(now)

@@ -1,0 +1,202 @@
+"""Which pending bodies to fetch, from whom, and what a failing publisher loses.
+
+Slots: at most `max_concurrent_fetches` fetches at once, at most `max_fetches_per_peer`
+of them from one publisher (below the slot count), and at most half of them from
+strangers (publishers with no body accepted yet and no positive policy score). A fetch
+starts only when a slot is free, so its whole time (dial, header, body) runs inside its
+own timeouts (`bodies.fetch_body`). Publishers take turns: scored ones first, then proven
+ones, then strangers, each in the order it last had a turn; each publisher's least-tried,
+then freshest pointer first, and never more than its room in the current gather (`room(publisher)`,
+what `max_groups_per_peer_per_gather` leaves it); pointers held back for that are counted
+once as `deferred`.
+
+Failures: a fetch that finds the publisher unreachable, without the body, broken off or
+stalled halves the publisher's allowance (to 1 at least) and suspends it for
+`poll_interval * 2^(k-1)` (k failures in a row, at most a quarter of the TTL); the pointer
+is tried again unless it failed `max_fetch_attempts` times; once the publisher has failed
+that many times in a row, all its pending pointers are rejected with the failure's reason
+(`stalled`, else `fetch_failed`). A body that cannot match its pointer halves the
+allowance too. A success gives back one slot and resets the count. `busy` costs a short
+wait only. Each failed attempt is a fault of the publisher (`body_<reason>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections import Counter
+from typing import Callable
+
+from hivemind.p2p import P2P
+from hivemind.utils.timed_storage import get_dht_time
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm.fetch.bodies import BodyRefused, BodyUnavailable, fetch_body
+from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.peers.policy import PeerPolicy
+from ftis_swarm.swarm.records import GroupPointer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Publisher:
+    allowance: int
+    pending: dict[str, GroupPointer] = dataclasses.field(default_factory=dict)
+    fetching: set[str] = dataclasses.field(default_factory=set)
+    attempts: Counter[str] = dataclasses.field(default_factory=Counter)
+    in_flight: int = 0
+    proven: bool = False
+    failures: int = 0
+    resume_at: float = 0.0
+    turn: int = 0
+
+
+class FetchScheduler:
+    """Pending pointers and the fetches of their bodies (runs on the swarm's event loop)."""
+
+    def __init__(self, *, p2p: P2P, cfg: SwarmConfig, policy: PeerPolicy, counters: SwarmCounters,
+                 room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
+                 on_reject: Callable[[GroupPointer, str, str], None]):
+        self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
+        self._room, self._on_body, self._on_reject = room, on_body, on_reject
+        self._publishers: dict[str, _Publisher] = {}
+        self._deferred: set[tuple[str, str]] = set()
+        self._in_flight = self._strangers_in_flight = 0
+        self._turns = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    def add(self, pointer: GroupPointer) -> None:
+        state = self._publishers.setdefault(pointer.publisher, _Publisher(allowance=self._cfg.max_fetches_per_peer))
+        state.pending[pointer.group_id] = pointer
+
+    def holds(self, publisher: str, group_id: str) -> bool:
+        """Whether the pointer is pending or being fetched."""
+        state = self._publishers.get(publisher)
+        return state is not None and (group_id in state.pending or group_id in state.fetching)
+
+    def is_proven(self, publisher: str) -> bool:
+        state = self._publishers.get(publisher)
+        return state is not None and state.proven
+
+    def pending(self) -> list[GroupPointer]:
+        return [p for state in self._publishers.values() for p in state.pending.values()]
+
+    def settle(self, pointer: GroupPointer) -> None:
+        """Forgets a pointer that was accepted or rejected elsewhere."""
+        state = self._publishers.get(pointer.publisher)
+        if state is not None:
+            state.pending.pop(pointer.group_id, None)
+            state.attempts.pop(pointer.group_id, None)
+        self._deferred.discard((pointer.publisher, pointer.group_id))
+
+    def schedule(self) -> None:
+        """Starts fetches while slots are free (see the module docstring for the order)."""
+        now = get_dht_time()
+        half = self._cfg.max_concurrent_fetches // 2
+        order = sorted((p for p, s in self._publishers.items() if s.pending),
+                       key=lambda p: (-max(self._policy.score(p), 0.0), not self._publishers[p].proven,
+                                      self._publishers[p].turn))
+        started = True
+        while started and self._in_flight < self._cfg.max_concurrent_fetches:
+            started = False
+            for publisher in order:
+                state = self._publishers[publisher]
+                if not state.pending or now < state.resume_at or state.in_flight >= state.allowance:
+                    continue
+                if self._room(publisher) - state.in_flight <= 0:
+                    self._defer(publisher, state)
+                    continue
+                stranger = not state.proven and self._policy.score(publisher) <= 0
+                if stranger and self._strangers_in_flight >= half:
+                    continue
+                pointer = min(state.pending.values(),
+                              key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
+                self._start(pointer, state, stranger)
+                started = True
+                if self._in_flight >= self._cfg.max_concurrent_fetches:
+                    return
+
+    def forget_idle(self, now: float) -> None:
+        """Drops unproven publishers with nothing pending or in flight and no suspension for a TTL."""
+        for publisher, state in list(self._publishers.items()):
+            if not (state.pending or state.in_flight or state.proven) and now > state.resume_at + self._cfg.ttl:
+                del self._publishers[publisher]
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _defer(self, publisher: str, state: _Publisher) -> None:
+        for group_id in state.pending:
+            if (publisher, group_id) not in self._deferred:
+                self._deferred.add((publisher, group_id))
+                self._counters.add("deferred")
+
+    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool) -> None:
+        del state.pending[pointer.group_id]
+        state.fetching.add(pointer.group_id)
+        state.in_flight += 1
+        state.turn = self._turns = self._turns + 1
+        self._in_flight += 1
+        self._strangers_in_flight += stranger
+        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool) -> None:
+        cfg = self._cfg
+        body, error = b"", None
+        try:
+            body = await fetch_body(self._p2p, pointer.publisher, pointer.group_id, size=pointer.size,
+                                    timeout=cfg.fetch_timeout, first_byte_timeout=cfg.first_byte_timeout,
+                                    min_rate=cfg.min_body_rate)
+        except (BodyUnavailable, BodyRefused) as exc:
+            error = exc
+        except Exception as exc:  # a bug must not leave the pointer to be fetched again at every poll
+            logger.exception("fetching group %s from %s failed unexpectedly", pointer.group_id, pointer.publisher)
+            error = exc
+        finally:
+            state.fetching.discard(pointer.group_id)
+            state.in_flight -= 1
+            self._in_flight -= 1
+            self._strangers_in_flight -= stranger
+        if error is None and self._on_body(pointer, body):
+            state.failures, state.proven = 0, True
+            state.allowance = min(cfg.max_fetches_per_peer, state.allowance + 1)
+        elif error is None:  # a body that does not match its pointer (rejected by `on_body`)
+            state.allowance = max(1, state.allowance // 2)
+        elif isinstance(error, BodyUnavailable):
+            self._unavailable(pointer, state, error)
+        elif isinstance(error, BodyRefused):
+            state.allowance = max(1, state.allowance // 2)
+            self._on_reject(pointer, error.reason, str(error))
+        else:
+            self._on_reject(pointer, "fetch_error", repr(error))
+        self.schedule()
+
+    def _unavailable(self, pointer: GroupPointer, state: _Publisher, exc: BodyUnavailable) -> None:
+        cfg, now = self._cfg, get_dht_time()
+        if exc.reason == "busy":
+            state.pending[pointer.group_id] = pointer
+            state.resume_at = max(state.resume_at, now + cfg.poll_interval)
+            return
+        self._counters.add("fetch_retries")
+        self._counters.fault(pointer.publisher, Counter({f"body_{exc.reason}": 1}))
+        state.failures += 1
+        state.allowance = max(1, state.allowance // 2)
+        state.resume_at = now + min(cfg.ttl / 4, cfg.poll_interval * 2 ** (state.failures - 1))
+        state.attempts[pointer.group_id] += 1
+        final = "stalled" if exc.reason == "stalled" else "fetch_failed"
+        if state.failures >= cfg.max_fetch_attempts:
+            logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
+                        state.failures, exc, len(state.pending) + 1)
+            for other in list(state.pending.values()):
+                self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
+            self._on_reject(pointer, final, str(exc))
+        elif state.attempts[pointer.group_id] >= cfg.max_fetch_attempts:
+            self._on_reject(pointer, final, str(exc))
+        else:
+            state.pending[pointer.group_id] = pointer
+            logger.debug("fetch of %s failed (%s); trying again later", pointer.group_id, exc)

@@ -1,0 +1,143 @@
+"""`ftis-node bench wire` and `bench learner` through the real CLI, the memory probe that
+`bench learner --memory` relies on, and `bench hostile`'s refusal of bad flags."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
+from ftis_swarm.lab.bench.swarm import SwarmBenchRow, format_table
+from ftis_swarm.lab.bench.wire import paper_group
+from ftis_swarm.models.tiny import build_tiny_qwen2
+from ftis_swarm.wire import encode_group
+
+CLI = [sys.executable, "-m", "ftis_swarm.cli", "bench"]
+
+
+def test_bench_wire_reports_the_encoded_size_of_the_paper_group(tmp_path):
+    out = tmp_path / "wire.json"
+    proc = subprocess.run(CLI + ["wire", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(out.read_text())
+    size = len(encode_group(paper_group(G=12, tokens=512, prompt=200)))
+    assert fig["encoded_bytes"] == size
+    assert fig["bytes_per_completion_token"] == pytest.approx((size - 4 * 200) / (12 * 512))
+    assert 8.0 < fig["bytes_per_completion_token"] <= 8.05  # the issue's bound
+    # the ratios against a memory copy are the throughputs' ratios
+    assert fig["encode_vs_copy"] == pytest.approx(fig["encode_gbps"] / fig["copy_gbps"], rel=1e-9)
+    assert fig["decode_vs_copy"] == pytest.approx(fig["decode_gbps"] / fig["copy_gbps"], rel=1e-9)
+    assert f"{fig['encoded_bytes']} bytes" in proc.stdout
+
+
+def test_bench_learner_on_a_tiny_model(tmp_path):
+    model = build_tiny_qwen2(tmp_path / "tiny")
+    out = tmp_path / "learner.json"
+    flags = ["--model", str(model), "--groups", "2", "--group-size", "4", "--prompt-tokens", "8",
+             "--completion-tokens", "8", "--repeats", "1", "--threads", "1", "--no-memory", "--json", str(out)]
+    proc = subprocess.run(CLI + ["learner"] + flags, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fig = json.loads(out.read_text())
+    assert fig["sequences"] == 8 and fig["memory"] == {}
+    # rewards alternate 0/1 in every group, so F-TIS keeps exactly the peer rows with A > 0
+    assert fig["peer_rows_with_gradient_ftis"] == 4
+    assert fig["step_nois_s"] > 0 and fig["step_ftis_s"] > 0 and np.isfinite(fig["ftis_overhead"])
+    assert f"learner throughput        {fig['tokens_per_s']:.0f} tokens/s" in proc.stdout  # the table shows the JSON's figure
+    has_trl = importlib.util.find_spec("trl") is not None
+    assert (fig["trl_fwd_bwd_s"] is not None) == has_trl
+    assert ("ratio ours/TRL" in proc.stdout) == has_trl
+
+
+def test_memory_probe_does_not_inherit_the_parents_peak():
+    """Linux carries ru_maxrss across fork and exec: a probe started from a large process must
+    still report only what the log-prob computation adds."""
+    ballast = np.ones(1_500_000_000 // 8)  # 1.5 GB resident in this process
+    assert _resident_bytes() > 1.4e9  # the parent really is large when the probe starts
+    small = measure_logprobs(naive=False, grad=False, vocab=1000, batch=2, seq=64, chunk=64, threads=1)
+    del ballast
+    assert small.peak_bytes < 200e6, small
+
+
+def test_bench_hostile_refuses_bad_flags_in_one_sentence():
+    for flags in (["--rounds", "0"], ["--round-deadline", "-1"], ["--identities", "5000"]):
+        proc = subprocess.run(CLI + ["hostile", *flags], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def _resident_bytes() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.slow
+def test_bench_attacks_on_tiny_models(tmp_path):
+    """The attack table and the detector's figures through the real CLI (tiny preset: seconds per step)."""
+    out = tmp_path / "attacks.json"
+    flags = ["--preset", "tiny", "--rounds", "2", "--honest-groups", "3", "--forged-groups", "2",
+             "--run-dir", str(tmp_path), "--json", str(out)]
+    proc = subprocess.run(CLI + ["attacks"] + flags, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fig = json.loads(out.read_text())
+    rows = {r["attack"]: r for r in fig["attacks"]}
+    assert set(rows) == {"honest", "nan_temperature", "test_split", "eval_task", "out_of_range", "unknown_item",
+                         "prompt_mismatch", "forged_minus_3", "flood"}
+    for name, row in rows.items():
+        if name != "honest":
+            assert row["sent"] == 2 and row["reached"] == 0 and sum(row["stopped_by"].values()) == 2, row
+    assert rows["nan_temperature"]["stopped_by"] == {"wire": 2}
+    assert rows["test_split"]["stopped_by"] == {"not_train_split": 2}
+    assert rows["flood"]["stopped_by"] == {"peer_over_budget": 2}
+    # forged at round 1, then banned: its round-2 group never reaches the learner
+    assert rows["forged_minus_3"]["stopped_by"] == {"forgery": 1, "peer_refused": 1}
+    assert "hostile-forged_minus_3" in fig["banned"] and fig["weights_finite"]
+    for d in fig["detector"]:
+        assert d["false_alarms"] == 0 and d["delay_fresh"] == 1, d  # 4 completions of 24 tokens: over 28 at once
+        assert d["forged_mean"] == pytest.approx(2.0, abs=1e-3)
+    assert "forgery detector" in proc.stdout and "stopped by" in proc.stdout
+
+
+def test_bench_swarm_refuses_bad_flags_in_one_sentence():
+    for flags in (["--nodes", "1"], ["--transport", "carrier-pigeon"], ["--round-seconds", "-1"], ["--groups", "65"]):
+        proc = subprocess.run(CLI + ["swarm", *flags], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_bench_swarm_table_gives_each_gossip_row_its_ratio_to_the_poll_row():
+    def row(transport: str, group: str, p50: float) -> SwarmBenchRow:
+        return SwarmBenchRow(nodes=2, transport=transport, group=group, published=16, complete=16, publish_p50_s=0.02,
+                             p50_s=p50, p95_s=2 * p50, groups_per_s=10.0, messages_per_peer=26.0, kib_per_peer=25.8,
+                             body_mib_per_peer=0.25)
+
+    table = format_table([row("gossip", "32KiB", 0.022), row("gossip", "1MiB", 0.05), row("poll", "32KiB", 1.1),
+                          row("poll", "1MiB", 2.0)], poll_interval=1.0, round_seconds=5.0)
+    lines = table.splitlines()[2:]
+    assert [line.split()[8] for line in lines] == ["0.020", "0.025", "1.000", "1.000"]
+    assert lines[0].split()[6:8] == ["22.0", "44.0"]  # p50 and p95 in ms
+
+
+@pytest.mark.slow
+def test_bench_learner_nproc_2_halves_the_state_and_cuts_the_peak(tmp_path):
+    model = build_tiny_qwen2(tmp_path / "tiny", hidden_size=64, num_layers=2, seed=0)
+    out = tmp_path / "dist.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ftis_swarm.cli", "bench", "learner", "--model", str(model), "--nproc", "2",
+         "--groups", "1", "--group-size", "4", "--prompt-tokens", "8", "--completion-tokens", "8", "--repeats", "1",
+         "--micro-batch", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert [r["rank"] for r in figures["ranks"]] == [0, 1]
+    assert figures["state_bytes_ratio"] == pytest.approx(0.5, abs=0.01)  # weights, gradients, AdamW: halved
+    # the peak also holds what FSDP gathers and the step's transients, so it drops by less than half
+    assert 0.5 < figures["peak_bytes_ratio"] < 0.8
+    assert "per rank / one process  peak" in proc.stdout
