@@ -76,7 +76,7 @@ class _Strict(BaseModel):
 
 
 LossMode = Literal["nois", "vis", "tis", "filter", "fvis", "ftis"]
-"""METHOD.md's loss modes; what each does is in `LOSS_MODES`."""
+"""The loss modes of docs/method.md; what each does is in `LOSS_MODES`."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,12 @@ LOSS_MODES: dict[str, ModeSpec] = {
     "fvis": ModeSpec("exp", True, "weight exp(x), harmful peer samples filtered"),
     "ftis": ModeSpec("truncated", True, "weight min(exp(x), C), harmful peer samples filtered (the default)"),
 }
-"""Mode -> what it does (METHOD.md's table); the one place the list of modes is spelled out."""
+"""Mode -> what it does (docs/method.md, Modes); the one place the list of modes is spelled out."""
 assert tuple(LOSS_MODES) == LossMode.__args__  # type: ignore[attr-defined]
 
 
 class FTISConfig(_Strict):
-    """The F-TIS loss (METHOD.md). The paper's baselines are modes, not test-only flags."""
+    """The F-TIS loss (docs/method.md). The paper's baselines are modes, not test-only flags."""
 
     mode: LossMode = "ftis"
     """Importance weight and filter, see `LOSS_MODES`: nois/filter weight 1, vis/fvis exp(x),

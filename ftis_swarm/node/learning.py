@@ -5,7 +5,7 @@ the intake kept, and:
 
 1. admits and scores every group with this node's verifier (`learner.rewards`); a refused
    group is counted (`rejected_<reason>`) and charged to its sender in the ledger;
-2. labels each sample (METHOD.md): **own** (sent by this node, stamped with the learner's
+2. labels each sample (docs/method.md, Vocabulary): **own** (sent by this node, stamped with the learner's
    current policy version) is on-policy and never filtered; **stale** (own, from an older
    version: issue 13 passes groups generated ahead) is off-policy, weighted, never
    filtered, counted in `stale_groups`; **peer** is off-policy and filterable, with a

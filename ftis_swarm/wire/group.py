@@ -17,7 +17,7 @@ WIRE_VERSION = 1
 
 @dataclass(frozen=True, eq=False)
 class Group:
-    """A vertical group (METHOD.md, Wire). Field meanings: proto/group_v1.md."""
+    """A vertical group (docs/method.md, Wire). Field meanings: proto/group_v1.md."""
 
     run_id: str
     sender: str

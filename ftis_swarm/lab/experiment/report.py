@@ -3,7 +3,7 @@
 Per arm and learner: training reward (the learner's own samples, early rounds and last
 rounds), held-out greedy pass@1 at the start, (middle) and end, sampled accuracy at the
 start and end when the evaluations carry it, and the off-policy samples' filter and weight
-metrics (METHOD.md's keys for source 1, the peer, averaged over rounds). Spread: mean +-
+metrics (docs/method.md's keys for source 1, the peer, averaged over rounds). Spread: mean +-
 sample standard deviation over seeds (`n` seeds). The paired tests and claims are
 `experiment_stats.py`'s.
 
