@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import bench_app, fail, renamed
+from ftis_swarm.cli.app import bench_app, fail, renamed
 
 
 def _write_json(path: Optional[Path], data: dict) -> None:

@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import app, fail, renamed
+from ftis_swarm.cli.app import app, fail, renamed
 
 JOIN_FLAGS = {
     "model": "model",
