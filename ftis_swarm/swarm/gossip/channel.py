@@ -115,16 +115,16 @@ class GossipChannel:
     def _receive(self, message: pubsub.TopicMessage) -> None:
         self._counters.add("gossip_received")
         self._counters.add("gossip_bytes", len(message.data))
-        admission = self._gate.admit(message.sender, message.data, get_dht_time())
-        if admission.disconnect:
+        verdict = self._gate.admit(message.sender, message.data, get_dht_time())
+        if verdict.disconnect:
             asyncio.get_running_loop().create_task(self._disconnect(message.sender))
-        if admission.reason:
-            fault = Counter({f"gossip_{admission.reason}": 1})
+        if verdict.reason:
+            fault = Counter({f"gossip_{verdict.reason}": 1})
             self._counters.fault(message.sender, fault)
             self._log.note(message.sender, fault)
             return
         try:
-            self._on_pointer(admission.record)
+            self._on_pointer(verdict.record)
         except Exception:  # a bug in handling one pointer must not end the subscription
             logger.exception("handling a gossiped pointer from %s failed", message.sender)
 
