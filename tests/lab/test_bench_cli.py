@@ -66,7 +66,8 @@ def test_memory_probe_does_not_inherit_the_parents_peak():
 
 def test_bench_hostile_refuses_bad_flags_in_one_sentence():
     for flags in (["--rounds", "0"], ["--round-deadline", "-1"], ["--identities", "5000"], ["--phase", "crowds"],
-                  ["--phase", "identities", "--crowd", "0"], ["--phase", "identities", "--crowd-pointers", "0"]):
+                  ["--phase", "identities", "--crowd", "0"], ["--phase", "identities", "--crowd-pointers", "0"],
+                  ["--phase", "identities", "--crowd", "2", "--crowd-processes", "3"]):
         proc = subprocess.run(CLI + ["hostile", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
@@ -152,7 +153,7 @@ def test_bench_hostile_identities_keeps_a_crowd_of_one_origin_within_its_quota(t
     127.0.9.1 flood 200 pointers against 2 honest nodes on 127.0.2.1 and 127.0.3.1."""
     out = tmp_path / "identities.json"
     env = dict(os.environ, FTIS_SWARM__MAX_RECORDS_PER_ORIGIN="40")
-    proc = subprocess.run(CLI + ["hostile", "--phase", "identities", "--crowd", "4", "--crowd-pointers", "200",
+    proc = subprocess.run(CLI + ["hostile", "--phase", "identities", "--crowd", "4", "--crowd-processes", "1", "--crowd-pointers", "200",
                                  "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=600,
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
