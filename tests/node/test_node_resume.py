@@ -1,6 +1,6 @@
 """SIGKILL a node mid-round and start it again: it resumes from its last complete checkpoint.
 
-Real processes on 127.0.0.1: a bootstrap peer and two nodes on tiny models, started with
+Real processes on loopback (127.0.N.1 each): a bootstrap peer and two nodes on tiny models, started with
 the real `ftis-node join` command line (the testnet's launcher).
 """
 
