@@ -39,17 +39,25 @@ def bootstrap(
     ttl: float = typer.Option(600.0, help="The swarm's record TTL in seconds; longer-lived records are refused."),
     max_clock_skew: float = typer.Option(30.0, help="Seconds peers' clocks may differ."),
 ) -> None:
-    """Run a bare DHT peer for nodes to join through; prints the multiaddrs to pass to --peers."""
+    """Run a bare DHT peer for nodes to join through; prints the multiaddrs to pass to --peers.
+
+    Other swarm keys (the run's identity puzzle: `FTIS_SWARM__PUZZLE__BITS`) come from the
+    environment, as for `join`."""
     import signal
     import threading
 
     from pydantic import ValidationError
 
-    from ftis_swarm.config import SwarmConfig, format_validation_error
+    from ftis_swarm.cli.overrides import env_overrides
+    from ftis_swarm.config import ConfigError, NodeConfig, SwarmConfig, format_validation_error, load_node_config
 
     try:
-        cfg = SwarmConfig(host=host, port=port, identity=identity, announce=announce, ttl=ttl,
-                          max_clock_skew=max_clock_skew)
+        swarm_env = {k: v for k, v in env_overrides(NodeConfig).items() if k.startswith("swarm.")}
+        base = load_node_config(None, swarm_env).swarm.model_dump(exclude_unset=True)
+        cfg = SwarmConfig(**{**base, "host": host, "port": port, "identity": identity, "announce": announce,
+                             "ttl": ttl, "max_clock_skew": max_clock_skew})
+    except ConfigError as exc:
+        fail(str(exc))
     except ValidationError as exc:
         fail(format_validation_error(exc, as_flags=True))
     if maddrs_file is not None:

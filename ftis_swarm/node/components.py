@@ -133,7 +133,9 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     task = get_task(cfg.task)
     token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
-    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather})
+    identity = cfg.swarm.identity or cfg.run_dir / "identity.key"  # kept across restarts: standing survives them
+    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather,
+                                                              "identity": identity})
     peer_ledger = PeerLedger(cfg.ledger)
     swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
     header = group_header(cfg, swarm.peer_id)

@@ -31,6 +31,7 @@ from ftis_swarm.swarm.gossip import pubsub
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.swarm.gossip.gate import GossipGate, encode_message
 from ftis_swarm.swarm.dht.reading import FoundRecord
+from ftis_swarm.swarm.dht.validators import NOT_A_FAULT
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,9 @@ class GossipChannel:
         verdict = self._gate.admit(message.sender, message.data, get_dht_time())
         if verdict.disconnect:
             asyncio.get_running_loop().create_task(self._disconnect(message.sender))
-        if verdict.reason:
+        if verdict.reason in NOT_A_FAULT:
+            self._counters.add(f"gossip_{verdict.reason}")
+        elif verdict.reason:
             fault = Counter({f"gossip_{verdict.reason}": 1})
             self._counters.fault(message.sender, fault)
             self._log.note(message.sender, fault)
