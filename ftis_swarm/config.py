@@ -346,6 +346,9 @@ class LedgerConfig(_Strict):
     """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
     max_ban_seconds: float = Field(3600.0, gt=0)
     """Longest ban."""
+    gossip_ban_seconds: float = Field(30.0, gt=0)
+    """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
+    further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.ttl`."""
 
 
 def _plain_task_name(v: str) -> str:

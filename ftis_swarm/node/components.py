@@ -135,7 +135,8 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
     swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather})
     peer_ledger = PeerLedger(cfg.ledger)
-    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
+    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger,
+                              bans=peer_ledger.cfg)
     header = group_header(cfg, swarm.peer_id)
     kind = pick_kind(cfg.backend)
     shares = kind == "transformers" and not isinstance(learner, ShardedLearner)

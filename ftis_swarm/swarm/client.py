@@ -23,7 +23,7 @@ from typing import Optional
 
 from hivemind.utils.timed_storage import get_dht_time
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import LedgerConfig, SwarmConfig
 from ftis_swarm.swarm.fetch.bodies import BodyStore, serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
@@ -69,7 +69,7 @@ class SwarmClient:
     """A node's membership in the swarm. Create with `SwarmClient.start`; end with `shutdown`."""
 
     def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle,
-                 policy: PeerPolicy):
+                 policy: PeerPolicy, bans: LedgerConfig):
         self._cfg, self._tokenizer_fp, self._vocab_size = cfg, tokenizer_fp, vocab_size
         self._peer, self._loop, self._node = peer, peer.loop, peer.node
         self.peer_id: str = peer.peer_id
@@ -96,7 +96,8 @@ class SwarmClient:
         self._gossip: Optional[GossipChannel] = None
         if cfg.gossip:
             gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
-                              ttl=cfg.ttl)
+                              ttl=cfg.ttl, ban_seconds=bans.gossip_ban_seconds,
+                              max_ban_seconds=bans.max_ban_seconds)
             self._gossip = GossipChannel(p2p=self._node.p2p, topic=gossip_topic(cfg.run_id), gate=gate,
                                          self_id=self.peer_id, counters=self._counters,
                                          on_pointer=self._gatherer.on_gossip)
@@ -128,11 +129,12 @@ class SwarmClient:
 
     @classmethod
     def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,
-              policy: PeerPolicy = ALLOW_ALL) -> "SwarmClient":
+              policy: PeerPolicy = ALLOW_ALL, bans: Optional[LedgerConfig] = None) -> "SwarmClient":
         """Starts p2pd and the DHT peer, joins through `cfg.peers`, and starts gathering.
 
         `policy` (the node's peer ledger; by default everyone allowed, nobody scored) says
-        whom to fetch from, store for and serve, and whose records to keep first.
+        whom to fetch from, store for and serve, and whose records to keep first; `bans` (the
+        node's `LedgerConfig`) how long the gossip gate bans a sender that floods the topic.
         Raises SwarmError (one sentence) for a bad address, an identity already in use, or
         peers that do not answer within `cfg.join_timeout`.
         """
@@ -142,7 +144,8 @@ class SwarmClient:
             raise ValueError("vocab_size must be positive")
         peer = open_peer(cfg, thread_name="ftis-swarm", policy=policy, counters=SwarmCounters())
         try:
-            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy)
+            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy,
+                         bans=bans or LedgerConfig())
         except BaseException:
             peer.close()
             raise

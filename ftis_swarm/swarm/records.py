@@ -27,6 +27,7 @@ import pydantic.v1 as pydantic
 
 from ftis_swarm.config import WireConfig
 from ftis_swarm.wire import Group, WireError, decode_group
+from ftis_swarm.peers import faults
 
 RECORD_VERSION = 3
 """Version of both record schemas (1 was the shared window key of the first layout; 2 had no round)."""
@@ -148,15 +149,15 @@ def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_
                    ttl: float, max_clock_skew: float, max_bytes: int) -> str:
     """Why a pointer is not worth fetching ("" when it is); needs no download."""
     if pointer.run_id != run_id:
-        return "run_id"
+        return faults.RUN_ID
     if pointer.tokenizer_fp != tokenizer_fp:
-        return "tokenizer"
+        return faults.POINTER_TOKENIZER
     if pointer.created_at > now + max_clock_skew:
-        return "future"
+        return faults.FUTURE
     if now - pointer.created_at > ttl:
-        return "stale"
+        return faults.STALE
     if pointer.size > max_bytes:
-        return "oversize"
+        return faults.OVERSIZE
     return ""
 
 
@@ -168,17 +169,17 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
     and the key's peer id must be the group's sender: a body is trusted no further than that.
     """
     if len(body) != pointer.size:
-        return None, "size_mismatch", f"{len(body)} bytes, pointer says {pointer.size}"
+        return None, faults.SIZE_MISMATCH, f"{len(body)} bytes, pointer says {pointer.size}"
     if hashlib.sha256(body).hexdigest() != pointer.sha256:
-        return None, "hash_mismatch", "body sha256 differs from the signed pointer"
+        return None, faults.HASH_MISMATCH, "body sha256 differs from the signed pointer"
     try:
         group = decode_group(body, vocab_size=vocab_size, limits=limits)
     except WireError as exc:
-        return None, "malformed", str(exc)
+        return None, faults.BODY_MALFORMED, str(exc)
     if group.sender != pointer.publisher:
-        return None, "sender_mismatch", f"sender {group.sender} but signed by {pointer.publisher}"
+        return None, faults.SENDER_MISMATCH, f"sender {group.sender} but signed by {pointer.publisher}"
     if (group.run_id, group.tokenizer_fp, group.created_at) != (
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
-        return None, "pointer_mismatch", "run id, tokenizer or creation time differ from the pointer"
+        return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
     return group, "", ""

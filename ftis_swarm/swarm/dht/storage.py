@@ -35,12 +35,13 @@ from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.peers.policy import PeerPolicy
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_KEY_BYTES = 1 << 20
 """Subkey and value bytes under one key: about 1,000 records of ~1 KB."""
-REFUSALS = ("owner_quota", "requester_quota", "key_full", "storage_full", "denied")
+REFUSALS = (faults.OWNER_QUOTA, faults.REQUESTER_QUOTA, faults.KEY_FULL, faults.STORAGE_FULL, faults.DENIED)
 _SELF, _SCORED, _DIRECT, _STRANGER = 3, 2, 1, 0
 
 _Slot = tuple[DHTID, bytes]  # (key, subkey)
@@ -82,17 +83,17 @@ class GuardedStorage(DHTLocalStorage):
         held, rank = self._entries.get(slot), self._rank(owner, requester)
         if held is not None:  # a newer version of a record held: same owner, same place
             if expiration <= held.expiration:
-                return "not_newer"
+                return faults.NOT_NEWER
             if held.rank != _SELF and self._key_bytes[key_id] + size - held.size > self._max_key_bytes:
-                return "key_full"
+                return faults.KEY_FULL
         else:
             if not self._policy.allows(owner):
-                return "denied"
+                return faults.DENIED
             reason = self._make_room(key_id, size, owner, requester, rank)
             if reason:
                 return reason
         if not DHTLocalStorage.store_subkey(self, key_id, subkey, value, expiration):
-            return "not_newer" if held is not None else "expired"
+            return faults.NOT_NEWER if held is not None else faults.EXPIRED
         if held is not None:
             self._key_bytes[key_id] += size - held.size
             held.size, held.expiration = size, expiration
@@ -134,15 +135,15 @@ class GuardedStorage(DHTLocalStorage):
         if rank == _SELF:
             return ""
         if self._by_owner[owner] >= self._max_per_peer:
-            return "owner_quota"
+            return faults.OWNER_QUOTA
         if requester != self._self_id and self._by_requester[requester] >= self._max_per_peer:
-            return "requester_quota"
+            return faults.REQUESTER_QUOTA
         while self._key_bytes[key_id] + size > self._max_key_bytes:
             if not self._evict(rank, key_id):
-                return "key_full"
+                return faults.KEY_FULL
         while len(self._entries) >= self._max_records:
             if not self._evict(rank, None):
-                return "storage_full"
+                return faults.STORAGE_FULL
         return ""
 
     def _evict(self, below: int, key_id: DHTID | None) -> bool:
