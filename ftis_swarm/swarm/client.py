@@ -33,7 +33,7 @@ from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, 
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
+from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
                                       make_subkey)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
@@ -163,8 +163,8 @@ class SwarmClient:
         window (the count of its pointers). Never raises for what the swarm does: every
         failure is a result with a reason (ValueError only for a bad `round` or `round_groups`).
         """
-        if round < 0 or not 1 <= round_groups <= MAX_GROUPS_PER_ROUND:
-            raise ValueError(f"round must be >= 0 and round_groups in 1..{MAX_GROUPS_PER_ROUND}")
+        if not 0 <= round < MAX_ROUND or not 1 <= round_groups <= MAX_GROUPS_PER_ROUND:
+            raise ValueError(f"round must be in 0..2^40-1 and round_groups in 1..{MAX_GROUPS_PER_ROUND}")
         started = time.monotonic()
         reason = self._refusal(group)
         if reason:
@@ -274,10 +274,12 @@ class SwarmClient:
 
     def counters(self) -> dict:
         """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
-        `serving_bodies` (own bodies served now) and `stored_records` (records held for the DHT)."""
+        `serving_bodies` (own bodies served now), `stored_records` and `stored_bytes` (records held for the
+        DHT, and the memory they are charged)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
         snapshot["stored_records"] = self._node.protocol.storage.held
+        snapshot["stored_bytes"] = self._node.protocol.storage.held_bytes
         return snapshot
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:

@@ -35,6 +35,8 @@ MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
 MAX_GROUPS_PER_ROUND = 4096
+MAX_ROUND = 1 << 40
+"""Rounds a pointer may name are below this: 35,000 years of a round a second, and no 2^63 in a reader's arithmetic."""
 
 _SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/([0-9a-f]{32}|member)$")
 _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
@@ -84,8 +86,8 @@ class GroupPointer(_StrictRecord):
     """The body's tokenizer fingerprint."""
     window: pydantic.conint(strict=True, ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
-    round: pydantic.conint(strict=True, ge=0)
-    """The publisher's round number in the run (0 when the publisher has no rounds)."""
+    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
+    """The publisher's round number in the run (0 when the publisher has no rounds); below `MAX_ROUND`."""
     round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
     """How many groups the publisher publishes for that round: a reader knows when it has them all."""
 

@@ -160,7 +160,8 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
 
     protocol.storage = GuardedStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
                                       max_records=cfg.max_stored_records,
-                                      max_records_per_peer=cfg.max_records_per_peer)
+                                      max_records_per_peer=cfg.max_records_per_peer,
+                                      max_bytes=cfg.max_stored_bytes)
     if cfg.client_mode:
         return
     protocol.client_mode = False
