@@ -3,8 +3,9 @@
     python -m ftis_swarm.lab.hostile.peer '<json settings>'
 
 Settings: `peers`, `run_id`, `ttl`, `max_clock_skew`, `window`, `member_shards`, `max_bytes`,
-`tokenizer_fp`, `vocab_size`, `identities` (keys that only sign, made at start). Besides
-its own identity it runs one libp2p daemon per kind of bad body server (`hostile_bodies`).
+`tokenizer_fp`, `vocab_size`, `identities` (keys that only sign, made at start),
+`body_servers` (default true). Besides its own identity it runs one libp2p daemon per kind
+of bad body server (`hostile_bodies`) unless `body_servers` is false.
 It writes {"peer_id", "maddrs", "identities", "body_peers"} once joined, then answers one
 JSON line per command:
 
@@ -27,6 +28,7 @@ JSON line per command:
         dictionary: one whole-dictionary store holding n unknown msgpack extension types
         bodies: n pointers per bad body server (stall, header then silence, dribble, endless)
         replays: n re-sends of every honest record it can read (old and current versions)
+        fill: n valid pointers of its own key, stored by its own daemon, over consecutive windows
         gossip: pushed on the run's topic, n per identity and kind (`hostile_gossip`), with
             "params": {"burst": the nodes' gossip_burst, "targets": [peer ids]}
     {"op": "results"}  waits for the floods -> {name: {"sent": n, "accepted": {peer id: n}}}
@@ -98,7 +100,8 @@ class Hostile:
         await self.p2p.add_binary_stream_handler(BODY_PROTOCOL, self._serve)
         signers = [Signer(RSAPrivateKey()) for _ in range(self.s.get("identities", 50))]
         self.floods = Floods(self, signers)
-        await self.floods.start_body_peers()
+        if self.s.get("body_servers", True):
+            await self.floods.start_body_peers()
 
     async def _serve(self, info, reader, writer) -> None:
         gid = (await reader.readexactly(32)).decode()
