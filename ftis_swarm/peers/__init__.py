@@ -6,5 +6,5 @@
 - ledger.py    PeerLedger: per peer, counted faults with costs, credit, score, bans (and their causes)
 
 Imports below it: wire, tasks, metrics, models, core, config, errors. Imported by swarm,
-node and above.
+learner (the fault reasons it raises), node and above.
 """
