@@ -299,6 +299,9 @@ class SwarmConfig(_Strict):
     """Most bytes in one signed DHT record (a pointer, about 700 bytes); larger records are refused."""
     max_stored_records: int = Field(16384, ge=64)
     """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
+    max_stored_bytes: int = Field(32 << 20, ge=1 << 20)
+    """Most bytes of memory the stored records may take, all keys together: each is charged its subkey
+    and value plus 1 KB (`swarm/dht/storage.py`; a pointer ~2 KB, so 32 MiB hold ~16,000)."""
     max_records_per_peer: int = Field(2048, ge=16)
     """Most records this node stores that one peer sent, and that one owner signed."""
     origin_prefix_v4: int = Field(24, ge=8, le=32)
@@ -379,6 +382,9 @@ class LedgerConfig(_Strict):
     """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
     max_ban_seconds: float = Field(3600.0, gt=0)
     """Longest ban."""
+    gossip_ban_seconds: float = Field(30.0, gt=0)
+    """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
+    further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.ttl`."""
 
 
 def _plain_task_name(v: str) -> str:

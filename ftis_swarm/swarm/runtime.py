@@ -165,6 +165,7 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
     protocol.storage = OriginQuotaStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
                                           max_records=cfg.max_stored_records,
                                           max_records_per_peer=cfg.max_records_per_peer,
+                                          max_bytes=cfg.max_stored_bytes,
                                           max_records_per_origin=cfg.max_records_per_origin)
     if cfg.client_mode:
         return origins
