@@ -28,6 +28,7 @@ from hivemind.proto import dht_pb2
 from hivemind.utils.multiaddr import Multiaddr
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import BoundedSerializer
 from ftis_swarm.swarm.errors import SwarmError
@@ -111,15 +112,20 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
                     counters: SwarmCounters) -> DHTNode:
     """Starts p2pd with this identity (and gossipsub, if `cfg.gossip`), joins the DHT through
     `cfg.peers` (if any), and guards it."""
+    mode = cfg.reach_mode
+    flags = reach.daemon_flags(mode, relay_service=cfg.relay_service, max_circuits=cfg.relay_max_circuits,
+                               max_reservations=cfg.relay_max_reservations, data_limit=cfg.relay_data_limit,
+                               time_limit=cfg.relay_time_limit)
     try:
-        p2p = await (PubsubP2P if cfg.gossip else P2P).create(
+        p2p = await reach.with_flags(PubsubP2P if cfg.gossip else P2P, flags).create(
             initial_peers=cfg.peers or None,
             host_maddrs=listen_maddrs(cfg.host, cfg.port),
             announce_maddrs=cfg.announce or None,
             identity_path=str(identity_path),
             check_if_identity_free=False,  # the identity lock covers this machine, without a second daemon
-            dht_mode="client" if cfg.client_mode else "server",
-            use_auto_relay=cfg.client_mode,
+            dht_mode="server" if reach.dht_is_server(mode) else "client",
+            use_auto_relay=mode == "relayed",
+            trusted_relays=(cfg.peers or None) if mode == "relayed" else None,  # static relays: the bootstrap peers
             startup_timeout=cfg.join_timeout,
         )
     except P2PDaemonError as exc:
@@ -150,7 +156,7 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
 
 async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker, policy: PeerPolicy,
                      counters: SwarmCounters) -> None:
-    """Gives a client-mode DHTNode its guarded storage and, unless `cfg.client_mode`, its guarded handlers."""
+    """Gives a client-mode DHTNode its guarded storage and, when its mode serves the DHT, its guarded handlers."""
     protocol = node.protocol
     protocol.serializer = BoundedSerializer
     routing = protocol.routing_table
@@ -161,7 +167,7 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
     protocol.storage = GuardedStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
                                       max_records=cfg.max_stored_records,
                                       max_records_per_peer=cfg.max_records_per_peer)
-    if cfg.client_mode:
+    if not reach.dht_is_server(cfg.reach_mode):
         return
     protocol.client_mode = False
     protocol.node_info = dht_pb2.NodeInfo(node_id=node.node_id.to_bytes())
@@ -182,6 +188,12 @@ class PeerHandle:
     visible_maddrs: list[str]
     checker: RecordChecker
     counters: SwarmCounters
+    cfg: SwarmConfig
+
+    @property
+    def mode(self) -> str:
+        """How peers reach this node: public, relayed or client (swarm/reach.py)."""
+        return self.cfg.reach_mode
 
     @property
     def peer_id(self) -> str:
@@ -230,4 +242,4 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
         identity.close()
         raise
     return PeerHandle(identity=identity, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
-                      counters=counters)
+                      counters=counters, cfg=cfg)

@@ -93,8 +93,8 @@ def _group_alive(pgid: int) -> bool:
 class Node(Proc):
     """An honest node (tests/swarm/node_proc.py)."""
 
-    def __init__(self, cfg: SwarmConfig, *, log: Path):
-        super().__init__([sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
+    def __init__(self, cfg: SwarmConfig, *, log: Path, prefix: tuple[str, ...] = ()):
+        super().__init__([*prefix, sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
         self.cfg = cfg
         self.peer_id = ""
         self.maddrs: list[str] = []
@@ -134,10 +134,12 @@ class Swarm:
         self.tmp_path = tmp_path
         self.procs: list[Proc] = []
 
-    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None) -> list[str]:
-        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file)."""
+    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None,
+                  host: str = LOOPBACK, prefix: tuple[str, ...] = ()) -> list[str]:
+        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file);
+        `prefix` runs it inside something (a network namespace)."""
         maddrs_file = self.tmp_path / f"bootstrap{len(self.procs)}.maddrs"
-        argv = [sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", LOOPBACK,
+        argv = [*prefix, sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", host,
                 "--maddrs-file", str(maddrs_file), "--ttl", str(ttl), "--max-clock-skew", str(max_clock_skew)]
         if identity is not None:
             argv += ["--identity", str(identity)]
@@ -149,13 +151,13 @@ class Swarm:
             assert time.monotonic() < deadline, f"bootstrap did not start: {proc.tail()}"
             time.sleep(0.1)
         maddrs = maddrs_file.read_text().split()
-        assert maddrs and all(m.startswith(f"/ip4/{LOOPBACK}/tcp/") for m in maddrs), maddrs
+        assert maddrs and all(m.startswith(f"/ip4/{host}/tcp/") for m in maddrs), maddrs
         self.bootstrap_proc = proc
         return maddrs
 
-    def node(self, cfg: SwarmConfig) -> Node:
-        """Starts a node (call `.joined()` on it to wait for its hello)."""
-        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log")
+    def node(self, cfg: SwarmConfig, *, prefix: tuple[str, ...] = ()) -> Node:
+        """Starts a node (call `.joined()` on it to wait for its hello); `prefix` as for `bootstrap`."""
+        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log", prefix=prefix)
         self.procs.append(node)
         return node
 
