@@ -265,6 +265,9 @@ class SwarmConfig(_Strict):
     bounded relay), `relayed` (behind NAT; a slot on the bootstrap peers' relays, so other home
     nodes fetch its groups), `client` (behind NAT; only public peers fetch from it, over the
     connection it opened). `auto`: `relayed` with `client_mode`, else `public`."""
+    relay_wait: float = Field(15.0, ge=0, le=600)
+    """Seconds a `relayed` node waits at start for a slot on a relay before it publishes (a WARNING
+    if none: then only public peers can fetch its groups)."""
     relay_service: bool = True
     """When public, relay circuits for NAT'd peers within the four limits below."""
     relay_max_circuits: int = Field(16, ge=1, le=1024)

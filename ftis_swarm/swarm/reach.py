@@ -29,6 +29,8 @@ from typing import Literal
 from hivemind.p2p import P2P
 
 Mode = Literal["public", "relayed", "client"]
+CIRCUIT = "/p2p-circuit"
+"""The part of a multiaddr that says it reaches its peer through a relay."""
 
 
 def dht_is_server(mode: Mode) -> bool:

@@ -19,6 +19,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Awaitable, Optional, TypeVar
 
@@ -41,6 +42,8 @@ from ftis_swarm.swarm.dht.validators import RecordChecker
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+RELAY_CHECK_EVERY = 0.2
+"""Seconds between two looks for a reserved relay slot while a relayed node starts."""
 
 
 class LoopThread:
@@ -210,6 +213,25 @@ class PeerHandle:
             self.identity.close()
 
 
+def _wait_for_relay_slot(loop: LoopThread, node: DHTNode, maddrs: list[str], *, wait: float) -> list[str]:
+    """The node's visible multiaddrs once one is a relay circuit (a slot reserved), or after `wait` seconds.
+
+    A relayed node that published before its slot existed would be unreachable for its first
+    groups, and its peers would back off from it for minutes.
+    """
+    started = time.monotonic()
+    while not any(reach.CIRCUIT in m for m in maddrs) and time.monotonic() - started < wait:
+        time.sleep(RELAY_CHECK_EVERY)
+        maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+    if any(reach.CIRCUIT in m for m in maddrs):
+        logger.info("reserved a relay slot in %.1f s: other NAT'd peers can fetch this node's groups",
+                    time.monotonic() - started)
+    else:
+        logger.warning("no relay slot on the bootstrap peers after %.0f s: only public peers can fetch this node's "
+                       "groups (over the connections it opened)", wait)
+    return maddrs
+
+
 async def _close_node(node: DHTNode) -> None:
     await node.shutdown()
     await node.p2p.shutdown()
@@ -233,6 +255,8 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
         node = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
                                   counters=counters), timeout=cfg.join_timeout + 10.0)
         maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+        if cfg.reach_mode == "relayed" and cfg.peers:
+            maddrs = _wait_for_relay_slot(loop, node, maddrs, wait=cfg.relay_wait)
     except TimeoutError as exc:
         loop.stop()
         identity.close()

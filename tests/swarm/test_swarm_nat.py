@@ -37,7 +37,8 @@ def test_home_nodes_fetch_each_others_groups_through_the_relay(swarm) -> None:
                                 prefix=tuple(bed.wrap("boot", [])))
         roles = {"pub": "public", "home1": "relayed", "home2": "relayed"}
         started = time.monotonic()
-        nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode),
+        nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
+                                                  relay_wait=60.0),
                                   prefix=tuple(bed.wrap(role, []))) for role, mode in roles.items()}
         for node in nodes.values():
             node.joined()
@@ -60,7 +61,7 @@ def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_pl
                                 prefix=tuple(bed.wrap("boot", [])))
         roles = {"pub": "public", "home1": "relayed", "home2": "client"}
         nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
-                                               max_fetch_attempts=2),
+                                               relay_wait=60.0, max_fetch_attempts=2),
                                   prefix=tuple(bed.wrap(role, []))) for role, mode in roles.items()}
         for node in nodes.values():
             node.joined()
