@@ -264,7 +264,8 @@ class SwarmConfig(_Strict):
     """How peers reach this node (docs/swarm.md, Reach): `public` (dialable; serves the DHT and a
     bounded relay), `relayed` (behind NAT; a slot on the bootstrap peers' relays, so other home
     nodes fetch its groups), `client` (behind NAT; only public peers fetch from it, over the
-    connection it opened). `auto`: `relayed` with `client_mode`, else `public`."""
+    connection it opened). `auto`: `relayed` with `client_mode`; else the `peers` are asked to
+    dial this node's port back: `public` if one could, else `relayed` (`public` with no peers)."""
     relay_wait: float = Field(15.0, ge=0, le=600)
     """Seconds a `relayed` node waits at start for a slot on a relay before it publishes (a WARNING
     if none: then only public peers can fetch its groups)."""
@@ -354,7 +355,8 @@ class SwarmConfig(_Strict):
 
     @property
     def reach_mode(self) -> Literal["public", "relayed", "client"]:
-        """The reachability this node starts in (`auto` resolved as the field says)."""
+        """The reachability this node starts in, `auto` resolved without a probe (`swarm.runtime.open_peer`
+        probes an `auto` node that has peers)."""
         if self.reachability != "auto":
             return self.reachability
         return "relayed" if self.client_mode else "public"

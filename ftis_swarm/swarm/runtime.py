@@ -39,9 +39,12 @@ from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.swarm.gossip.pubsub import PubsubP2P
 from ftis_swarm.swarm.dht.storage import GuardedStorage
 from ftis_swarm.swarm.dht.validators import RecordChecker
+from ftis_swarm.swarm.dialback import ask_dialback, serve_dialback
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+MAX_DIALBACK_PEERS = 5
+"""Peers of `cfg.peers` asked to dial a starting `auto` node back (Petals asks up to 5 too)."""
 RELAY_CHECK_EVERY = 0.2
 """Seconds between two looks for a reserved relay slot while a relayed node starts."""
 
@@ -241,11 +244,48 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
               counters: Optional[SwarmCounters] = None) -> PeerHandle:
     """Checks addresses, takes the identity, starts p2pd and the DHT peer, and joins `cfg.peers`.
 
+    With `reachability` auto (and neither `client_mode` nor an empty `peers`) it first asks
+    the `peers` to dial it back (`dialback.py`) from a short-lived client-mode daemon, and
+    starts `public` if one could, else `relayed`. A public peer answers dial-back questions.
     Raises SwarmError (one sentence) for a bad address, a busy identity, or peers that do
     not answer within `cfg.join_timeout`.
     """
     check_maddrs(cfg.peers, what="peer", need_peer_id=True)
     check_maddrs(cfg.announce, what="announce address", need_peer_id=False)
+    if cfg.reachability == "auto" and not cfg.client_mode and cfg.peers:
+        cfg = cfg.model_copy(update={"reachability": _probe_reachability(cfg, thread_name=thread_name)})
+    handle = _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
+    if handle.mode == "public":
+        handle.loop.run(serve_dialback(handle.node.p2p), timeout=10.0)
+    return handle
+
+
+def _probe_reachability(cfg: SwarmConfig, *, thread_name: str) -> str:
+    """`public` when a peer of `cfg.peers` could open a TCP connection to this node's port, else `relayed`
+    (also `public`, with a WARNING, when no peer answered: nothing says this node is unreachable)."""
+    probe = _start_peer(cfg.model_copy(update={"reachability": "client", "gossip": False}),
+                        thread_name=f"{thread_name}-probe", policy=ALLOW_ALL, counters=SwarmCounters())
+    try:
+        ports = [int(Multiaddr(m)["tcp"]) for m in (cfg.announce or probe.visible_maddrs)
+                 if "/tcp/" in m and reach.CIRCUIT not in m]
+        port = cfg.port or (ports[0] if ports else 0)
+        peer_ids = list(dict.fromkeys(Multiaddr(m)["p2p"] for m in cfg.peers))[:MAX_DIALBACK_PEERS]
+        answers = [probe.loop.run(ask_dialback(probe.node.p2p, peer_id, port), timeout=15.0) for peer_id in peer_ids]
+    finally:
+        probe.close()
+    reached = sum(a is True for a in answers)
+    said = sum(a is not None for a in answers)
+    if not said:
+        logger.warning("reachability auto: none of %d peers answered a dial-back of port %d; starting public",
+                       len(peer_ids), port)
+        return "public"
+    mode = "public" if reached else "relayed"
+    logger.info("reachability auto: %d of %d peers dialed back port %d; starting %s", reached, said, port, mode)
+    return mode
+
+
+def _start_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,
+                counters: Optional[SwarmCounters]) -> PeerHandle:
     identity = NodeIdentity(cfg.identity)
     counters = counters if counters is not None else SwarmCounters()
     loop = LoopThread(name=thread_name)

@@ -31,11 +31,11 @@ def _gather_until(node, expected: dict[str, bytes], *, seconds: float) -> dict[s
     return received
 
 
-def test_home_nodes_fetch_each_others_groups_through_the_relay(swarm) -> None:
+def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_through_the_relay(swarm) -> None:
     with nat_testbed() as bed:
         peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
                                 prefix=tuple(bed.wrap("boot", [])))
-        roles = {"pub": "public", "home1": "relayed", "home2": "relayed"}
+        roles = {"pub": "auto", "home1": "auto", "home2": "auto"}  # each asks the bootstrap to dial it back
         started = time.monotonic()
         nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
                                                   relay_wait=60.0),
@@ -53,6 +53,10 @@ def test_home_nodes_fetch_each_others_groups_through_the_relay(swarm) -> None:
             received = _gather_until(node, expected, seconds=FETCH_DEADLINE)
             assert received == expected, (role, node.counters(), node.tail())
         print(f"all groups crossed {time.monotonic() - started:.1f} s after the nodes started")
+        for role, mode in {"pub": "public", "home1": "relayed", "home2": "relayed"}.items():
+            first_lines = nodes[role].tail(None)
+            assert f"peers dialed back port" in first_lines and f"starting {mode}" in first_lines, first_lines
+            assert f"reachability {mode} (" in first_lines, first_lines
 
 
 def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_plainly_by_homes(swarm) -> None:
