@@ -55,7 +55,7 @@ def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_thro
         print(f"all groups crossed {time.monotonic() - started:.1f} s after the nodes started")
         for role, mode in {"pub": "public", "home1": "relayed", "home2": "relayed"}.items():
             first_lines = nodes[role].tail(None)
-            assert f"peers dialed back port" in first_lines and f"starting {mode}" in first_lines, first_lines
+            assert "peers dialed back port" in first_lines and f"starting {mode}" in first_lines, first_lines
             assert f"reachability {mode} (" in first_lines, first_lines
 
 
