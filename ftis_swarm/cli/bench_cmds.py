@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|rollout|swarm|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
+"""`ftis-node bench wire|learner|rollout|swarm|reach|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
 
 Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
 of figures measured against a baseline in the same run, and with `--json` writes them.
@@ -226,6 +226,29 @@ def bench_swarm(
     if json_path is not None:
         json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups,
                                           round_seconds=round_seconds))
+
+
+@bench_app.command("reach")
+def bench_reach(
+    rounds: int = typer.Option(5, help="Rounds per arm."),
+    groups: int = typer.Option(2, help="Groups each node publishes per round."),
+    size: int = typer.Option(32 * 1024, help="Bytes per group."),
+    deadline: float = typer.Option(10.0, "--round-deadline", help="Seconds a round waits for every peer's groups."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode."""
+    if not 1 <= rounds <= 200 or not 1 <= groups <= 16 or not 1024 <= size <= 4 * 1024 * 1024 or deadline <= 0:
+        fail("--rounds must be 1-200, --groups 1-16, --size 1 KiB-4 MiB and --round-deadline > 0")
+    _check_json_path(json_path)
+    from ftis_swarm.lab.bench.nat_testbed import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        fail(reason)
+    from ftis_swarm.lab.bench.reach import format_reach, run_reach_bench
+
+    bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress)
+    _report(format_reach(bench), bench, json_path)
 
 
 @bench_app.command("rollout")

@@ -149,8 +149,8 @@ class SwarmClient:
         except BaseException:
             peer.close()
             raise
-        logger.info("joined the swarm as %s (%s), %d bootstrap peer(s)", client.peer_id,
-                    "client mode" if cfg.client_mode else " ".join(client.visible_maddrs), len(cfg.peers))
+        logger.info("joined the swarm as %s, reachability %s (%s), %d bootstrap peer(s)", client.peer_id,
+                    peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.peers))
         return client
 
     def publish(self, group: Group, *, round: int = 0, round_groups: int = 1) -> PublishResult:

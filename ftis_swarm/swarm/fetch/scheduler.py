@@ -204,8 +204,14 @@ class FetchScheduler:
         state.attempts[pointer.group_id] += 1
         final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         if state.failures >= cfg.max_fetch_attempts:
-            logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
-                        state.failures, exc, len(state.pending) + 1)
+            if exc.reason == "unreachable" and state.failures == cfg.max_fetch_attempts:  # once per series
+                self._counters.add("publishers_unreachable")
+                logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
+                               "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
+                               state.failures, exc, len(state.pending) + 1)
+            else:
+                logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
+                            state.failures, exc, len(state.pending) + 1)
             for other in list(state.pending.values()):
                 self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
             self._on_reject(pointer, final, str(exc))
