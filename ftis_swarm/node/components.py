@@ -2,7 +2,9 @@
 
 Order matters: the tasks are checked first (a node trains only on tasks with a train split),
 then the model and tokenizer (the swarm needs the tokenizer fingerprint and vocabulary),
-then the swarm (the backend stamps groups with the swarm's peer id), then the
+then the swarm (the backend stamps groups with the swarm's peer id), through a
+`peers.protocol.SwarmFactory`: the hivemind `SwarmClient.start` unless the caller passes
+another (the lab passes a `peers.loopback.LoopbackHub` member's), then the
 backend. On CPU the transformers backend shares the learner's model object: an update is
 visible to generation at once, and `Serving.after_update` only advances the served version. Any
 other backend (vLLM, or a transformers backend owning its copy because the learner's model
@@ -14,6 +16,7 @@ the learner (`build_learner`, the same model and sharding) and follow rank 0's c
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,7 @@ from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
 from ftis_swarm.node.learning import node_admission
 from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.peers.protocol import Swarm, SwarmFactory
 from ftis_swarm.node.preflight import with_peers_file
 from ftis_swarm.node.rollouts import group_header
 from ftis_swarm.node.serving import Serving
@@ -49,7 +53,7 @@ class Components:
     learner: Learner
     backend: RolloutBackend
     """Serves the policy the learner trains (shares its model object when `shares_model`)."""
-    swarm: SwarmClient
+    swarm: Swarm
     task: Task
     tasks: TaskCache
     sink: MetricsSink
@@ -113,8 +117,10 @@ def build_learner(cfg: NodeConfig, *, device: str, ranks: Optional[Ranks] = None
 
 
 def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None,
-                     ranks: Optional[Ranks] = None) -> Components:
+                     ranks: Optional[Ranks] = None, swarm: Optional[SwarmFactory] = None) -> Components:
     """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir.
+
+    `swarm` starts the transport (`peers.protocol`); None: the hivemind swarm (`SwarmClient.start`).
 
     Raises `EvaluationTaskError` (one sentence) when `task` or an `accept_tasks` entry has no train split.
     """
@@ -137,9 +143,10 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather,
                                                               "identity": identity})
     peer_ledger = PeerLedger(cfg.ledger)
-    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger,
-                              bans=peer_ledger.cfg)
-    header = group_header(cfg, swarm.peer_id)
+    # the hivemind swarm's gossip gate reads its ban lengths from the ledger's config
+    start_swarm: SwarmFactory = swarm or functools.partial(SwarmClient.start, bans=peer_ledger.cfg)
+    joined = start_swarm(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
+    header = group_header(cfg, joined.peer_id)
     kind = pick_kind(cfg.backend)
     shares = kind == "transformers" and not isinstance(learner, ShardedLearner)
     if shares:  # one model object for learning and sampling, on whichever device it lives
@@ -156,7 +163,7 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
             options.update(enable_lora=True, max_lora_rank=cfg.learner.lora.rank)
         backend = make_backend(kind, cfg.model, header=header, **options)
     return Components(
-        cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
+        cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=joined, task=task,
         tasks=TaskCache(), sink=MultiSink(*sinks), consumed=JsonlSink(cfg.run_dir / "consumed.jsonl"),
         checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,

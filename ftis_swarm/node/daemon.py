@@ -24,6 +24,11 @@ on CPU) during steps 3 to 6 of round r, and the round ends by waiting for them a
 generator's weights (`pipeline.py`; the hooks here: `_own_groups`, `pipeline.finish`, and
 the groups generated ahead in the checkpoint as `own_ahead`).
 
+Steps 1 to 3 are `publish_round`, 4 to 7 `learn_published` (`run_round` runs both): the
+lab runs several nodes in one process on the loopback transport (`peers.loopback`) by
+running every node's publish half of a round before any node's learn half. The swarm is
+any `peers.protocol.Swarm`; `Node(cfg, swarm=factory)` picks it (the hivemind one by default).
+
 A node whose updates fail `max_failed_updates` rounds in a row stops publishing and exits
 (`health.py`). A resumed node repeats an uninterrupted run exactly: the checkpoint holds
 everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
@@ -56,9 +61,10 @@ from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
-from ftis_swarm.node.learning import Learning, learn_round
+from ftis_swarm.node.learning import Learning, RoundLearning, learn_round
 from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.peers.ledger import short_peer
+from ftis_swarm.peers.protocol import SwarmFactory
 from ftis_swarm.node.rollouts import generate_own
 from ftis_swarm.wire import Group
 
@@ -75,6 +81,19 @@ metrics.jsonl): about 8 KB a round, which a node running for weeks must not hold
 class RoundResult:
     round: int
     record: dict[str, Any]
+    """The round's line of metrics.jsonl."""
+
+
+@dataclass
+class Published:
+    """A round's publish half: its own groups, and what it counted and when (`time.perf_counter`)."""
+
+    round: int
+    own: list[Group]
+    counts: Counter
+    started: float
+    generated: float
+    published: float
 
 
 @dataclass
@@ -94,7 +113,7 @@ class NodeState:
 class Node:
     """Build with `Node(cfg)`, then `run()`; `request_stop()` ends it after the current round."""
 
-    def __init__(self, cfg: NodeConfig, *, ranks: Any = None) -> None:
+    def __init__(self, cfg: NodeConfig, *, ranks: Any = None, swarm: Optional[SwarmFactory] = None) -> None:
         self.cfg = cfg
         self.state = NodeState()
         self._stop = False
@@ -106,7 +125,8 @@ class Node:
         last_round = checkpoints.round_of(latest)
         for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
             drop_rounds_after(path, last_round)
-        self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks)  # ranks: rank 0 of torchrun
+        # ranks: rank 0 of torchrun; swarm: the transport's factory (peers.protocol), None for hivemind
+        self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks, swarm=swarm)
         context = self.parts.backend.context_len
         self.intake = PeerIntake(Budget.of(cfg, context=context))
         p = self.parts
@@ -117,6 +137,8 @@ class Node:
         self.pipeline = Pipeline.build(p, self.learning) if cfg.max_staleness else None
         self.generator = self.pipeline.backend if self.pipeline else p.backend
         """The backend that samples this node's own groups (its generate calls are checkpointed)."""
+        self.last_learning: Optional[RoundLearning] = None
+        """The latest round's learning half (its labelled groups and raw metrics), for the lab's records."""
         if latest is not None:
             self._resume(latest)
 
@@ -172,10 +194,14 @@ class Node:
             if results and last_saved < results[-1].round and not self.health.stopped:
                 self.checkpoint(results[-1].round)
         finally:
-            if self.pipeline is not None:
-                self.pipeline.close()
-            self.parts.close()
+            self.close()
         return list(results)
+
+    def close(self) -> None:
+        """Stops the generator, leaves the swarm, closes the backend and the sinks (`Node.run` ends with it)."""
+        if self.pipeline is not None:
+            self.pipeline.close()
+        self.parts.close()
 
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
@@ -191,7 +217,16 @@ class Node:
 
     # -- one round -------------------------------------------------------------------------
     def run_round(self, r: int) -> RoundResult:
-        p, cfg = self.parts, self.cfg
+        """Round `r` whole: its publish half, then its learn half."""
+        return self.learn_published(self.publish_round(r))
+
+    def publish_round(self, r: int) -> Published:
+        """Steps 1 to 3 of round `r`: this node's own groups, generated (or taken ahead) and published.
+
+        Several nodes of one process (the lab, on a `peers.loopback` hub) run every node's
+        publish half of a round before any learn half, so each gathers the others' round.
+        """
+        p = self.parts
         counts: Counter = Counter()
         t0 = time.perf_counter()
         own = self._own_groups(r, counts)
@@ -202,12 +237,20 @@ class Node:
                 counts["publish_failed"] += 1
                 continue
             counts["published" if p.swarm.publish(g, round=r, round_groups=len(own)).ok else "publish_failed"] += 1
+        return Published(r, own, counts, started=t0, generated=t_gen, published=time.perf_counter())
+
+    def learn_published(self, published: Published) -> RoundResult:
+        """Steps 4 to 7 of a round whose publish half is `published`: gather, intake, learn, log."""
+        p, cfg = self.parts, self.cfg
+        r, own, counts = published.round, published.own, published.counts
+        t_half = time.perf_counter()  # other nodes of this process may have run since the publish half ended
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
         peers = self._take_peer_groups(gathered, counts)
         t_gather = time.perf_counter()
 
         learned = learn_round(self.learning, r, own, peers)
+        self.last_learning = learned
         counts.update(learned.counts)
         self.state.consume([g.group_id for g in peers])
         p.consumed.log({"round": r, "policy_version": p.learner.policy_version,
@@ -225,10 +268,10 @@ class Node:
             "peer_reward": _mean(learned.peer_rewards),
             "own_groups": len(own),
             "peer_groups": len(peers),
-            "time_generate": t_gen - t0,
-            "time_gather": t_gather - t_gen,
+            "time_generate": published.generated - published.started,
+            "time_gather": published.published - published.generated + t_gather - t_half,
             "time_learn": t_learn - t_gather,
-            "time_round": t_end - t0,
+            "time_round": published.published - published.started + t_end - t_half,
             **overlap,
             **counts,
             **self._named_sources(learned.metrics),

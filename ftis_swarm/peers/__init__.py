@@ -4,6 +4,8 @@
 - intake.py    PeerIntake, Budget: which gathered peers' groups an update takes (caps, token budget)
 - faults.py    every fault reason as a named constant, and its price (only what a peer signed costs)
 - ledger.py    PeerLedger: per peer, counted faults with costs, credit, score, bans (and their causes)
+- protocol.py  the transport seam: Swarm (what a node calls), SwarmFactory, PublishResult
+- loopback.py  LoopbackHub, LoopbackSwarm: the in-process transport (wire bytes, the swarm's checks)
 
 Imports below it: wire, tasks, metrics, models, core, config, errors. Imported by swarm,
 learner (the fault reasons it raises), node and above.

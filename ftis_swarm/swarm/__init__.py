@@ -4,7 +4,8 @@ The only package that imports hivemind. docs/swarm.md describes the design as bu
 Imports below it: peers, wire, config and errors (never rollout, learner or node); hivemind, msgpack,
 pydantic and cryptography; never torch, transformers or vllm.
 
-- client.py      SwarmClient (start / publish / gather / drain_peer_faults / counters / shutdown), PublishResult
+- client.py      SwarmClient (start / publish / gather / drain_peer_faults / counters / shutdown): the hivemind
+                 transport of `peers.protocol.Swarm` (PublishResult is re-exported from there)
 - bootstrap.py   BootstrapPeer and run_bootstrap: the bare DHT peer behind `ftis-node bootstrap`
 - runtime.py     the in-process, guarded DHTNode and its pubsub daemon on a background asyncio thread
                  (LoopThread, open_peer)
@@ -24,7 +25,8 @@ import-linter contract). The peer policy (`peers.policy`) is the node's ledger a
 swarm sees it.
 """
 
-from ftis_swarm.swarm.client import PublishResult, SwarmClient
+from ftis_swarm.peers.protocol import PublishResult
+from ftis_swarm.swarm.client import SwarmClient
 from ftis_swarm.swarm.errors import SwarmError
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 

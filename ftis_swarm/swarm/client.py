@@ -14,7 +14,6 @@ safe from the node's main thread:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from ftis_swarm.swarm.fetch.gatherer import Gatherer
 from ftis_swarm.swarm.gossip.gate import GossipGate
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.peers.protocol import PublishResult, publish_refusal
 from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
@@ -44,29 +44,9 @@ RECHECK_EVERY = 0.25
 """Seconds between two looks at who is live while a gather of a round waits (liveness ends without an event)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class PublishResult:
-    """The outcome of one publish. `ok` is True only when the pointer and the membership record
-    each reached `cfg.min_replicas` peers."""
-
-    ok: bool
-    reason: str
-    """Empty when ok; otherwise one sentence saying why the group is not available to peers."""
-    group_id: str = ""
-    replicas: int = 0
-    """Other peers that hold the pointer after the publish."""
-    asked: int = 0
-    """Other peers asked to hold the pointer (the nearest `num_replicas` found)."""
-    size: int = 0
-    """Bytes of the encoded body."""
-    seconds: float = 0.0
-    """Wall time of the publish call."""
-    gossiped: bool = False
-    """The pointer was handed to the run's gossip topic (before the DHT store)."""
-
-
 class SwarmClient:
-    """A node's membership in the swarm. Create with `SwarmClient.start`; end with `shutdown`."""
+    """A node's membership in the swarm (the `peers.protocol.Swarm` transport over hivemind).
+    Create with `SwarmClient.start`; end with `shutdown`."""
 
     def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle,
                  policy: PeerPolicy, bans: LedgerConfig):
@@ -327,14 +307,10 @@ class SwarmClient:
 
     def _refusal(self, group: Group) -> str:
         cfg, now = self._cfg, get_dht_time()
-        if self._closed:
-            return "the client is shut down"
-        if group.sender != self.peer_id:
-            return f"group sender {group.sender!r} is not this node's peer id {self.peer_id}"
-        if group.run_id != cfg.run_id:
-            return f"group run id {group.run_id!r} is not this swarm's {cfg.run_id!r}"
-        if group.tokenizer_fp != self._tokenizer_fp:
-            return f"group tokenizer fingerprint {group.tokenizer_fp!r} is not this node's {self._tokenizer_fp!r}"
+        reason = publish_refusal(group, closed=self._closed, peer_id=self.peer_id, run_id=cfg.run_id,
+                                 tokenizer_fp=self._tokenizer_fp)
+        if reason:
+            return reason
         if group.created_at > now + cfg.max_clock_skew:
             return f"group created {group.created_at - now:.0f} s in the future"
         if now - group.created_at > cfg.ttl:
