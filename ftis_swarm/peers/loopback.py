@@ -99,6 +99,7 @@ class LoopbackSwarm:
         self._delivered: set[str] = set()
         self._counts: Counter[str] = Counter()
         self._rejected: Counter[str] = Counter()
+        self._refused: Counter[str] = Counter()  # publisher -> bodies not read: the policy refused it
         self._undrained: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._closed = False
 
@@ -140,6 +141,7 @@ class LoopbackSwarm:
         cfg = self._cfg
         if not self._policy.allows(publisher):
             self._counts["skipped_refused"] += 1  # the hivemind swarm does not fetch from a refused peer
+            self._refused[publisher] += 1
             return None
         if len(body) > cfg.wire.max_bytes:
             return self._reject(publisher, "oversize")
@@ -182,9 +184,10 @@ class LoopbackSwarm:
 
     def counters(self) -> dict:
         """`published`, `publish_failed`, `accepted`, `skipped_refused`, `fetched_bytes`, `served_bytes`
-        (bytes of this member's bodies others read), `rejected` ({reason: n})."""
+        (bytes of this member's bodies others read), `rejected` ({reason: n}), `refused_by_peer` ({publisher: n})."""
         names = ("published", "publish_failed", "accepted", "skipped_refused", "fetched_bytes", "served_bytes")
-        return {**{name: int(self._counts[name]) for name in names}, "rejected": dict(self._rejected)}
+        return {**{name: int(self._counts[name]) for name in names}, "rejected": dict(self._rejected),
+                "refused_by_peer": dict(self._refused)}
 
     def shutdown(self) -> None:
         if not self._closed:

@@ -90,6 +90,7 @@ def test_a_refused_publisher_is_not_read():
     hub, a, b = pair(policy=ledger)
     b.publish(group("B"))
     assert a.gather(0.0) == [] and a.counters()["skipped_refused"] == 1 and a.counters()["fetched_bytes"] == 0
+    assert a.counters()["refused_by_peer"] == {"B": 1} and a.drain_peer_faults() == {}  # not read, not charged again
 
 
 def test_a_peer_id_joins_a_hub_once_and_a_shut_down_member_leaves():
