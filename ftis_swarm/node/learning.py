@@ -17,9 +17,9 @@ the intake kept, and:
    follows the learner's, which advances only when an optimiser step was taken.
 
 Generation is not in here: the caller passes the own groups in (`rollouts.py` makes them),
-so they may come from an older policy version. The daemon calls `learn_round`; so do the
-experiment (`lab/experiment/run.py`), whose horizontal arm, which a node refuses, builds
-its mixed groups on `score` and `update_and_serve`, and `bench attacks`.
+so they may come from an older policy version. The daemon alone calls `learn_round` (the
+lab runs real nodes); the experiment's horizontal arm, which a node refuses, builds its
+mixed groups on `score` and `update_and_serve`.
 """
 
 from __future__ import annotations
