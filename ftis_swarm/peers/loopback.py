@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from typing import Optional
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.peers import faults
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, SwarmFactory, publish_refusal
 from ftis_swarm.wire import Group, WireError, content_id, decode_group, encode_group
@@ -108,14 +109,14 @@ class LoopbackSwarm:
         started = time.monotonic()
         if round < 0 or round_groups < 1:
             raise ValueError("round must be >= 0 and round_groups >= 1")
-        reason = self._refusal(group)
-        body = b"" if reason else encode_group(group)
-        if not reason and len(body) > self._cfg.wire.max_bytes:
-            reason = f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}"
-        if reason:
+        why = self._refusal(group)  # a sentence for the caller, not a fault reason
+        body = b"" if why else encode_group(group)
+        if not why and len(body) > self._cfg.wire.max_bytes:
+            why = f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}"
+        if why:
             self._counts["publish_failed"] += 1
-            log.warning("publish refused: %s", reason)
-            return PublishResult(ok=False, reason=reason, seconds=time.monotonic() - started)
+            log.warning("publish refused: %s", why)
+            return PublishResult(ok=False, reason=why, seconds=time.monotonic() - started)
         self._hub.inject(self.peer_id, body)
         self._counts["published"] += 1
         return PublishResult(ok=True, reason="", group_id=content_id(body), size=len(body),
@@ -144,25 +145,25 @@ class LoopbackSwarm:
             self._refused[publisher] += 1
             return None
         if len(body) > cfg.wire.max_bytes:
-            return self._reject(publisher, "oversize")
+            return self._reject(publisher, faults.OVERSIZE)
         self._counts["fetched_bytes"] += len(body)
         self._hub.served(publisher, len(body))
         try:
             group = decode_group(body, vocab_size=self._vocab_size, limits=cfg.wire)
         except WireError as exc:
             log.debug("malformed group from %s: %s", publisher, exc)
-            return self._reject(publisher, "malformed")
+            return self._reject(publisher, faults.BODY_MALFORMED)
         now = time.time()
         if group.sender != publisher:
-            return self._reject(publisher, "sender_mismatch")
+            return self._reject(publisher, faults.SENDER_MISMATCH)
         if group.run_id != cfg.run_id:
-            return self._reject(publisher, "run_id")
+            return self._reject(publisher, faults.RUN_ID)
         if group.tokenizer_fp != self._tokenizer_fp:
-            return self._reject(publisher, "tokenizer")
+            return self._reject(publisher, faults.POINTER_TOKENIZER)
         if group.created_at > now + cfg.max_clock_skew:
-            return self._reject(publisher, "future")
+            return self._reject(publisher, faults.FUTURE)
         if now - group.created_at > cfg.ttl:
-            return self._reject(publisher, "stale")
+            return self._reject(publisher, faults.STALE)
         if group.group_id in self._delivered:
             return None
         self._delivered.add(group.group_id)
