@@ -314,7 +314,8 @@ class Learner:
 
 
 def _peer_metrics(batch: Batch, terms: SampleTerms, C: float) -> dict[str, float]:
-    """The peers' share of the update, and per source what reached the gradient pass and its largest weight."""
+    """The peers' share of the update, and per source what reached the gradient pass: samples, their largest
+    weight, those with a weight above 1 (`used_over_1`) and those the standing cap lowered (`used_capped`)."""
     with torch.no_grad():
         peer, m = batch.filterable, batch.mask.bool()  # (N,), (N, T)
         n_peer = float(peer.sum())
@@ -332,4 +333,6 @@ def _peer_metrics(batch: Batch, terms: SampleTerms, C: float) -> dict[str, float
             w = terms.w[rows][m[rows]]  # (k,)
             out[f"used@{s}"] = float(rows.sum())
             out[f"max_weight_used@{s}"] = float(w.max()) if w.numel() else 0.0
+            out[f"used_over_1@{s}"] = float((rows & ((terms.w > 1.0) & m).any(dim=-1)).sum())
+            out[f"used_capped@{s}"] = float((rows & terms.capped.any(dim=-1)).sum())
     return out

@@ -49,7 +49,8 @@ COSTS: dict[str, float] = {
     "unknown_task": 1.0, "task_not_accepted": 0.0,
     # the node's intake
     "peer_too_long": 2.0, "peer_over_budget": 1.0, "peer_over_cap": 0.0, "peer_already_consumed": 0.0,
-    "peer_deferred": 0.0, "peer_refused": 0.0, "peer_duplicate": 0.0,
+    "peer_deferred": 0.0, "peer_refused": 0.0, "peer_duplicate": 0.0, "peer_over_share": 0.0,
+    "copied_group": 5.0,  # another sender's content, re-signed: no honest node sends it
 }
 """Cost of each counted reason, in points. Zero: not a fault (an honest peer on another task,
 or sending more than this node takes); one: may be an honest peer on other data or versions;
