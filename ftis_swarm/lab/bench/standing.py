@@ -68,7 +68,7 @@ class StandingFigures:
     forged_trained: dict[str, int] = field(default_factory=dict)
     """Forger -> its samples trained at all (weight at most 1 without standing)."""
     forgers_flagged: dict[str, int] = field(default_factory=dict)
-    """Forger kind -> updates that flagged it."""
+    """Forger kind -> its groups withheld as forged (the ledger's `forgery` charges)."""
     newcomer_first_used: int | None = None
     """The round (of the main rounds) in which the newcomer's first group went into an update."""
     newcomer_standing_round: int | None = None
