@@ -207,6 +207,9 @@ class LearnerConfig(_Strict):
     (prompts_per_round x group_size x max_new_tokens). Groups over it wait one round, then are dropped."""
     max_peer_tokens_per_peer: Optional[int] = Field(None, ge=1)
     """Most completion tokens one peer may put into one update; None: 2 x this node's own per round."""
+    strangers_share: float = Field(0.25, ge=0, le=1)
+    """The part of the peers' token and group budget reserved for, and capped to, peers without
+    standing (chosen fairly among them, by the node's seed); peers with standing share the rest."""
     max_prompt_overhead: int = Field(256, ge=0)
     """Most prompt tokens a peer's group may hold beyond its item's own prompt text (chat template,
     system prompt); longer prompts are refused."""
@@ -214,6 +217,10 @@ class LearnerConfig(_Strict):
     """False-alarm probability of one check of the forgery detector (Hoeffding bound, docs/method.md)."""
     forgery_window: int = Field(4096, ge=1)
     """Tokens of a peer's most recent groups the forgery detector averages over."""
+    standing_margin: float = Field(0.25, gt=0)
+    """m: a peer has standing once the detector's upper bound on its mean truncated weight is
+    below 1 + m (a few hundred tokens at 0.25); until then its samples' weights are capped at 1
+    (docs/node.md, "Standing")."""
     ftis: FTISConfig = Field(default_factory=FTISConfig)
 
     @model_validator(mode="before")
@@ -419,6 +426,9 @@ class LedgerConfig(_Strict):
     gossip_ban_seconds: float = Field(30.0, gt=0)
     """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
     further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.ttl`."""
+    max_credit_per_update: float = Field(4.0, ge=0)
+    """Most credit one peer earns from one update (a group whose every sample carried signal and
+    passed every check earns 1)."""
 
 
 def _plain_task_name(v: str) -> str:

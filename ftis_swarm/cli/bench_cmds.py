@@ -297,6 +297,7 @@ def bench_attacks(
     honest_groups: int = typer.Option(24, help="Honest groups per model pair fed to the forgery detector."),
     forged_groups: int = typer.Option(8, help="Forged groups (logp_gen - 3) per model pair."),
     threads: int = typer.Option(1, help="torch CPU threads."),
+    standing_rounds: int = typer.Option(6, help="Rounds of the standing part (a crowd of fresh identities); 0: none."),
     run_dir: Path = typer.Option(Path("runs/bench-attacks"), "--run-dir", help="Where the tiny preset builds its models."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
@@ -305,11 +306,14 @@ def bench_attacks(
         fail("--preset must be 'default' or 'tiny'")
     if min(rounds, honest_groups, forged_groups, threads) < 1:
         fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
+    if standing_rounds < 0:
+        fail("--standing-rounds must be 0 or more")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.attacks import format_attacks, run_attack_bench
 
     figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
-                               forged_groups=forged_groups, threads=threads, progress=_progress)
+                               forged_groups=forged_groups, threads=threads, standing_rounds=standing_rounds,
+                               progress=_progress)
     _report(format_attacks(figures), figures, json_path)
 
 

@@ -33,7 +33,8 @@ A node whose updates fail `max_failed_updates` rounds in a row stops publishing 
 (`health.py`). A resumed node repeats an uninterrupted run exactly: the checkpoint holds
 everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
 the rollout backend's count of generate calls, which seeds each call, the consumed ids,
-the ledger, the forgery detector, the intake's deferred groups, the health count), and the
+the ledger, the forgery detector (which holds each peer's standing), the intake's deferred groups,
+content digests and draw counter, the health count), and the
 run's per-round files are cut back to the checkpoint's round (to nothing without one).
 
 Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
@@ -128,7 +129,7 @@ class Node:
         # ranks: rank 0 of torchrun; swarm: the transport's factory (peers.protocol), None for hivemind
         self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks, swarm=swarm)
         context = self.parts.backend.context_len
-        self.intake = PeerIntake(Budget.of(cfg, context=context))
+        self.intake = PeerIntake(Budget.of(cfg, context=context), seed=cfg.seed)
         p = self.parts
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
                                  admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
@@ -152,7 +153,7 @@ class Node:
         p.peer_ledger.load_state(saved.get("peer_ledger", {}))
         p.learner.detector.load_state(saved.get("forgery", {}))
         self.generator.restore_generate_calls(int(saved.get("rollout_calls", 0)))
-        self.intake.load_state(saved.get("intake_deferred", []), limits=self.cfg.swarm.wire)
+        self.intake.load_state(saved.get("intake", saved.get("intake_deferred", [])), limits=self.cfg.swarm.wire)
         self.health.load_state(saved.get("health", {}))
         if self.pipeline is not None:
             self.pipeline.load_state(saved.get("own_ahead", {}), limits=self.cfg.swarm.wire)
@@ -207,7 +208,7 @@ class Node:
         p = self.parts
         state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
                  "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state(),
-                 "rollout_calls": self.generator.generate_calls, "intake_deferred": self.intake.state(),
+                 "rollout_calls": self.generator.generate_calls, "intake": self.intake.state(),
                  "health": self.health.state()}
         if self.pipeline is not None:
             state["own_ahead"] = self.pipeline.state()
@@ -296,7 +297,9 @@ class Node:
         return own
 
     def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
-        taken = self.intake.take(groups, self.state.consumed, self.parts.peer_ledger.allows)
+        p = self.parts
+        taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
+                                 standing=p.learner.detector.has_standing, rank=p.peer_ledger.score)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)

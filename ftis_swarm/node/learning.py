@@ -12,7 +12,8 @@ the intake kept, and:
    source index per sender (0 is this node);
 3. makes one F-TIS update on the vertical groups; a raise or a non-finite step is a
    failed update for the health check (`health.py`), never a crash;
-4. credits and charges each peer for what the update used or withheld (`peers/ledger.py`);
+4. credits each peer for the samples of its that carried signal and passed every check, and
+   charges it for what the update withheld (`peers/ledger.py`);
 5. serves the new weights with the version guard (`serving.py`): the backend's version
    follows the learner's, which advances only when an optimiser step was taken.
 
@@ -139,11 +140,11 @@ def update_and_serve(learning: Learning, r: int, items: list[ScoredGroup], *, ow
     except Exception as exc:  # noqa: BLE001 - counted by the health check, which stops a node that keeps failing
         log.exception("round %d: the update raised", r)
         error = exc
-        learner.peer_report = {}  # nothing of a failed update was used: no peer is credited for it
+        learner.peer_report, learner.peer_earned = {}, {}  # nothing of a failed update was used: no credit
     own_errors = learner.peer_report.get(learning.me, Counter()).get(faults.LEARN_ERROR, 0)
     reason = update_failure(metrics, own_groups=own_groups, own_learn_errors=own_errors, error=error)
     health = learning.health.note(r, reason)
-    learning.peer_ledger.settle_update(learner.peer_report, me=learning.me)
+    learning.peer_ledger.settle_update(learner.peer_report, me=learning.me, earned=learner.peer_earned)
     refreshed = learning.serving.after_update()
     if refreshed is not None:  # the backend's own copy of the weights was refreshed
         metrics["time_weight_refresh"] = refreshed

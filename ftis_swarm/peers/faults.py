@@ -107,7 +107,9 @@ PEER_OVER_CAP = _node("peer_over_cap")
 PEER_ALREADY_CONSUMED = _node("peer_already_consumed")
 PEER_DEFERRED = _node("peer_deferred")
 PEER_REFUSED = _node("peer_refused")
-PEER_DUPLICATE = _node("peer_duplicate")
+PEER_DUPLICATE = _node("peer_duplicate")  # the same sender's content again, under a new id
+PEER_OVER_SHARE = _node("peer_over_share")  # past the strangers' share of the budget (lost the draw)
+COPIED_GROUP = _node("copied_group", SCHEMA)  # another sender's content, re-signed: a copy (the first keeps it)
 
 # --- the swarm's: pointers screened before download (swarm/records.py, fetch/gatherer.py) ---------
 RUN_ID = _swarm("run_id")

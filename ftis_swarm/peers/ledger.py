@@ -4,10 +4,12 @@ The learner and the swarm may not import each other, so their signals about a pe
 here, in the node: the learner's (a refused, non-finite, forged or failing group), the
 scorer's (wrong task, split, item or prompt), the node's intake (over budget, too long)
 and the swarm's (`charge_swarm`, as `swarm_<reason>`). Each reason has the cost of
-`peers/faults.py` (only what a peer signed costs anything; a reason not listed costs 0);
-each group that went into an update earns
-`CREDIT_PER_GROUP`. `score` is credit minus cost: above 0 for a peer whose groups were
-used, below 0 once its faults outweigh them.
+`peers/faults.py` (only what a peer signed costs anything; a reason not listed costs 0).
+Credit is earned, never given for arriving: the learner reports per peer the share of its
+groups' samples that carried signal and passed every check (nonzero advantage, not
+filtered, not flagged; `Learner.peer_earned`), one point per group's worth, at most
+`max_credit_per_update` an update. `score` is credit minus cost: above 0 for a peer whose
+groups carried signal, below 0 once its faults outweigh them.
 
 A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
 back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
@@ -123,8 +125,8 @@ class PeerLedger:
             for reason, n in reasons.items():
                 self.charge(peer, SWARM_PREFIX + reason, n)
 
-    def credit(self, peer_id: str, n: int = 1) -> None:
-        """`n` of the peer's groups went into an update: credit, and as much paid off its debt."""
+    def credit(self, peer_id: str, n: float = 1) -> None:
+        """`n` groups' worth of the peer's samples earned credit: as much credit, and paid off its debt."""
         if n > 0:
             rec = self._peers.setdefault(peer_id, PeerRecord())
             rec.credit += CREDIT_PER_GROUP * n
@@ -136,12 +138,16 @@ class PeerLedger:
             if peer != me:
                 self.charge(peer, reason, n)
 
-    def settle_update(self, report: dict[str, Counter], *, me: str = "") -> None:
-        """The learner's `peer_report`: credit for each peer's groups in the update, charges for its faults."""
+    def settle_update(self, report: dict[str, Counter], *, me: str = "",
+                      earned: dict[str, float] | None = None) -> None:
+        """The learner's `peer_report` (charges for each peer's faults) and `peer_earned` (its credit,
+        at most `max_credit_per_update`)."""
+        for peer, amount in (earned or {}).items():
+            if peer != me:
+                self.credit(peer, min(amount, self.cfg.max_credit_per_update))
         for peer, counts in report.items():
             if peer == me:
                 continue
-            self.credit(peer, counts.get("groups", 0))
             for reason, n in counts.items():
                 if reason != "groups":
                     self.charge(peer, reason, n)

@@ -86,7 +86,7 @@ def test_bench_attacks_on_tiny_models(tmp_path):
     """The attack table and the detector's figures through the real CLI (tiny preset: seconds per step)."""
     out = tmp_path / "attacks.json"
     flags = ["--preset", "tiny", "--rounds", "2", "--honest-groups", "3", "--forged-groups", "2",
-             "--run-dir", str(tmp_path), "--json", str(out)]
+             "--standing-rounds", "2", "--run-dir", str(tmp_path), "--json", str(out)]
     proc = subprocess.run(CLI + ["attacks"] + flags, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     fig = json.loads(out.read_text())
@@ -106,6 +106,13 @@ def test_bench_attacks_on_tiny_models(tmp_path):
         assert d["false_alarms"] == 0 and d["delay_fresh"] == 1, d  # 4 completions of 24 tokens: over 28 at once
         assert d["forged_mean"] == pytest.approx(2.0, abs=1e-3)
     assert "forgery detector" in proc.stdout and "stopped by" in proc.stdout
+    st = fig["standing"]
+    assert len(st["strangers_share"]) == 2 and all(0 < x <= 0.25 for x in st["strangers_share"]), st
+    assert all(x <= s for x, s in zip(st["crowd_share"], st["strangers_share"]))
+    assert st["over_1_before"] == {"minus_3": 0, "minus_0.5": 0, "t_min": 0, "turncoat": 0}  # the cap, whatever split
+    assert st["copies_sent"] >= 2 and st["copies_used"] == 0  # two a round, less any past the vocabulary
+    assert st["copies_refused"] + st["copier_refused"] == st["copies_sent"] and st["copies_refused"] >= 2
+    assert "newcomer: first group used" in proc.stdout
 
 
 def test_bench_swarm_refuses_bad_flags_in_one_sentence():

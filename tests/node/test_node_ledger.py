@@ -126,3 +126,15 @@ def test_a_peer_that_was_down_is_not_banned_for_it_and_used_groups_pay_its_debt(
     # a peer whose fetches stall loses fetches (the swarm backs off from it), never points
     ledger.charge_swarm({B: Counter(body_stalled=10, stalled=16)})
     assert ledger.allows(B) and ledger.score(B) == 0.0
+
+
+def test_credit_is_earned_from_signal_and_bounded_per_update():
+    from collections import Counter
+
+    ledger = PeerLedger(LedgerConfig(max_credit_per_update=4.0))
+    # A: 10 groups in the update, 6.5 groups' worth of samples carried signal; B: groups, no signal
+    ledger.settle_update({A: Counter(groups=10), B: Counter(groups=3, nonfinite=1)}, me="self",
+                         earned={A: 6.5, B: 0.0, "self": 9.0})
+    assert ledger.score(A) == 4.0  # bounded
+    assert ledger.score(B) == -20.0  # arriving earns nothing; the non-finite group costs (a signed fault)
+    assert ledger.score("self") == 0.0

@@ -19,6 +19,9 @@ peer and from one that was honest until then. Pairs: the testnet's three models 
 full, the same with a fresh LoRA r16, which computes the same function until it trains,
 and the 24-layer sibling), and a divergent pair, SmolLM2 against itself with layers 26-27
 dropped.
+
+**Standing** (`standing.py`): 20 fresh identities, short forgeries, a turncoat, a copier
+and an honest newcomer against two earned peers, over `standing_rounds` rounds.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ftis_swarm.config import LearnerConfig, LoRAConfig, NodeConfig, SamplingCon
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.models import load_model
+from ftis_swarm.lab.bench.standing import StandingFigures, format_standing, run_standing_bench
 from ftis_swarm.lab.hostile.groups import ATTACKS, FORGERY_SHIFT, attack_groups, prompts_for, rebuilt
 from ftis_swarm.node.daemon import Node
 from ftis_swarm.peers.intake import within_vocab
@@ -83,6 +87,8 @@ class AttackFigures:
     banned: list[str]
     """Senders banned at least once."""
     seconds: float
+    standing: StandingFigures | None = None
+    strangers_share: float = 0.25
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,11 +107,12 @@ class Models:
 
 
 def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_groups: int = 24,
-                     forged_groups: int = 8, threads: int = 1,
+                     forged_groups: int = 8, threads: int = 1, standing_rounds: int = 6,
                      progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
-    """The attack table over `rounds` rounds, then the detector on `honest_groups` and `forged_groups` per pair."""
-    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1:
-        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1")
+    """The attack table over `rounds` rounds, the detector on `honest_groups` and `forged_groups` per pair,
+    then the standing part over `standing_rounds` rounds (0: none)."""
+    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1 or standing_rounds < 0:
+        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1, standing_rounds 0 or more")
     import torch
 
     torch.set_num_threads(threads)
@@ -115,7 +122,12 @@ def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_grou
     rows, finite, banned = _attack_table(models, rounds=rounds, workdir=workdir, progress=progress)
     progress("detector")
     det = _detector(models, honest_groups=honest_groups, forged_groups=forged_groups, progress=progress)
-    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0)
+    standing = None
+    if standing_rounds:
+        progress("standing")
+        standing = run_standing_bench(load_model(models.receiver), load_model(models.honest)[0],
+                                      rounds=standing_rounds, progress=progress)
+    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0, standing)
 
 
 def _models(preset: str, workdir: Path) -> Models:
@@ -163,7 +175,9 @@ def _attack_table(m: Models, *, rounds: int, workdir: Path,
     `wire`; `peer_refused` when the transport no longer reads a banned sender).
     """
     cfg = NodeConfig(model=m.receiver, task="arith", rounds=rounds, prompts_per_round=2, sampling=SAMPLING,
-                     learner=LearnerConfig(lr=2e-6), max_failed_updates=rounds + 1,
+                     # every attack comes from an identity without standing: the whole budget is theirs here, so
+                     # that each attack meets its own check (the strangers' share is the standing part's to measure)
+                     learner=LearnerConfig(lr=2e-6, strangers_share=1.0), max_failed_updates=rounds + 1,
                      swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "receiver")
     hub = LoopbackHub()
     node = Node(cfg, swarm=hub.member("self"))
@@ -280,6 +294,8 @@ def format_attacks(f: AttackFigures) -> str:
         lines.append(f"{d.learner:<12}{d.generator:<12}{d.honest_mean:>12.3f}{d.honest_tokens:>8}"
                      f"{f'{d.false_alarms}/{d.checks}':>14}{d.forged_mean:>12.3f}{_n(d.delay_fresh):>7}"
                      f"{_n(d.delay_turncoat):>10}")
+    if f.standing is not None:
+        lines += ["", format_standing(f.standing, share=f.strangers_share)]
     lines.append(f"wall time {f.seconds:.0f} s")
     return "\n".join(lines)
 
