@@ -372,8 +372,9 @@ class NodeConfig(_Strict):
     peer's round is in (a peer is live when a pointer of it was seen within two deadlines)."""
     checkpoint_every: int = Field(5, ge=1)
     """Rounds between checkpoints (the last round is always checkpointed)."""
-    keep_checkpoints: int = Field(2, ge=1)
-    """Complete checkpoints kept; older ones are deleted."""
+    keep_checkpoints: int = Field(1, ge=1)
+    """Complete checkpoints kept; older ones are deleted once the next is complete (so a save in
+    progress holds one more: about 1.6 GB each for a full SmolLM2-135M node with its AdamW state)."""
     max_failed_updates: int = Field(3, ge=1)
     """Failed updates in a row (the learner raised, skipped a non-finite step, or the node's own
     samples had non-finite log-probs: node/health.py) after which the node stops publishing and

@@ -66,11 +66,16 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
             live.stop()
     typer.echo("")
     typer.echo(format_summary([summarize_run(d) for d in result.run_dirs]))
-    typer.echo(f"\nwall time {result.wall_seconds:.0f} s; run directories:")
+    typer.echo(f"\nwall time {result.wall_seconds:.0f} s; disk {_mb(result.disk_end_bytes)} at the end, "
+               f"{_mb(result.disk_peak_bytes)} at its peak (sampled); run directories:")
     for d, code in zip(result.run_dirs, result.exit_codes):
         typer.echo(f"  {d}" + ("" if code == 0 else f"  (exited with status {code}; see {d / 'node.log'})"))
     typer.echo(f"\nnext: ftis-node report {shlex.quote(str(workdir))}/node-*   (curves into report.png)")
     return 0 if all(c == 0 for c in result.exit_codes) else 1
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def _state(p: NodeProc) -> str:

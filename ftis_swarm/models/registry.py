@@ -84,6 +84,12 @@ def check_model_name(name: str) -> None:
         raise ModelNotFoundError(f"model folder {name.strip()!r} has no config.json: it is not a transformers checkpoint")
 
 
+def hub_id_of(name: str) -> str | None:
+    """The hub id `name` loads from (Qwen short names mapped), or None for our models and local folders."""
+    kind, value = _classify(name)
+    return value if kind == "hub" else None
+
+
 def portable_model_name(name: str) -> str:
     """`name` as it resolves from any working directory: short names and hub ids as given, folders absolute."""
     kind, value = _classify(name)
@@ -94,3 +100,13 @@ def resolve_model(name: str) -> str:
     """A local checkpoint folder or a hub id for `name`; converts the embedded models on first use."""
     kind, value = _classify(name)
     return str(_LOCAL[value]()) if kind == "embedded" else value
+
+
+def loadable_model(name: str) -> str:
+    """`resolve_model(name)`, with a hub id checked first: its cached folder when the hub is not to be asked
+    (offline, or unreachable), and `ModelNotFoundError` in seconds when it is neither cached nor reachable
+    (models/hub.py)."""
+    from ftis_swarm.models.hub import hub_source
+
+    kind, value = _classify(name)
+    return hub_source(value, name) if kind == "hub" else resolve_model(name)

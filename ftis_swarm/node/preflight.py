@@ -6,7 +6,8 @@ A node's config is checked in two steps, both cheap (no torch, no model, no netw
   the model name would load (a short name, a hub id, a checkpoint folder), the sinks the
   config asks for are installed;
 - `check_machine` (only when the node is about to run): the peers file reads as multiaddrs,
-  the swarm and metrics ports are free.
+  the swarm and metrics ports are free (`join` checks first that a hub model is cached or
+  the hub reachable, before torch loads: `models.check_model_reachable`).
 
 Each failure is a `UserError` sentence, so nothing reaches the run directory until the
 config is valid. `with_task_defaults` fills in what depends on the task when the user left

@@ -9,7 +9,8 @@ exactly what an operator runs. Presets:
 - `tiny`: tiny random Qwen2 models built from a config with the real Qwen tokenizer, for
   seconds-long smoke runs of the machinery (their rewards are 0: nothing to learn).
 
-The parent only launches and watches: it reads each node's metrics.jsonl to show progress.
+The parent only launches and watches: it reads each node's metrics.jsonl to show progress,
+and samples the disk the nodes' run directories take (`DiskWatch`: at the end and at its peak).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ftis_swarm.learner.checkpoint import tree_bytes
 from ftis_swarm.metrics import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -149,11 +152,48 @@ def stop(proc: subprocess.Popen, *, timeout: float = 30.0) -> None:
             proc.wait()
 
 
+class DiskWatch:
+    """Samples the bytes under some directories every `every` seconds in a thread; `peak` and `last`.
+
+    A sample is a walk of the trees (a few dozen files a node), so a write shorter than `every`
+    between two samples can be missed: the peak is a lower bound, the checkpoint arithmetic
+    (docs/node.md) the upper one.
+    """
+
+    def __init__(self, dirs: Callable[[], list[Path]], *, every: float = 0.2) -> None:
+        self._dirs, self._every = dirs, every
+        self.peak = self.last = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-watch", daemon=True)
+
+    def sample(self) -> int:
+        self.last = sum(tree_bytes(d) for d in self._dirs())
+        self.peak = max(self.peak, self.last)
+        return self.last
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            self.sample()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stops sampling, after a last sample."""
+        self._done.set()
+        self._thread.join()
+        self.sample()
+
+
 @dataclass
 class TestnetResult:
     run_dirs: list[Path]
     exit_codes: list[int]
     wall_seconds: float
+    disk_end_bytes: int = 0
+    """Bytes the nodes' run directories hold at the end (checkpoints, logs, metrics)."""
+    disk_peak_bytes: int = 0
+    """The most they held at a sample during the run (`DiskWatch`)."""
 
 
 def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset, extra: tuple[str, ...] = (),
@@ -169,7 +209,9 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
     run_id = f"testnet-{int(time.time())}"
     boot, maddrs = start_bootstrap(workdir)
     procs: list[NodeProc] = []
+    disk = DiskWatch(lambda: [p.run_dir for p in procs])
     try:
+        disk.start()
         for i in range(nodes):
             spec = pre.specs[i % len(pre.specs)]
             run_dir = workdir / f"node-{i}-{spec.name}"
@@ -190,5 +232,6 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
         for p in procs:
             stop(p.proc)
         stop(boot)
+        disk.close()
     return TestnetResult([p.run_dir for p in procs], [p.proc.returncode for p in procs],
-                         time.perf_counter() - t0)
+                         time.perf_counter() - t0, disk_end_bytes=disk.last, disk_peak_bytes=disk.peak)
