@@ -95,10 +95,12 @@ def sparkline(values: list[Optional[float]], width: int = 16) -> str:
     return "".join(out)
 
 
-def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]]) -> Table:
+def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]], *,
+                caption: Optional[str] = None) -> Table:
     """One row per node: `(name, model, rounds planned, its latest records, state)`; the sparkline shows 16."""
     columns = columns_for([records[-1] for _, _, _, records, _ in nodes if records])
-    table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in columns), title=title)
+    table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in columns), title=title,
+                  caption=caption)
     for name, model, planned, records, state in nodes:
         last = records[-1] if records else {}
         row = cells(last, columns)

@@ -43,8 +43,14 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
         live = Live(refresh_per_second=2)
         live.start()
 
+    shown_urls: set[Path] = set()
+
     def progress(procs: list[NodeProc]) -> None:
         for p in procs:
+            if p.run_dir not in shown_urls and p.status_url:
+                shown_urls.add(p.run_dir)
+                if live is None:
+                    typer.echo(f"  {p.run_dir.name:<22} status page {p.status_url}")
             records = history.setdefault(p.run_dir, deque(maxlen=64))
             new = p.new_rows
             records.extend(new)
@@ -53,7 +59,9 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
                     typer.echo(round_line(r, prefix=f"  {p.run_dir.name:<22} "))
         if live is not None:
             rows = [(p.run_dir.name, p.spec.model, planned, history[p.run_dir], _state(p)) for p in procs]
-            live.update(nodes_table(f"testnet: {len(procs)} nodes, {planned} rounds", rows))
+            pages = "   ".join(f"{p.run_dir.name}: {p.status_url}" for p in procs if p.status_url)
+            live.update(nodes_table(f"testnet: {len(procs)} nodes, {planned} rounds", rows,
+                                    caption=f"status pages: {pages}" if pages else None))
         sys.stdout.flush()
 
     level = log_level("warning").lower()

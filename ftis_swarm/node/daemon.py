@@ -60,6 +60,7 @@ from ftis_swarm.node.learning import Learning, learn_round
 from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.node.rollouts import generate_own
+from ftis_swarm.node.status import open_status
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,9 @@ class Node:
         """The backend that samples this node's own groups (its generate calls are checkpointed)."""
         if latest is not None:
             self._resume(latest)
+        self.status = open_status(cfg, peer_id=p.swarm.peer_id, start_round=self.state.start_round,
+                                  accounts=p.peer_ledger.snapshot())
+        """status.json each round, and the status page when `status_port` is set (status.py)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def _resume(self, latest: Path) -> None:
@@ -175,6 +179,7 @@ class Node:
             if self.pipeline is not None:
                 self.pipeline.close()
             self.parts.close()
+            self.status.close()
         return list(results)
 
     def checkpoint(self, round_idx: int) -> None:
@@ -241,6 +246,7 @@ class Node:
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n
         p.sink.log(record)
+        self.status.observe(record, p.peer_ledger.snapshot())
         return RoundResult(r, record)
 
     def _own_groups(self, r: int, counts: Counter) -> list[Group]:

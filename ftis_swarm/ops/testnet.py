@@ -9,7 +9,9 @@ exactly what an operator runs. Presets:
 - `tiny`: tiny random Qwen2 models built from a config with the real Qwen tokenizer, for
   seconds-long smoke runs of the machinery (their rewards are 0: nothing to learn).
 
-The parent only launches and watches: it reads each node's metrics.jsonl to show progress,
+Every node serves its status page on a free port of 127.0.0.1 (`--status-port 0`; the address
+in `<run_dir>/status.url`). The parent only launches and watches: it reads each node's
+metrics.jsonl to show progress,
 and samples the disk the nodes' run directories take (`DiskWatch`: at the end and at its peak).
 """
 
@@ -51,6 +53,9 @@ DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", 
 TINY_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4", "--max-new-tokens", "6",
               "--round-deadline", "2", "--checkpoint-every", "1", "--threads", "1")
 
+STATUS_FLAGS = ("--status-port", "0")
+"""Every testnet node serves its status page, on a free port of 127.0.0.1."""
+
 
 def preset(name: str, workdir: Path, *, sibling: Optional[str] = None) -> Preset:
     """The node line-up of a preset; `tiny` builds its models under `workdir/models`.
@@ -88,6 +93,12 @@ class NodeProc:
     last: dict = field(default_factory=dict)
     new_rows: list[dict] = field(default_factory=list)
     """The rows the last `poll_metrics` found."""
+
+    @property
+    def status_url(self) -> Optional[str]:
+        """The node's status page, once it serves one (node/status_page.py)."""
+        path = self.run_dir / "status.url"
+        return path.read_text().strip() or None if path.exists() else None
 
     def poll_metrics(self) -> list[dict]:
         path = self.run_dir / "metrics.jsonl"
@@ -216,7 +227,8 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
             spec = pre.specs[i % len(pre.specs)]
             run_dir = workdir / f"node-{i}-{spec.name}"
             cmd = node_command(spec, index=1000 * seed + i, run_dir=run_dir, peers=maddrs, run_id=run_id,
-                               rounds=rounds or pre.rounds, flags=pre.flags, extra=extra, global_flags=global_flags)
+                               rounds=rounds or pre.rounds, flags=pre.flags + STATUS_FLAGS, extra=extra,
+                               global_flags=global_flags)
             procs.append(start_node(cmd, run_dir, spec))
         while any(p.proc.poll() is None for p in procs):
             time.sleep(poll)

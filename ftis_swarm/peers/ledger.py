@@ -108,6 +108,10 @@ def _cost(reason: str) -> float:
     return COSTS.get(reason, DEFAULT_COST)
 
 
+cost_of = _cost
+"""The points one fault of `reason` costs (`COSTS`, `SWARM_COSTS` for `swarm_<reason>`, else `DEFAULT_COST`)."""
+
+
 class PeerLedger:
     """Per peer: counted reasons with a cost each, a score, and a ban that doubles (module docstring)."""
 
