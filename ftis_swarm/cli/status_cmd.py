@@ -6,8 +6,6 @@ import time
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ftis_swarm.cli.main import app
 
@@ -22,6 +20,8 @@ def _mb(n: int) -> str:
 
 def status_tables(doc: dict[str, Any]) -> list[Any]:
     """The document as a heading line and tables (node, rounds newest first, peers, disk)."""
+    from rich.table import Table  # here, not at import: `ftis-node --help` stays quick
+
     n, reach, disk = doc["node"], doc["reachability"], doc["disk"]
     age = time.time() - float(n.get("updated", 0))
     head = (f"{n['model']} on {n['task']}, run {n['run_id']}, peer {n['peer_id']}, version {n['version']}: "
@@ -50,6 +50,8 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
 @app.command()
 def status(target: str = typer.Argument(..., help="A node's run directory, or its status page's URL (http://127.0.0.1:PORT/).")) -> None:
     """Show a node's status: rounds, peers and their standing, disk (what its status page shows)."""
+    from rich.console import Console
+
     from ftis_swarm.ops.status import read_status
 
     console = Console()
