@@ -76,7 +76,7 @@ class _Strict(BaseModel):
 
 
 LossMode = Literal["nois", "vis", "tis", "filter", "fvis", "ftis"]
-"""METHOD.md's loss modes; what each does is in `LOSS_MODES`."""
+"""The loss modes of docs/method.md; what each does is in `LOSS_MODES`."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,12 @@ LOSS_MODES: dict[str, ModeSpec] = {
     "fvis": ModeSpec("exp", True, "weight exp(x), harmful peer samples filtered"),
     "ftis": ModeSpec("truncated", True, "weight min(exp(x), C), harmful peer samples filtered (the default)"),
 }
-"""Mode -> what it does (METHOD.md's table); the one place the list of modes is spelled out."""
+"""Mode -> what it does (docs/method.md, Modes); the one place the list of modes is spelled out."""
 assert tuple(LOSS_MODES) == LossMode.__args__  # type: ignore[attr-defined]
 
 
 class FTISConfig(_Strict):
-    """The F-TIS loss (METHOD.md). The paper's baselines are modes, not test-only flags."""
+    """The F-TIS loss (docs/method.md). The paper's baselines are modes, not test-only flags."""
 
     mode: LossMode = "ftis"
     """Importance weight and filter, see `LOSS_MODES`: nois/filter weight 1, vis/fvis exp(x),
@@ -244,6 +244,27 @@ def check_multiaddr(text: str) -> str:
     return text.strip()
 
 
+class PuzzleConfig(_Strict):
+    """The memory-hard puzzle every identity solves once per run (ftis_swarm/swarm/puzzle.py).
+
+    The same on every peer of a run: a record whose owner's puzzle is not solved at these
+    settings is refused. At the defaults one scrypt try takes about 60 ms on one core
+    (16 MiB of memory), so an identity costs about 2^bits x 60 ms: some 4 s at 6 bits.
+    """
+
+    bits: int = Field(6, ge=0, le=32)
+    """Leading zero bits the scrypt digest of (public key, run id, nonce) must have."""
+    log2_n: int = Field(14, ge=1, le=20)
+    """scrypt's cost N = 2^log2_n; memory is 128 x r x N bytes (16 MiB at 14 and r = 8)."""
+    r: int = Field(8, ge=1, le=32)
+    """scrypt's block size."""
+    verify_rate: float = Field(4.0, gt=0, le=10_000)
+    """New identities' puzzles this node verifies per second, sustained (each costs one scrypt);
+    a record of an identity over the rate is refused for now (`puzzle_busy`, no fault of anyone)."""
+    verify_burst: int = Field(32, ge=1, le=100_000)
+    """New identities' puzzles verified at once before `verify_rate` applies."""
+
+
 class SwarmConfig(_Strict):
     """The hivemind side of a node (ftis_swarm.swarm)."""
 
@@ -260,7 +281,10 @@ class SwarmConfig(_Strict):
     client_mode: bool = False
     """Accept no incoming connections (for nodes behind NAT); such a node can still gather."""
     identity: Optional[Path] = None
-    """Private-key file; created on first start. None: a fresh identity each start."""
+    """Private-key file (its puzzle beside it, `<file>.puzzle`); created on first start and kept,
+    so the peer id and its standing survive a restart. None: `identity.key` in the node's
+    run directory (a process without one, such as `ftis-node bootstrap`, makes a fresh one)."""
+    puzzle: PuzzleConfig = Field(default_factory=PuzzleConfig)
     run_id: str = Field("ftis-default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     """Swarm run name: only groups of the same run id are exchanged."""
     ttl: float = Field(600.0, gt=0)
@@ -277,6 +301,15 @@ class SwarmConfig(_Strict):
     """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
     max_records_per_peer: int = Field(2048, ge=16)
     """Most records this node stores that one peer sent, and that one owner signed."""
+    origin_prefix_v4: int = Field(24, ge=8, le=32)
+    """An IPv4 peer's network origin: this prefix of its connection's address (a /24)."""
+    origin_prefix_v6: int = Field(48, ge=16, le=128)
+    """An IPv6 peer's network origin: this prefix of its connection's address (a /48)."""
+    max_records_per_origin: int = Field(4096, ge=16)
+    """Most records this node stores that peers of one network origin sent, all together; the peers
+    reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
+    max_fetches_per_origin: int = Field(4, ge=1, le=255)
+    """Bodies fetched at once from publishers of one network origin (the relayed ones as one)."""
     max_groups_per_peer_per_gather: int = Field(16, ge=1)
     """Most groups one peer may contribute to one gather; its further groups wait for the next one.
     A node lowers it to its `learner.max_groups_per_peer` when that is smaller."""

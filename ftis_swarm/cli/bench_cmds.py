@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import bench_app, fail, renamed
+from ftis_swarm.cli.app import bench_app, fail, renamed
 
 
 def _write_json(path: Optional[Path], data: dict) -> None:
@@ -144,9 +144,33 @@ def bench_hostile(
     random_keys: int = typer.Option(10000, help="Records under random keys."),
     dictionary_items: int = typer.Option(20000, help="Unknown msgpack extension types in one dictionary store."),
     bad_bodies: int = typer.Option(16, help="Pointers per bad body server (stall, silence, dribble, endless)."),
+    phase: str = typer.Option("attacks", help="attacks: the 3-node testnet under each attack; identities: what "
+                                              "identities cost at the default puzzle, and a crowd from one origin."),
+    crowd: int = typer.Option(20, help="--phase identities: identities of the crowd, all from one origin."),
+    crowd_pointers: int = typer.Option(6000, help="--phase identities: pointers the crowd floods, spread over it."),
+    crowd_processes: int = typer.Option(3, help="--phase identities: requesting peers (processes) of the crowd."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
-    """A 3-node testnet under each attack of a hostile peer: round times, delivery and every process's peak RSS."""
+    """A 3-node testnet under each attack of a hostile peer: round times, delivery and every process's peak RSS
+    (`--phase identities`: the cost of identities, and the storage share of a crowd from one origin)."""
+    if phase not in ("attacks", "identities"):
+        fail(f"--phase must be attacks or identities, not {phase!r}")
+    if phase == "identities":
+        if (not 1 <= crowd <= 200 or not 1 <= crowd_pointers <= 100_000 or not 1 <= crowd_processes <= min(crowd, 8)
+                or rounds < 1 or deadline <= 0):
+            fail("--crowd must be 1 to 200, --crowd-processes 1 to 8 (and at most --crowd), --crowd-pointers 1 to "
+                 "100,000, --rounds >= 1 and --round-deadline > 0")
+        _check_json_path(json_path)
+        from ftis_swarm.cli.overrides import env_overrides
+        from ftis_swarm.config import NodeConfig, load_node_config
+        from ftis_swarm.lab.bench.identities import format_identities, run_identity_bench
+
+        swarm_env = {k: v for k, v in env_overrides(NodeConfig).items() if k.startswith("swarm.")}
+        swarm = load_node_config(None, swarm_env).swarm  # the defaults, or the FTIS_SWARM__* keys set here
+        figures = run_identity_bench(swarm=swarm, crowd=crowd, processes=crowd_processes, honest=2, pointers=crowd_pointers, rounds=rounds,
+                                     deadline=deadline, progress=_progress)
+        _report(format_identities(figures), figures, json_path)
+        return
     if min(rounds, groups, identities, pointers, random_keys, dictionary_items, bad_bodies) < 1 or deadline <= 0:
         fail("--rounds, --groups, --identities, --pointers, --random-keys, --dictionary-items and --bad-bodies "
              "must be >= 1 and --round-deadline > 0")

@@ -20,7 +20,7 @@ from collections import deque
 import typer
 
 from ftis_swarm.cli.live import round_line, rounds_table
-from ftis_swarm.cli.main import setup_logging
+from ftis_swarm.cli.app import setup_logging
 from ftis_swarm.cli.progress import console, status
 from ftis_swarm.config import NodeConfig
 

@@ -1,7 +1,7 @@
 """The round tables of `join` and `testnet`: the latest rounds stay on screen however long the run.
 
 `join` shows its last rounds, as many as fit the terminal; `testnet` one row per node with
-its latest round and a sparkline of its reward so far. "no signal" (METHOD.md's
+its latest round and a sparkline of its reward so far. "no signal" (docs/method.md's
 `frac_zero_adv`: samples whose group's rewards were all equal, so their advantage is 0)
 stands apart from "filtered" (`frac_filtered`: samples with a non-zero advantage that the
 filter zeroed); "banned" counts the peers this node has banned (`banned_peers`). Where

@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import app, fail, renamed
+from ftis_swarm.cli.app import app, fail, renamed
 
 JOIN_FLAGS = {
     "model": "model",
@@ -94,7 +94,8 @@ def join(
     port: Optional[int] = typer.Option(None, help="TCP port to listen on; 0 picks one. [swarm.port]"),
     announce: Optional[list[str]] = typer.Option(None, help="Multiaddr to announce instead (repeatable). [swarm.announce]"),
     client_mode: Optional[bool] = typer.Option(None, "--client-mode/--no-client-mode", help="Accept no incoming connections. [swarm.client_mode]"),
-    identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start. [swarm.identity]"),
+    identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start and "
+                                                            "kept; default <run-dir>/identity.key. [swarm.identity]"),
     run_id: Optional[str] = typer.Option(None, help="Swarm run name; only groups of the same run are used. [swarm.run_id]"),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),

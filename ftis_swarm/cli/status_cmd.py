@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from ftis_swarm.cli.main import app
+from ftis_swarm.cli.app import app
 
 
 def _f(v: Optional[float], digits: int) -> str:

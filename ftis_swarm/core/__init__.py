@@ -1,4 +1,4 @@
-"""Pure tensor math of the method (METHOD.md): imports torch and ftis_swarm.config, nothing else.
+"""Pure tensor math of the method (docs/method.md): imports torch and ftis_swarm.config, nothing else.
 
 - groups.py    group_advantages: GRPO's per-group normalised advantage
 - ftis.py      sample_terms (weights, filter, non-finite rule, decided once), policy_loss, ftis_loss,

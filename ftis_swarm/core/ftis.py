@@ -1,10 +1,11 @@
 """The F-TIS loss: PPO-clipped GRPO with a truncated importance weight and a sample filter.
 
-Follows METHOD.md term for term. Shapes: N sequences, T completion positions (padded);
+Follows docs/method.md term for term. Shapes: N sequences, T completion positions (padded);
 `mask[i, t]` is 1 on the completion's real tokens. `sample_terms` decides, once per batch,
 each token's weight and which samples are filtered; `ftis_loss` and the learner both read
 that one decision, so what the learner leaves out of its gradient pass and what the loss
-filters cannot differ. Choices METHOD.md leaves open, made here:
+filters cannot differ. Choices the contract leaves open, made here (docs/method.md, Choices
+where the contract is silent):
 
 - the weight and the filter see `logp_old` (detached), never the moving `logp`, so with
   several PPO epochs `w * R` is still `pi_theta / pi_gen`, truncated;
@@ -37,7 +38,7 @@ METRIC_KEYS = (
     "frac_zero_adv",
     "frac_nonfinite",
 )
-"""The keys of the metrics dict, in METHOD.md's order (per source: `key@source`)."""
+"""The keys of the metrics dict, in docs/method.md's order (per source: `key@source`)."""
 
 
 def clamped_log_ratio(logp_a: torch.Tensor, logp_b: torch.Tensor) -> torch.Tensor:
@@ -121,7 +122,7 @@ def sample_terms(
     filterable: torch.Tensor,
     cfg: FTISConfig,
 ) -> SampleTerms:
-    """The weights, the filter and the non-finite rule of METHOD.md, decided once for a batch.
+    """The weights, the filter and the non-finite rule of docs/method.md, decided once for a batch.
 
     `logp_old, logp_gen, mask: [N, T]`; `advantages: [N]`; `filterable: [N]` bool (peers' samples).
     """
@@ -171,7 +172,7 @@ def ftis_loss(
     filterable: torch.Tensor | None = None,
     source: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of METHOD.md and its metrics.
+    """The loss of docs/method.md and its metrics.
 
     `logp` carries the gradient; `logp_old`, `logp_gen`, `advantages` are treated as constants.
     `logp, logp_old, logp_gen, mask: [N, T]`, `advantages: [N]`, `offpolicy: [N]` bool,
@@ -186,7 +187,7 @@ def ftis_loss(
 
 def ftis_metrics(terms: SampleTerms, mask: torch.Tensor, offpolicy: torch.Tensor, cfg: FTISConfig, *,
                  source: torch.Tensor | None = None) -> dict[str, float]:
-    """METHOD.md's metrics of a batch, overall and, given `source` (`[N]` ints), as `key@source`."""
+    """docs/method.md's metrics of a batch, overall and, given `source` (`[N]` ints), as `key@source`."""
     with torch.no_grad():
         m = mask.to(terms.w.dtype)  # (N, T)
         metrics = _metrics(terms, m, offpolicy.to(torch.bool), torch.ones_like(terms.nonfinite), cfg)

@@ -1,7 +1,7 @@
 """Group-relative advantages (GRPO), computed over the whole group.
 
 Filtered samples still count here: the filter zeroes a sample's advantage after the group's
-mean and std are taken (METHOD.md, Advantage).
+mean and std are taken (docs/method.md, Advantage).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The local learner: the F-TIS update of this node's own model or LoRA adapter.
 
 - batch.py        ScoredGroup (a group with locally recomputed rewards), padding, micro-batches
-- learner.py      Learner.update: admission, logp_old, the forgery check, METHOD.md metrics, PPO epochs
+- learner.py      Learner.update: admission, logp_old, the forgery check, docs/method.md metrics, PPO epochs
                   (a non-finite step skipped); apply_lora
 - forgery.py      ForgeryDetector: per peer, a Hoeffding bound on the mean truncated weight
 - distributed.py  ShardedLearner: the same update on FSDP2 ranks (torchrun); init_ranks, follow/stop
@@ -11,6 +11,6 @@
 - checkpoint.py   CheckpointManager: atomic, verified checkpoints; resume from the last complete one
                   (`latest`, `round_of`, `load`)
 
-Imports below it: peers, wire, tasks, models, core, config and errors (never rollout, swarm or node);
+Imports below it: wire, models, core, config and errors (never rollout, swarm or node);
 torch, peft, safetensors and numpy; never hivemind or vllm (import-linter contracts).
 """

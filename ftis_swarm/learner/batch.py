@@ -29,7 +29,7 @@ class ScoredGroup:
 
     `generators` names the policy (peer and version) behind each completion; a vertical group
     has one. Horizontal groups exist only in the experiment, which passes `allow_mixed`.
-    `filterable` marks the peers' samples (METHOD.md: only they are filtered); None: the
+    `filterable` marks the peers' samples (docs/method.md, Filter: only they are filtered); None: the
     off-policy ones, which is right wherever no own sample is stale.
     """
 

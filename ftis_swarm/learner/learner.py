@@ -4,7 +4,7 @@ An update: admission (tokenizer fingerprint, vocabulary, temperature; a refused 
 counted, never raised); advantages per group; `logp_old` from the model at the start of
 the update (no grad, detached); the forgery check on each peer's tokens (`forgery.py`);
 the weights and the filter decided once (`core.ftis.sample_terms`); the batch's metrics
-from METHOD.md; then `epochs` optimiser steps, each accumulating the gradient over
+from docs/method.md; then `epochs` optimiser steps, each accumulating the gradient over
 micro-batches so the loss is the batch's mean over sequences. The model stays in eval mode
 throughout: no dropout, so with one step `logp` equals `logp_old` in value.
 
@@ -147,7 +147,7 @@ class Learner:
         return ""
 
     def update(self, items: Sequence[ScoredGroup], *, allow_mixed: bool = False) -> dict[str, float]:
-        """One update on the admitted `items`; returns the loss, METHOD.md's metrics and timings."""
+        """One update on the admitted `items`; returns the loss, docs/method.md's metrics and timings."""
         self.peer_report = {}
         kept = self.admit(items)
         if not kept:

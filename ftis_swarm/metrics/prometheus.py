@@ -7,7 +7,7 @@ A round's record (docs/node.md) becomes (`metric_of` is the mapping, tested on i
 - the swarm's running totals (`swarm_rejected_<reason>`, `swarm_fetched_bytes`): counters
   advanced by their increase since the last round;
 - times (`time_<x>`, seconds): gauges `ftis_<x>_seconds` of the last round;
-- METHOD.md's metrics and every other number: gauges `ftis_<key>` of the last round; the
+- docs/method.md's metrics and every other number: gauges `ftis_<key>` of the last round; the
   per-source values `key@source` apart from them, as `ftis_<key>_by_peer{peer="<source>"}`
   (`self` for this node's own samples);
 - a list (`banned_peers`): a gauge of its length.

@@ -1,7 +1,7 @@
 """The metrics sink interface and its JSONL implementation.
 
 A record is a flat mapping of names to numbers or short strings. Names may carry a source
-after `@` (`frac_filtered@12D3KooW...`, METHOD.md's per-peer metrics); sinks that need
+after `@` (`frac_filtered@12D3KooW...`, docs/method.md's per-source metrics); sinks that need
 labels (Prometheus) split it there.
 """
 

@@ -28,7 +28,7 @@ import urllib.request
 from typing import Optional
 from urllib.parse import urlsplit
 
-from ftis_swarm.models.registry import ModelNotFoundError, hub_id_of
+from ftis_swarm.models.registry import ModelNotFoundError, hub_id_of, resolve_model
 
 PROBE_SECONDS = 5.0
 """Longest wait for the hub's endpoint to accept a connection (name lookup included)."""
@@ -116,3 +116,10 @@ def check_model_reachable(name: str) -> None:
     hub_id = hub_id_of(name)
     if hub_id is not None:
         hub_source(hub_id, name)
+
+
+def loadable_model(name: str) -> str:
+    """`resolve_model(name)`, with a hub id checked first: its cached folder when the hub is not to be asked
+    (offline, or unreachable), and `ModelNotFoundError` in seconds when it is neither cached nor reachable."""
+    hub_id = hub_id_of(name)
+    return resolve_model(name) if hub_id is None else hub_source(hub_id, name)

@@ -3,7 +3,7 @@
 transformers reports a missing or unreachable checkpoint as an `OSError` several lines
 long (and on machines without the hub, after trying it); a node's user needs the name they
 typed and the reason, so both loaders re-raise those as `ModelNotFoundError`. A hub id
-is checked first (`registry.loadable_model`): one not cached on a machine that cannot reach
+is checked first (`hub.loadable_model`): one not cached on a machine that cannot reach
 the hub fails in seconds, and a cached one there loads from its cached folder.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftis_swarm.models.hub import loadable_model
 from ftis_swarm.models.quiet import no_progress_bars
-from ftis_swarm.models.registry import ModelNotFoundError, loadable_model
+from ftis_swarm.models.registry import ModelNotFoundError
 
 DTYPES = ("fp32", "bf16", "fp16")
 

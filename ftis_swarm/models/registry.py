@@ -101,12 +101,3 @@ def resolve_model(name: str) -> str:
     kind, value = _classify(name)
     return str(_LOCAL[value]()) if kind == "embedded" else value
 
-
-def loadable_model(name: str) -> str:
-    """`resolve_model(name)`, with a hub id checked first: its cached folder when the hub is not to be asked
-    (offline, or unreachable), and `ModelNotFoundError` in seconds when it is neither cached nor reachable
-    (models/hub.py)."""
-    from ftis_swarm.models.hub import hub_source
-
-    kind, value = _classify(name)
-    return hub_source(value, name) if kind == "hub" else resolve_model(name)

@@ -4,7 +4,7 @@ Order matters: the tasks are checked first (a node trains only on tasks with a t
 then the model and tokenizer (the swarm needs the tokenizer fingerprint and vocabulary),
 then the swarm (the backend stamps groups with the swarm's peer id), then the
 backend. On CPU the transformers backend shares the learner's model object: an update is
-visible to generation at once, and `after_update` only advances the served version. Any
+visible to generation at once, and `Serving.after_update` only advances the served version. Any
 other backend (vLLM, or a transformers backend owning its copy because the learner's model
 is sharded over ranks) gets the new weights or adapter from a directory the learner writes.
 
@@ -53,7 +53,7 @@ class Components:
     task: Task
     tasks: TaskCache
     sink: MetricsSink
-    ledger: JsonlSink
+    consumed: JsonlSink
     """consumed.jsonl: per round, the ids of the peers' groups that went into the update."""
     checkpoints: CheckpointManager
     shares_model: bool
@@ -73,17 +73,13 @@ class Components:
         """The backend serving the learner's weights under its version (`serving.py`)."""
         return Serving(self.learner, self.backend, shares_model=self.shares_model, weights_dir=self.weights_dir)
 
-    def after_update(self) -> None:
-        """Serves the learner's new weights, if the update took a step; versions stay equal."""
-        self.serving.after_update()
-
     def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
         """After a resume: the backend serves the restored weights under the restored version."""
         self.serving.sync(resumed_from=resumed_from)
 
     def close(self) -> None:
         closers = (("learner", getattr(self.learner, "stop", _nothing)), ("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close),
-                   ("ledger", self.ledger.close))
+                   ("consumed log", self.consumed.close))
         for name, closer in closers:
             try:
                 closer()
@@ -137,7 +133,9 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     task = get_task(cfg.task)
     token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
-    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather})
+    identity = cfg.swarm.identity or cfg.run_dir / "identity.key"  # kept across restarts: standing survives them
+    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather,
+                                                              "identity": identity})
     peer_ledger = PeerLedger(cfg.ledger)
     swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
     header = group_header(cfg, swarm.peer_id)
@@ -158,7 +156,7 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
         backend = make_backend(kind, cfg.model, header=header, **options)
     return Components(
         cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
-        tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),
+        tasks=TaskCache(), sink=MultiSink(*sinks), consumed=JsonlSink(cfg.run_dir / "consumed.jsonl"),
         checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,
         admission=node_admission(cfg, fingerprint),

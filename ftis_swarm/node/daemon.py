@@ -215,7 +215,7 @@ class Node:
         learned = learn_round(self.learning, r, own, peers)
         counts.update(learned.counts)
         self.state.consume([g.group_id for g in peers])
-        p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
+        p.consumed.log({"round": r, "policy_version": p.learner.policy_version,
                       "peer_groups": [g.group_id for g in peers]})
         t_learn = time.perf_counter()
         overlap = self.pipeline.finish() if self.pipeline is not None else {}  # wait for r + k, sync its weights

@@ -3,16 +3,16 @@
 `learn_round(learning, r, own, peers)` takes the round's own groups and the peers' groups
 the intake kept, and:
 
-1. admits and scores every group with this node's verifier (`learner.rewards`); a refused
+1. admits and scores every group with this node's verifier (`scoring.py`); a refused
    group is counted (`rejected_<reason>`) and charged to its sender in the ledger;
-2. labels each sample (METHOD.md): **own** (sent by this node, stamped with the learner's
+2. labels each sample (docs/method.md, Vocabulary): **own** (sent by this node, stamped with the learner's
    current policy version) is on-policy and never filtered; **stale** (own, from an older
-   version: issue 13 passes groups generated ahead) is off-policy, weighted, never
+   version: groups generated ahead with `max_staleness` >= 1) is off-policy, weighted, never
    filtered, counted in `stale_groups`; **peer** is off-policy and filterable, with a
    source index per sender (0 is this node);
 3. makes one F-TIS update on the vertical groups; a raise or a non-finite step is a
    failed update for the health check (`health.py`), never a crash;
-4. credits and charges each peer for what the update used or withheld (`ledger.py`);
+4. credits and charges each peer for what the update used or withheld (`peers/ledger.py`);
 5. serves the new weights with the version guard (`serving.py`): the backend's version
    follows the learner's, which advances only when an optimiser step was taken.
 

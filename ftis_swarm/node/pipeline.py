@@ -6,7 +6,7 @@ With `max_staleness = k >= 1` the daemon's round is, around the one learning hal
 1. `take(r)`: round r's own groups, generated ahead (or now, in the first k rounds of a
    fresh run, when none were); a group more than k policy versions behind the learner is
    dropped and counted (`stale_dropped`); the others are own samples, stale ones off-policy
-   (weighted, never filtered: METHOD.md), labelled by `learning.label`;
+   (weighted, never filtered: docs/method.md, Stale samples), labelled by `learning.label`;
 2. `start(r)`: round r + k's generation starts in the generator's thread;
 3. publish, gather and learn round r on the main thread, meanwhile;
 4. `finish()`: waits for the generation (`time_generate_wait`), then brings the

@@ -1,6 +1,6 @@
 """What a learner accepts from a group, and its rewards recomputed locally.
 
-A reward that arrives on the wire is never trusted (METHOD.md), and neither is the choice
+A reward that arrives on the wire is never trusted (docs/method.md, Advantage), and neither is the choice
 of what to train on. Each group names its task and item; before it is scored it must pass
 `Admission` (the reasons below are counted, and the node charges them to the sender):
 

@@ -1,6 +1,6 @@
 """What a run directory says about a node, in a few numbers (the closing table of testnet and join).
 
-"no signal" is the share of samples whose group's rewards were all equal (METHOD.md's
+"no signal" is the share of samples whose group's rewards were all equal (docs/method.md's
 `frac_zero_adv`: advantage 0, nothing to learn, nothing to filter); "filtered" the share
 with a non-zero advantage that the filter zeroed (`frac_filtered`); both over all samples
 of all rounds. "banned" lists the peers the node banned (`banned_peers`, short ids).

@@ -1,7 +1,10 @@
-"""A local testnet: a bootstrap peer and N heterogeneous nodes, each its own process, on 127.0.0.1.
+"""A local testnet: a bootstrap peer and N heterogeneous nodes, each its own process, on loopback.
 
 The nodes are started with the real `ftis-node join` command line, so the testnet runs
-exactly what an operator runs. Presets:
+exactly what an operator runs. Each process listens on a loopback address of its own
+(`loopback_host`: the bootstrap peer on 127.0.1.1, node i on 127.0.(i + 2).1), so each is
+its own network origin (a /24) and the quotas by origin (docs/swarm.md) treat them as the
+separate machines they stand for. Presets:
 
 - `default`: the embedded SmolLM2-135M-Instruct fully fine-tuned, the same with a LoRA
   adapter, and a sibling (by default `smollm2-mini`, the smaller SmolLM2; `sibling=` picks
@@ -114,13 +117,22 @@ def _cli() -> list[str]:
     return [sys.executable, "-m", "ftis_swarm.cli"]
 
 
-def start_bootstrap(workdir: Path, *, timeout: float = 60.0) -> tuple[subprocess.Popen, list[str]]:
-    """Starts `ftis-node bootstrap` on 127.0.0.1 and waits for its multiaddrs."""
+def loopback_host(index: int) -> str:
+    """The loopback address of node `index` (the bootstrap peer is -1): 127.0.(index + 2).1."""
+    if not -1 <= index <= 252:
+        raise ValueError(f"node index {index} is outside -1 .. 252")
+    return f"127.0.{index + 2}.1"
+
+
+def start_bootstrap(workdir: Path, *, timeout: float = 60.0,
+                    env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, list[str]]:
+    """Starts `ftis-node bootstrap` on its own loopback address (in `env`, default this one) and waits
+    for its multiaddrs."""
     maddrs_file = workdir / "bootstrap.maddrs"
     maddrs_file.unlink(missing_ok=True)
     logf = open(workdir / "bootstrap.log", "w")
-    proc = subprocess.Popen(_cli() + ["bootstrap", "--host", "127.0.0.1", "--maddrs-file", str(maddrs_file)],
-                            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(_cli() + ["bootstrap", "--host", loopback_host(-1), "--maddrs-file", str(maddrs_file)],
+                            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if maddrs_file.exists() and maddrs_file.read_text().strip():
@@ -136,7 +148,8 @@ def node_command(spec: NodeSpec, *, index: int, run_dir: Path, peers: list[str],
                  flags: tuple[str, ...], extra: tuple[str, ...] = (), global_flags: tuple[str, ...] = ()) -> list[str]:
     """The `ftis-node [global flags] join ...` line of one node: preset flags, then the node's, then `extra`."""
     cmd = _cli() + list(global_flags) + ["join", "--model", spec.model, "--run-dir", str(run_dir), "--rounds", str(rounds),
-                    "--run-id", run_id, "--seed", str(index), "--host", "127.0.0.1", "--no-table"]
+                    "--run-id", run_id, "--seed", str(index), "--host", loopback_host(index),
+                    "--no-table"]
     for maddr in peers:
         cmd += ["--peers", maddr]
     return cmd + list(flags) + list(spec.flags) + list(extra)

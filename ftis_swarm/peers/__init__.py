@@ -5,5 +5,5 @@
 - ledger.py    PeerLedger: per peer, counted faults with costs, credit, score, bans
 
 Imports below it: wire, tasks, metrics, models, core, config, errors. Imported by swarm,
-learner, rollout, node and above.
+node and above.
 """

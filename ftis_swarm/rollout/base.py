@@ -3,7 +3,7 @@
 A backend turns already-rendered prompts (token ids, from `ftis_swarm.tasks`) into wire
 `Group`s: G completions per prompt, all from the policy version the backend serves when
 the call starts, with the fp32 log-probs of the sampled tokens under softmax(z / T), the
-distribution actually sampled from (METHOD.md; top-p and top-k stay off). Bad input is
+distribution actually sampled from (docs/method.md, Vocabulary; top-p and top-k stay off). Bad input is
 refused before any compute, with one sentence (`RolloutInputError`), so a caller can skip
 the item and count the reason instead of losing the worker.
 """

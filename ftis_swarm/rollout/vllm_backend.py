@@ -2,7 +2,7 @@
 
 The only module of ftis_swarm that imports vllm (an import-linter contract). Choices:
 - `logprobs_mode="processed_logprobs"`: vLLM reports log-probs of the logits after
-  temperature, i.e. of softmax(z / T), the distribution it sampled from (METHOD.md);
+  temperature, i.e. of softmax(z / T), the distribution it sampled from (docs/method.md, Vocabulary);
   top-p = 1, top-k = 0 and no penalties, so nothing else reshapes it;
   `generation_config="vllm"` keeps a checkpoint's suggested top-k/penalties out.
 - The EOS set is ours (tokenizer + config + generation config, as in the transformers

@@ -81,7 +81,7 @@ class SwarmClient:
         self._reader = KeyReader(self._node, peer.checker, self._counters)
         self._gatherer = Gatherer(reader=self._reader, p2p=self._node.p2p,
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
-                                  counters=self._counters, policy=policy)
+                                  counters=self._counters, policy=policy, origins=peer.origins)
         self._arrivals: dict[str, float] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
@@ -220,11 +220,11 @@ class SwarmClient:
         self._member_updated = max(now, self._member_updated + 1e-3)  # each update must expire later
         member = MemberRecord(v=RECORD_VERSION, publisher=self.peer_id, run_id=cfg.run_id, window=window,
                               shards=cfg.member_shards, groups=self._window_groups[window] + 1,
-                              updated_at=self._member_updated)
+                              updated_at=self._member_updated, puzzle=self._peer.puzzle)
         public_key = self._peer.identity.identity.public_key
         return [
             Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, group_id),
-                   make_pointer(group, body, group_id, window=window, round=round,
+                   make_pointer(group, body, group_id, window=window, puzzle=self._peer.puzzle, round=round,
                                 round_groups=round_groups).dict(), expiration),
             Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
                    make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl),
@@ -268,6 +268,22 @@ class SwarmClient:
                 break
             changed.wait(min(left, RECHECK_EVERY))
         self._gatherer.rounds.consume()
+
+    def origin_of(self, peer_id: str) -> Optional[str]:
+        """The network origin of a peer's live connection (`swarm.origins`: `10.1.2.0/24`, "relayed"), or
+        None when it has none. Safe from any thread. The hook for a quota by origin on the strangers'
+        share of an update (`peers.intake`), which does not use it yet."""
+        return self._peer.origins.origin_of(peer_id)
+
+    def stored_by_origin(self) -> dict[str, int]:
+        """Records this node holds for others, by the network origin of the peer that sent them
+        (records of peers of no known origin, and its own, are not in it)."""
+        storage = self._node.protocol.storage
+
+        async def copy() -> dict[str, int]:  # on the loop thread, which changes it
+            return dict(getattr(storage, "by_origin", {}))
+
+        return self._peer.loop.run(copy(), timeout=10.0)
 
     def counters(self) -> dict:
         """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:

@@ -1,7 +1,7 @@
 """A node's identity: one RSA key that is both its libp2p peer id and the signer of its records.
 
 Why one key: a receiver accepts a group only when its sender is the key that signed the
-pointer (METHOD.md, Wire). With the libp2p identity and the record-signing key being the
+pointer (docs/method.md, Wire). With the libp2p identity and the record-signing key being the
 same RSA key, anyone can derive the peer id from the public key in a record's subkey
 (`peer_id_from_public_key`), and the body then comes over a libp2p stream that the same
 key authenticates.

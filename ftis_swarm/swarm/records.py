@@ -5,11 +5,13 @@
   publisher's peer id (the peer id of the owner key), the signed creation time, run id,
   tokenizer fingerprint and the window it was published in (these let a receiver drop a
   group without downloading it), and the publisher's round with the number of groups it
-  has for that round (so a gather knows when a peer's round is in). The same signed
+  has for that round (so a gather knows when a peer's round is in), and the publisher's
+  puzzle nonce (what its identity cost, `puzzle`). The same signed
   record is stored in the DHT and gossiped on the run's topic (`gossip`).
 - `MemberRecord`, under a membership key (`keys.member_key`), subkey
   `[owner:<key>]/member`: "this peer published `groups` pointers in window w". One per
-  peer and window; each publish re-signs it with a later expiry, which replaces it.
+  peer and window, with its puzzle nonce; each publish re-signs it with a later expiry,
+  which replaces it.
 
 The owner marker makes hivemind's `RSASignatureValidator` accept a change to a subkey
 only when signed by that key. Bodies never enter the DHT: a `get` returns all subkeys of
@@ -26,10 +28,12 @@ from typing import Optional
 import pydantic.v1 as pydantic
 
 from ftis_swarm.config import WireConfig
+from ftis_swarm.swarm.puzzle import NONCE_PATTERN
 from ftis_swarm.wire import Group, WireError, decode_group
 
-RECORD_VERSION = 3
-"""Version of both record schemas (1 was the shared window key of the first layout; 2 had no round)."""
+RECORD_VERSION = 4
+"""Version of both record schemas (1 was the shared window key of the first layout; 2 had no round;
+3 had no puzzle). A record of an older version is refused as `old_version`."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
@@ -87,6 +91,8 @@ class GroupPointer(_StrictRecord):
     """The publisher's round number in the run (0 when the publisher has no rounds)."""
     round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
     """How many groups the publisher publishes for that round: a reader knows when it has them all."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
 
     _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
@@ -106,6 +112,8 @@ class MemberRecord(_StrictRecord):
     """Pointers the publisher stored in the window so far: a reader reads its key again when this grows."""
     updated_at: pydantic.confloat(strict=True, ge=0)
     """When it was signed; its expiry is `updated_at + ttl`, so each update replaces the last."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The publisher's puzzle nonce for the run (`puzzle`)."""
 
     _updated_finite = pydantic.validator("updated_at", allow_reuse=True)(_finite)
 
@@ -125,10 +133,10 @@ def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
     return match.group(1), match.group(2).decode()
 
 
-def make_pointer(group: Group, body: bytes, group_id: str, *, window: int, round: int = 0,
+def make_pointer(group: Group, body: bytes, group_id: str, *, window: int, puzzle: str, round: int = 0,
                  round_groups: int = 1) -> GroupPointer:
     """The pointer this node stores for one of its own encoded groups, published in `window`,
-    the `round_groups` groups of its round `round`."""
+    the `round_groups` groups of its round `round`; `puzzle` is this identity's nonce."""
     return GroupPointer(
         v=RECORD_VERSION,
         group_id=group_id,
@@ -141,6 +149,7 @@ def make_pointer(group: Group, body: bytes, group_id: str, *, window: int, round
         window=window,
         round=round,
         round_groups=round_groups,
+        puzzle=puzzle,
     )
 
 

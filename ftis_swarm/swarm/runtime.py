@@ -35,7 +35,9 @@ from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.identity import NodeIdentity
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.swarm.gossip.pubsub import PubsubP2P
-from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.swarm.puzzle import PuzzleVerifier, load_or_solve
+from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
+from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.swarm.dht.validators import RecordChecker
 
 logger = logging.getLogger(__name__)
@@ -108,9 +110,9 @@ def check_maddrs(maddrs: list[str], *, what: str, need_peer_id: bool) -> None:
 
 
 async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChecker, policy: PeerPolicy,
-                    counters: SwarmCounters) -> DHTNode:
+                    counters: SwarmCounters) -> tuple[DHTNode, OriginBook]:
     """Starts p2pd with this identity (and gossipsub, if `cfg.gossip`), joins the DHT through
-    `cfg.peers` (if any), and guards it."""
+    `cfg.peers` (if any), and guards it; also returns the book of its peers' origins."""
     try:
         p2p = await (PubsubP2P if cfg.gossip else P2P).create(
             initial_peers=cfg.peers or None,
@@ -138,8 +140,8 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
             cache_refresh_before_expiry=0,
             bootstrap_timeout=min(cfg.join_timeout, 5.0),
         )
-        await guard_node(node, cfg, checker=checker, policy=policy, counters=counters)
-        return node
+        origins = await guard_node(node, cfg, checker=checker, policy=policy, counters=counters)
+        return node, origins
     except RuntimeError as exc:
         await p2p.shutdown()
         raise SwarmError(f"none of the --peers answered ({', '.join(cfg.peers)}): {exc}") from exc
@@ -149,8 +151,9 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
 
 
 async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker, policy: PeerPolicy,
-                     counters: SwarmCounters) -> None:
-    """Gives a client-mode DHTNode its guarded storage and, unless `cfg.client_mode`, its guarded handlers."""
+                     counters: SwarmCounters) -> OriginBook:
+    """Gives a client-mode DHTNode its guarded storage and, unless `cfg.client_mode`, its guarded handlers;
+    returns the book of its peers' network origins, which both use."""
     protocol = node.protocol
     protocol.serializer = BoundedSerializer
     routing = protocol.routing_table
@@ -158,30 +161,35 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
     def is_dht_peer(peer_id: str) -> bool:
         return routing.get(peer_id=PeerID.from_base58(peer_id)) is not None
 
-    protocol.storage = GuardedStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
-                                      max_records=cfg.max_stored_records,
-                                      max_records_per_peer=cfg.max_records_per_peer)
+    origins = OriginBook(node.p2p, prefix_v4=cfg.origin_prefix_v4, prefix_v6=cfg.origin_prefix_v6)
+    protocol.storage = OriginQuotaStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
+                                          max_records=cfg.max_stored_records,
+                                          max_records_per_peer=cfg.max_records_per_peer,
+                                          max_records_per_origin=cfg.max_records_per_origin)
     if cfg.client_mode:
-        return
+        return origins
     protocol.client_mode = False
     protocol.node_info = dht_pb2.NodeInfo(node_id=node.node_id.to_bytes())
     servicer = DHTServicer(protocol=protocol, storage=protocol.storage, checker=checker, policy=policy,
-                           counters=counters)
+                           counters=counters, origins=origins)
     await protocol.add_p2p_handlers(node.p2p, servicer)
     if cfg.peers:  # now as a server: every peer this lookup visits adds this one to its routing table
         await node.find_nearest_nodes([node.node_id])
+    return origins
 
 
 @dataclasses.dataclass
 class PeerHandle:
-    """A started DHT peer: its identity, event loop thread, node and visible multiaddrs."""
+    """A started DHT peer: its identity (and its puzzle's nonce), event loop thread, node and visible multiaddrs."""
 
     identity: NodeIdentity
+    puzzle: str
     loop: LoopThread
     node: DHTNode
     visible_maddrs: list[str]
     checker: RecordChecker
     counters: SwarmCounters
+    origins: OriginBook
 
     @property
     def peer_id(self) -> str:
@@ -205,7 +213,8 @@ async def _close_node(node: DHTNode) -> None:
 
 def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_ALL,
               counters: Optional[SwarmCounters] = None) -> PeerHandle:
-    """Checks addresses, takes the identity, starts p2pd and the DHT peer, and joins `cfg.peers`.
+    """Checks addresses, takes the identity (solving its puzzle for the run if it has none yet),
+    starts p2pd and the DHT peer, and joins `cfg.peers`.
 
     Raises SwarmError (one sentence) for a bad address, a busy identity, or peers that do
     not answer within `cfg.join_timeout`.
@@ -213,13 +222,18 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
     check_maddrs(cfg.peers, what="peer", need_peer_id=True)
     check_maddrs(cfg.announce, what="announce address", need_peer_id=False)
     identity = NodeIdentity(cfg.identity)
+    try:
+        puzzle = load_or_solve(identity.identity.path, identity.identity.public_key, cfg.run_id, cfg.puzzle)
+    except BaseException:
+        identity.close()
+        raise
     counters = counters if counters is not None else SwarmCounters()
     loop = LoopThread(name=thread_name)
     try:
-        checker = RecordChecker(identity.identity.private_key, max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl,
-                                max_clock_skew=cfg.max_clock_skew)
-        node = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
-                                  counters=counters), timeout=cfg.join_timeout + 10.0)
+        checker = RecordChecker(identity.identity.private_key, puzzles=PuzzleVerifier(cfg.puzzle),
+                                max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew)
+        node, origins = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
+                                           counters=counters), timeout=cfg.join_timeout + 10.0)
         maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
     except TimeoutError as exc:
         loop.stop()
@@ -229,5 +243,5 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
         loop.stop()
         identity.close()
         raise
-    return PeerHandle(identity=identity, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
-                      counters=counters)
+    return PeerHandle(identity=identity, puzzle=puzzle, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
+                      counters=counters, origins=origins)

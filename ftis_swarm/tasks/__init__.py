@@ -1,6 +1,6 @@
 """Tasks and rewards: problems with stable ids, prompts, and binary rewards recomputed locally.
 
-The learner never trusts a reward from the wire (METHOD.md): it looks the item up by the
+The learner never trusts a reward from the wire (docs/method.md, Advantage): it looks the item up by the
 id a peer sent (`task.item`) and scores the decoded completion itself (`task.score`).
 
     from ftis_swarm.tasks import get_task

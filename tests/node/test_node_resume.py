@@ -1,12 +1,13 @@
 """SIGKILL a node mid-round and start it again: it resumes from its last complete checkpoint.
 
-Real processes on 127.0.0.1: a bootstrap peer and two nodes on tiny models, started with
+Real processes on loopback (127.0.N.1 each): a bootstrap peer and two nodes on tiny models, started with
 the real `ftis-node join` command line (the testnet's launcher).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -69,6 +70,8 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
         assert procs[0].proc.wait(timeout=900) == 0
         assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 1))  # redone rounds replace the lost ones
         assert f"resumed from {resumed_from.name}" in (dirs[0] / "node.log").read_text()
+        lives = re.findall(r"^peer id (\S+)$", (dirs[0] / "stdout.log").read_text(), flags=re.M)
+        assert len(lives) == 2 and lives[0] == lives[1]  # no --identity: the run directory's key, kept
         second_life = ledger(dirs[0])
         persisted = set().union(*(ids for r, ids in first_life.items() if r <= k))
         redone = set().union(*(ids for r, ids in second_life.items() if r > k))

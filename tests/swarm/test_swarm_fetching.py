@@ -19,7 +19,10 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.peers.policy import ALLOW_ALL
+from ftis_swarm.swarm.origins import RELAYED
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
+
+from record_peers import Scores
 
 BODY = b"b" * 64
 
@@ -74,17 +77,20 @@ class StandInP2P:
 def pointer(publisher: str) -> GroupPointer:
     gid = secrets.token_hex(16)
     return GroupPointer(v=RECORD_VERSION, group_id=gid, size=len(BODY), sha256=gid + "0" * 32, publisher=publisher,
-                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0, round_groups=1)
+                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0, round_groups=1,
+                        puzzle="0" * 16)
 
 
 class Harness:
-    def __init__(self, behaviour: dict[str, str], **cfg: object):
+    def __init__(self, behaviour: dict[str, str], *, policy=ALLOW_ALL, origins: Optional[dict[str, str]] = None,
+                 **cfg: object):
         self.p2p = StandInP2P(behaviour)
         self.accepted: list[str] = []
         self.rejected: Counter[tuple[str, str]] = Counter()
         self.scheduler = FetchScheduler(
-            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=ALLOW_ALL, counters=SwarmCounters(),
-            room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject)
+            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=policy, counters=SwarmCounters(),
+            room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject,
+            origin_of=(origins or {}).get)
 
     def _body(self, p: GroupPointer, body: bytes) -> bool:
         self.accepted.append(p.publisher)
@@ -128,6 +134,29 @@ def test_slots_per_publisher_and_for_strangers_leave_room_for_proven_peers():
     assert len(harness.accepted) == 7  # the proven publisher's bodies came past the hanging strangers
     assert max(harness.p2p.most_open[s] for s in strangers) <= 2  # max_fetches_per_peer, below the slots
     assert harness.p2p.most_open[proven] <= 2
+
+
+def test_publishers_of_one_origin_share_its_fetch_slots():
+    crowd = [peer(i) for i in range(10)]  # one machine's identities, all scored (no stranger limit)
+    others = [peer(20), peer(21)]
+    scores = Scores()
+    scores.scores.update({p: 1.0 for p in crowd + others})
+    origins = {**{p: "10.0.0.0/24" for p in crowd}, others[0]: "10.0.1.0/24", others[1]: RELAYED}
+    harness = Harness({**{p: "hang" for p in crowd}, **{p: "good" for p in others}}, policy=scores,
+                      origins=origins, first_byte_timeout=30.0)
+
+    def crowd_open() -> int:
+        return sum(harness.p2p.open[p] for p in crowd)
+
+    async def run() -> None:
+        await harness.until(lambda: crowd_open() == 4, add=[pointer(p) for p in crowd for _ in range(3)])
+        assert crowd_open() == 4  # max_fetches_per_origin, of the 8 slots
+        await harness.until(lambda: len(harness.accepted) == 6, add=[pointer(p) for p in others for _ in range(3)])
+        assert crowd_open() == 4
+        harness.scheduler.cancel()
+
+    asyncio.run(run())
+    assert sorted(harness.accepted) == sorted(others * 3)  # other origins, and the relayed one, came past it
 
 
 def test_a_stalling_publisher_loses_its_slots_and_then_its_pointers():

@@ -79,7 +79,7 @@ def _pointer(publisher: str, *, round: int, groups: int, created_at: float) -> G
     gid = secrets.token_hex(16)
     return GroupPointer(v=RECORD_VERSION, group_id=gid, size=100, sha256=gid + "0" * 32, publisher=publisher,
                         created_at=created_at, run_id=RUN, tokenizer_fp="tok", window=W, round=round,
-                        round_groups=groups)
+                        round_groups=groups, puzzle="0" * 16)
 
 
 def test_a_gather_is_owed_each_live_proven_peers_next_round(alice, bob):

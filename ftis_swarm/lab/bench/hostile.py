@@ -2,7 +2,8 @@
 
 A bootstrap peer (`ftis-node bootstrap`), three `swarm_worker` nodes and the hostile peer
 (`ftis_swarm.lab.hostile.peer`: its own identity, identities that only sign, four bad body
-servers) run as separate processes on 127.0.0.1. Phase by phase (first a baseline with
+servers) run as separate processes on loopback, the nodes and the hostile peer each on an
+address of its own (127.0.N.1: its own network origin). Phase by phase (first a baseline with
 no attack, then each attack alone) every node runs rounds of "publish k groups, gather
 once with the deadline" in step, for at least `rounds` rounds and until the attack has
 finished, then one more gather. Per phase: what the hostile peer sent and got stored, how
@@ -88,11 +89,13 @@ def _start(tmp: Path, *, ttl: float, identities: int) -> dict[str, JsonProcess]:
             time.sleep(0.1)
         cfg = SwarmConfig(host="127.0.0.1", peers=maddrs_file.read_text().split(), run_id="bench-hostile", ttl=ttl,
                           poll_interval=0.5)
-        for i in range(3):
-            roles[f"node{i}"] = start_worker(cfg, log=tmp / f"node{i}.log")
+        for i in range(3):  # each node, and the hostile peer, on an address (an origin) of its own
+            roles[f"node{i}"] = start_worker(cfg.model_copy(update={"host": f"127.0.{i + 2}.1"}),
+                                             log=tmp / f"node{i}.log")
         settings = dict(peers=cfg.peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
                         window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
-                        tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, identities=identities)
+                        tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, identities=identities,
+                        puzzle=cfg.puzzle.model_dump(), host="127.0.9.1")
         roles["hostile"] = JsonProcess([sys.executable, "-m", "ftis_swarm.lab.hostile.peer", json.dumps(settings)],
                                        log=tmp / "hostile.log")
         for role in ("node0", "node1", "node2", "hostile"):
@@ -205,7 +208,7 @@ def run_hostile_bench(*, rounds: int, groups: int, deadline: float, identities: 
 
 def format_hostile(bench: HostileBench) -> str:
     lines = [
-        f"3 nodes on 127.0.0.1 under attack, {bench.groups} group(s) of 32 KiB per node per round, "
+        f"3 nodes on loopback under attack, {bench.groups} group(s) of 32 KiB per node per round, "
         f"deadline {bench.deadline:g} s",
         f"{'attack':>12} {'sent':>7} {'stored':>7} {'accepted':>8} {'honest':>9} {'rounds':>6} {'>2x':>4} "
         f"{'max round s':>11} {'max over s':>10} {'worst RSS +MB':>22}",

@@ -65,11 +65,11 @@ class SwarmBenchRow:
 class JsonProcess:
     """A child process speaking JSON lines; killed with its children (its own process group) by `kill`."""
 
-    def __init__(self, argv: list[str], *, log: Path):
+    def __init__(self, argv: list[str], *, log: Path, env: Optional[dict[str, str]] = None):
         self.log = log
         with open(log, "w") as stderr:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                         text=True, start_new_session=True)
+                                         text=True, start_new_session=True, env=env)
         self.peer_id = ""
         self.maddrs: list[str] = []
 

@@ -14,6 +14,7 @@ command read from stdin with one line.
         one node round: publishes k groups, then gathers once with `deadline`; answers
         {"published": [[group id, ok]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
     {"op": "counters"}  the client's counters
+    {"op": "stored"}  records held for others: {"held": n, "by_origin": {origin: n}}
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 """
 
@@ -107,6 +108,8 @@ def main() -> None:
             seed_base += 1000
             if cmd["op"] == "counters":
                 _send(client.counters())
+            elif cmd["op"] == "stored":
+                _send({"held": client.counters()["stored_records"], "by_origin": client.stored_by_origin()})
             elif cmd["op"] == "exchange":
                 _send(_exchange(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
             else:

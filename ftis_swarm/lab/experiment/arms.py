@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 MODES = tuple(LOSS_MODES)
 FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
-"""The issue's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
+"""The full experiment's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
 corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
 QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
 
@@ -84,12 +84,6 @@ def arm_spec(arm: str) -> ArmSpec:
         raise ValueError(f"arm {arm!r} is not solo, solo-2x, vertical-<mode>[-stale<k>] or horizontal-<mode> "
                          f"with a mode of {', '.join(MODES)}")
     return ArmSpec(kind, mode, staleness=staleness)
-
-
-def parse_arm(arm: str) -> tuple[str, str]:
-    """`(kind, mode)` of an arm name (`arm_spec` has the rest)."""
-    spec = arm_spec(arm)
-    return spec.kind, spec.mode
 
 
 class LearnerSpec(BaseModel):

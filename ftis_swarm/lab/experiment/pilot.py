@@ -1,6 +1,6 @@
 """The experiment's pilot gate: is a candidate learner B far enough from A for the correction to matter?
 
-The experiment (issue 14) can only show an effect of the F-TIS correction when the peer's
+The experiment can only show an effect of the F-TIS correction when the peer's
 samples are really off-policy for the learner, and only show learning when both learners
 solve some items but not all. Before any arm runs, the pilot measures, on every held-out
 item of the task (each distinct question once):
@@ -8,7 +8,7 @@ item of the task (each distinct question once):
 - A's and each candidate B's greedy pass@1 and sampled accuracy (`samples` completions an
   item at temperature `T`), per item (`lab/experiment/heldout.py`);
 - B's samples weighed under A as A's learner weighs a peer's (`Learner.old_logprobs` for
-  `logp_old`, `core.sample_terms` and `core.ftis_metrics` in `ftis` mode): METHOD.md's
+  `logp_old`, `core.sample_terms` and `core.ftis_metrics` in `ftis` mode): docs/method.md's
   `ess` and the share of tokens whose weight `exp(x)` is over C (`frac_truncated`), plus the
   mean weight, the KL and whether the forgery detector would flag B (it must not: B is an
   honest, divergent peer); and the same for A's samples under B.
@@ -46,7 +46,7 @@ CANDIDATES = ("smollm2-slim", "smollm2-slim27", "smollm2-slim26")
 
 @dataclass(frozen=True)
 class Gate:
-    """The pilot's thresholds (issue 14), fixed before the run."""
+    """The pilot's thresholds, fixed before the run."""
 
     a_min: float = 0.25
     a_max: float = 0.7
@@ -84,7 +84,7 @@ def choose(rows: Sequence[dict[str, Any]]) -> int:
 
 def weigh(learner_model: Any, tokenizer: Any, task: Task, items: Sequence[TaskItem], peer: HeldoutResult,
           cfg: Optional[FTISConfig] = None) -> dict[str, float]:
-    """METHOD.md's metrics of `peer`'s sampled groups as a peer's samples in an update of `learner_model`.
+    """docs/method.md's metrics of `peer`'s groups as a peer's samples in an update of `learner_model`.
 
     Rewards are the peer's own scores (recomputed by the task's verifier in `evaluate_heldout`);
     every sample is off-policy and filterable, as a peer's are. Nothing is trained.

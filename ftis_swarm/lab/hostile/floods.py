@@ -84,10 +84,10 @@ class Floods:
         for kind in BODY_KINDS:
             path = Path(tempfile.mkdtemp(prefix=f"hostile-{kind}-")) / "id.key"
             P2P.generate_identity(str(path))
-            p2p = await P2P.create(initial_peers=self.h.s["peers"], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            p2p = await P2P.create(initial_peers=self.h.s["peers"], host_maddrs=[f"/ip4/{self.h.host}/tcp/0"],
                                    identity_path=str(path), check_if_identity_free=False)
             await p2p.add_binary_stream_handler(BODY_PROTOCOL, _bad_server(kind))
-            self.body_peers[kind] = (p2p, Signer(load_identity(path).private_key))
+            self.body_peers[kind] = (p2p, Signer(load_identity(path).private_key, self.h.s))
 
     def launch(self, name: str, n: int, **params: object) -> None:
         """Starts flood `name` in the background; `gossip` takes `burst` and `targets` (peer ids)."""
@@ -121,7 +121,7 @@ class Floods:
         """Stores `signer`'s membership record of window `w`, claiming `groups` pointers."""
         s, now = self.h.s, time.time()
         member = {"v": RECORD_VERSION, "publisher": signer.peer_id, "run_id": s["run_id"], "window": w,
-                  "shards": s["member_shards"], "groups": groups, "updated_at": now}
+                  "shards": s["member_shards"], "groups": groups, "updated_at": now, "puzzle": signer.puzzle}
         kid = key_id(member_key(s["run_id"], w, member_shard(signer.peer_id, s["member_shards"])))
         subkey = make_subkey(signer.public_key, MEMBER_SUBKEY_NAME)
         return await self._store(kid, [(subkey, signer.sign(kid, subkey, SER.dumps(member), now + s["ttl"]),
@@ -199,7 +199,8 @@ class Floods:
         s = self.h.s
         return {"v": RECORD_VERSION, "group_id": gid, "size": size, "sha256": gid + "0" * 32,
                 "publisher": signer.peer_id, "created_at": time.time(), "run_id": s["run_id"],
-                "tokenizer_fp": s["tokenizer_fp"], "window": w, "round": 0, "round_groups": 1}
+                "tokenizer_fp": s["tokenizer_fp"], "window": w, "round": 0, "round_groups": 1,
+                "puzzle": signer.puzzle}
 
     async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]

@@ -32,7 +32,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import Item, NotPointerForm, value_items
 from ftis_swarm.swarm.keys import key_id
-from ftis_swarm.swarm.dht.validators import Content, RecordChecker
+from ftis_swarm.swarm.dht.validators import NOT_A_FAULT, Content, RecordChecker
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,9 @@ class KeyReader:
                 faults["oversized_reply"] += 1
                 return
             verdict = self._checker.examine(DHTRecord(kid.to_bytes(), subkey, value, expiration))
+            if verdict.reason in NOT_A_FAULT:
+                self._counters.add(verdict.reason)
+                continue
             if verdict.reason:
                 faults[verdict.reason] += 1
                 continue

@@ -6,16 +6,20 @@
    expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
    squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/<group
    id>` or `[owner:<rsa key>]/member` (`not_pointer_form`).
-2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`)
-   and names the run, window (and shard count) whose key, for this owner, is the one the
-   record is stored under (`unbound_key`, see `keys`). A flood under random keys is
-   refused here, before any RSA work.
+2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`),
+   is of this version (`old_version` for an integer `v` below `RECORD_VERSION`), and names
+   the run, window (and shard count) whose key, for this owner, is the one the record is
+   stored under (`unbound_key`, see `keys`). A flood under random keys is refused here,
+   before any RSA work.
 3. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
    (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
    a forged signature and a replay with a changed expiry fail here.
 4. content: the value is a `GroupPointer` or `MemberRecord` (strict schema, no coercion,
    no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose group
    id is the subkey's (`owner_mismatch`).
+5. the owner's identity puzzle for the record's run (`puzzle.PuzzleVerifier`): one scrypt
+   per new (key, run, nonce), remembered; `bad_puzzle`, or `puzzle_busy` while new
+   identities come faster than the verifier's rate (`NOT_A_FAULT`: nobody is blamed for it).
 
 The checker remembers the verdicts on the records it accepted (by a length-prefixed
 sha256), so records read again at every poll cost one hash. Only acceptances are
@@ -42,12 +46,15 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
-from ftis_swarm.swarm.records import GroupPointer, MemberRecord, parse_subkey
+from ftis_swarm.swarm.puzzle import PuzzleVerifier
+from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer, MemberRecord, parse_subkey
 
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEY_BYTES = 2048
 Content = Union[GroupPointer, MemberRecord]
+NOT_A_FAULT = frozenset({"puzzle_busy"})
+"""Refusals that say nothing about the sender: counted, never charged to a peer."""
 
 
 def unpack_strict(data: bytes, *, max_bytes: int) -> object:
@@ -93,8 +100,9 @@ class Verdict:
 class RecordChecker(RecordValidatorBase):
     """The swarm's whole record check (see the module docstring); `private_key` signs this peer's records."""
 
-    def __init__(self, private_key: RSAPrivateKey, *, max_record_bytes: int, ttl: float, max_clock_skew: float,
-                 capacity: int = 1 << 14):
+    def __init__(self, private_key: RSAPrivateKey, *, puzzles: PuzzleVerifier, max_record_bytes: int, ttl: float,
+                 max_clock_skew: float, capacity: int = 1 << 14):
+        self.puzzles = puzzles
         self.max_record_bytes = max_record_bytes
         self.max_lifetime = ttl + max_clock_skew
         self._rsa = RSASignatureValidator(private_key)
@@ -128,6 +136,9 @@ class RecordChecker(RecordValidatorBase):
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             logger.debug("refused a record that does not decode: %s", exc)
             return Verdict("bad_schema", owner)
+        version = value.get("v") if isinstance(value, dict) else None
+        if type(version) is int and version < RECORD_VERSION:
+            return Verdict("old_version", owner)
         key = _bound_key(value, owner)  # before the signature: a record under a key not its own costs no RSA
         if key is None:
             return Verdict("bad_schema", owner)
@@ -144,6 +155,9 @@ class RecordChecker(RecordValidatorBase):
                 isinstance(content, GroupPointer)
                 and (content.group_id != owner.name or not content.sha256.startswith(owner.name))):
             return Verdict("owner_mismatch", owner)
+        reason = self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # last: the dearest check
+        if reason:
+            return Verdict(reason, owner)
         return Verdict("", owner, content)
 
     def validate(self, record: DHTRecord) -> bool:

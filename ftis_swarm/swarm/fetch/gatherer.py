@@ -50,6 +50,7 @@ from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
 from ftis_swarm.swarm.records import GroupPointer, MemberRecord, check_body, screen_pointer
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
+from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.wire import Group
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ class Gatherer:
     """Polls membership and pointers, fetches bodies in the background; `drain` hands the accepted groups out."""
 
     def __init__(self, *, reader: KeyReader, p2p: P2P, cfg: SwarmConfig, peer_id: str, tokenizer_fp: str,
-                 vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy):
+                 vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy,
+                 origins: Optional[OriginBook] = None):
         self._reader, self._cfg, self._peer_id, self._policy = reader, cfg, peer_id, policy
         self._tokenizer_fp, self._vocab_size, self._counters = tokenizer_fp, vocab_size, counters
         self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
@@ -98,8 +100,10 @@ class Gatherer:
         self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
+        self._origins = origins
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
-                                         on_body=self._accept_body, on_reject=self._reject)
+                                         on_body=self._accept_body, on_reject=self._reject,
+                                         origin_of=origins.origin_of if origins is not None else lambda peer: None)
 
     async def run(self) -> None:
         """Polls until cancelled. A failed poll is logged with its traceback and tried again."""
@@ -120,6 +124,8 @@ class Gatherer:
 
     async def poll_once(self) -> None:
         cfg = self._cfg
+        if self._origins is not None:
+            await self._origins.refresh()  # the publishers' origins, for the fetch slots
         now = get_dht_time()
         if time.monotonic() >= self._next_member_read:
             await self._read_members(now)

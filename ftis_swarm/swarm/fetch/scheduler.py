@@ -1,8 +1,10 @@
 """Which pending bodies to fetch, from whom, and what a failing publisher loses.
 
 Slots: at most `max_concurrent_fetches` fetches at once, at most `max_fetches_per_peer`
-of them from one publisher (below the slot count), and at most half of them from
-strangers (publishers with no body accepted yet and no positive policy score). A fetch
+of them from one publisher (below the slot count), at most `max_fetches_per_origin` from
+the publishers of one network origin (`origin_of`, see `swarm.origins`; relayed ones as
+one origin, publishers of no known origin by identity only), and at most half of them
+from strangers (publishers with no body accepted yet and no positive policy score). A fetch
 starts only when a slot is free, so its whole time (dial, header, body) runs inside its
 own timeouts (`bodies.fetch_body`). Publishers take turns: scored ones first, then proven
 ones, then strangers, each in the order it last had a turn; each publisher's least-tried,
@@ -26,7 +28,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import Counter
-from typing import Callable
+from typing import Callable, Optional
 
 from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
@@ -58,8 +60,11 @@ class FetchScheduler:
 
     def __init__(self, *, p2p: P2P, cfg: SwarmConfig, policy: PeerPolicy, counters: SwarmCounters,
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
-                 on_reject: Callable[[GroupPointer, str, str], None]):
+                 on_reject: Callable[[GroupPointer, str, str], None],
+                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None):
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
+        self._origin_of = origin_of
+        self._origin_in_flight: Counter[str] = Counter()
         self._room, self._on_body, self._on_reject = room, on_body, on_reject
         self._publishers: dict[str, _Publisher] = {}
         self._deferred: set[tuple[str, str]] = set()
@@ -111,9 +116,12 @@ class FetchScheduler:
                 stranger = not state.proven and self._policy.score(publisher) <= 0
                 if stranger and self._strangers_in_flight >= half:
                     continue
+                origin = self._origin_of(publisher)
+                if origin is not None and self._origin_in_flight[origin] >= self._cfg.max_fetches_per_origin:
+                    continue
                 pointer = min(state.pending.values(),
                               key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
-                self._start(pointer, state, stranger)
+                self._start(pointer, state, stranger, origin)
                 started = True
                 if self._in_flight >= self._cfg.max_concurrent_fetches:
                     return
@@ -134,18 +142,20 @@ class FetchScheduler:
                 self._deferred.add((publisher, group_id))
                 self._counters.add("deferred")
 
-    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool) -> None:
+    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str]) -> None:
         del state.pending[pointer.group_id]
         state.fetching.add(pointer.group_id)
         state.in_flight += 1
         state.turn = self._turns = self._turns + 1
         self._in_flight += 1
         self._strangers_in_flight += stranger
-        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger))
+        if origin is not None:
+            self._origin_in_flight[origin] += 1
+        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger, origin))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool) -> None:
+    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str]) -> None:
         cfg = self._cfg
         body, error = b"", None
         try:
@@ -162,6 +172,8 @@ class FetchScheduler:
             state.in_flight -= 1
             self._in_flight -= 1
             self._strangers_in_flight -= stranger
+            if origin is not None:
+                self._origin_in_flight[origin] -= 1
         if error is None and self._on_body(pointer, body):
             state.failures, state.proven = 0, True
             state.allowance = min(cfg.max_fetches_per_peer, state.allowance + 1)

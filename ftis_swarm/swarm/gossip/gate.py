@@ -73,7 +73,7 @@ def decode_message(data: bytes) -> DHTRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class Admission:
+class MessageVerdict:
     """What to do with one message: act on `record` when `reason` is empty; else drop it."""
 
     reason: str
@@ -101,47 +101,47 @@ class GossipGate:
         self._senders: OrderedDict[str, _Sender] = OrderedDict()
         self._admitted: OrderedDict[bytes, None] = OrderedDict()
 
-    def admit(self, sender: str, data: bytes, now: float) -> Admission:
+    def admit(self, sender: str, data: bytes, now: float) -> MessageVerdict:
         state = self._sender(sender, now)
         if now < state.banned_until:
-            return Admission("banned", disconnect=self._disconnect_due(state, now))
+            return MessageVerdict("banned", disconnect=self._disconnect_due(state, now))
         if not self._policy.allows(sender):
-            return Admission("denied")
+            return MessageVerdict("denied")
         state.tokens = min(self._burst, state.tokens + (now - state.updated) * self._rate)
         state.updated = now
         if state.tokens < 1:
             state.dropped += 1
             if state.dropped <= self._burst:
-                return Admission("rate")
+                return MessageVerdict("rate")
             state.dropped, state.bans = 0, state.bans + 1
             state.banned_until = now + min(self._max_ban, BAN_SECONDS * 2 ** (state.bans - 1))
-            return Admission("rate", disconnect=self._disconnect_due(state, now))
+            return MessageVerdict("rate", disconnect=self._disconnect_due(state, now))
         state.tokens -= 1
         if len(data) > MAX_MESSAGE_BYTES:
-            return Admission("oversize")
+            return MessageVerdict("oversize")
         try:
             record = decode_message(data)
         except ValueError:
-            return Admission("bad_message")
+            return MessageVerdict("bad_message")
         owner = owner_of(record.subkey)
         if owner is None:
-            return Admission("not_pointer_form")
+            return MessageVerdict("not_pointer_form")
         if owner.name == MEMBER_SUBKEY_NAME:
-            return Admission("not_pointer")
+            return MessageVerdict("not_pointer")
         if owner.peer_id != sender:
-            return Admission("not_sender")
+            return MessageVerdict("not_sender")
         digest = record_digest(record)
         if digest in self._admitted:
-            return Admission("replayed")
+            return MessageVerdict("replayed")
         verdict = self._checker.examine(record)
         if verdict.reason:
-            return Admission(verdict.reason)
+            return MessageVerdict(verdict.reason)
         if not isinstance(verdict.content, GroupPointer):
-            return Admission("not_pointer")
+            return MessageVerdict("not_pointer")
         self._admitted[digest] = None
         if len(self._admitted) > MAX_REMEMBERED:
             self._admitted.popitem(last=False)
-        return Admission("", FoundRecord(owner=owner.peer_id, content=verdict.content,
+        return MessageVerdict("", FoundRecord(owner=owner.peer_id, content=verdict.content,
                                          expiration=record.expiration_time))
 
     def _sender(self, sender: str, now: float) -> _Sender:
