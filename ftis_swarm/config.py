@@ -279,7 +279,27 @@ class SwarmConfig(_Strict):
     announce: list[str] = Field(default_factory=list)
     """Multiaddrs to announce to peers instead of the listening ones (behind NAT)."""
     client_mode: bool = False
-    """Accept no incoming connections (for nodes behind NAT); such a node can still gather."""
+    """Accept no incoming connections (for nodes behind NAT); such a node can still gather. With
+    `reachability` auto it means `relayed`."""
+    reachability: Literal["auto", "public", "relayed", "client"] = "auto"
+    """How peers reach this node (docs/swarm.md, Reach): `public` (dialable; serves the DHT and a
+    bounded relay), `relayed` (behind NAT; a slot on the bootstrap peers' relays, so other home
+    nodes fetch its groups), `client` (behind NAT; only public peers fetch from it, over the
+    connection it opened). `auto`: `relayed` with `client_mode`; else the `peers` are asked to
+    dial this node's port back: `public` if one could, else `relayed` (`public` with no peers)."""
+    relay_wait: float = Field(15.0, ge=0, le=600)
+    """Seconds a `relayed` node waits at start for a slot on a relay before it publishes (a WARNING
+    if none: then only public peers can fetch its groups)."""
+    relay_service: bool = True
+    """When public, relay circuits for NAT'd peers within the four limits below."""
+    relay_max_circuits: int = Field(16, ge=1, le=1024)
+    """Relayed connections open at once for one peer."""
+    relay_max_reservations: int = Field(128, ge=1, le=65536)
+    """NAT'd peers holding a relay slot on this node at once."""
+    relay_data_limit: int = Field(64 * 1024 * 1024, ge=64 * 1024)
+    """Bytes relayed in each direction of one relayed connection before it is reset."""
+    relay_time_limit: float = Field(1800.0, ge=1.0)
+    """Seconds one relayed connection may last."""
     identity: Optional[Path] = None
     """Private-key file (its puzzle beside it, `<file>.puzzle`); created on first start and kept,
     so the peer id and its standing survive a restart. None: `identity.key` in the node's
@@ -299,6 +319,9 @@ class SwarmConfig(_Strict):
     """Most bytes in one signed DHT record (a pointer, about 700 bytes); larger records are refused."""
     max_stored_records: int = Field(16384, ge=64)
     """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
+    max_stored_bytes: int = Field(32 << 20, ge=1 << 20)
+    """Most bytes of memory the stored records may take, all keys together: each is charged its subkey
+    and value plus 1 KB (`swarm/dht/storage.py`; a pointer ~2 KB, so 32 MiB hold ~16,000)."""
     max_records_per_peer: int = Field(2048, ge=16)
     """Most records this node stores that one peer sent, and that one owner signed."""
     origin_prefix_v4: int = Field(24, ge=8, le=32)
@@ -360,6 +383,20 @@ class SwarmConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_reachability(self) -> "SwarmConfig":
+        if self.client_mode and self.reachability == "public":
+            raise ValueError("client_mode accepts no incoming connections, so reachability cannot be public")
+        return self
+
+    @property
+    def reach_mode(self) -> Literal["public", "relayed", "client"]:
+        """The reachability this node starts in, `auto` resolved without a probe (`swarm.runtime.open_peer`
+        probes an `auto` node that has peers)."""
+        if self.reachability != "auto":
+            return self.reachability
+        return "relayed" if self.client_mode else "public"
+
     @field_validator("peers", "announce")
     @classmethod
     def _multiaddrs(cls, v: list[str]) -> list[str]:
@@ -379,6 +416,9 @@ class LedgerConfig(_Strict):
     """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
     max_ban_seconds: float = Field(3600.0, gt=0)
     """Longest ban."""
+    gossip_ban_seconds: float = Field(30.0, gt=0)
+    """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
+    further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.ttl`."""
 
 
 def _plain_task_name(v: str) -> str:

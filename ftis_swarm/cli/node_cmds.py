@@ -52,6 +52,7 @@ JOIN_FLAGS = {
     "port": "swarm.port",
     "announce": "swarm.announce",
     "client_mode": "swarm.client_mode",
+    "reachability": "swarm.reachability",
     "identity": "swarm.identity",
     "run_id": "swarm.run_id",
 }
@@ -94,6 +95,7 @@ def join(
     port: Optional[int] = typer.Option(None, help="TCP port to listen on; 0 picks one. [swarm.port]"),
     announce: Optional[list[str]] = typer.Option(None, help="Multiaddr to announce instead (repeatable). [swarm.announce]"),
     client_mode: Optional[bool] = typer.Option(None, "--client-mode/--no-client-mode", help="Accept no incoming connections. [swarm.client_mode]"),
+    reachability: Optional[str] = typer.Option(None, help="auto, public, relayed (behind NAT, via the bootstrap's relay) or client. [swarm.reachability]"),
     identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start and "
                                                             "kept; default <run-dir>/identity.key. [swarm.identity]"),
     run_id: Optional[str] = typer.Option(None, help="Swarm run name; only groups of the same run are used. [swarm.run_id]"),

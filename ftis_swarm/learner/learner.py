@@ -41,6 +41,7 @@ from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
 from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
 from ftis_swarm.learner.sharding import checkpoint_layers
 from ftis_swarm.learner.state import checkpoint_tensors, load_optimizer_state, optimizer_state_by_name
+from ftis_swarm.peers import faults
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +137,14 @@ class Learner:
     def _refusal(self, it: ScoredGroup) -> str:
         g = it.group
         if self.tokenizer_fp is not None and g.tokenizer_fp != self.tokenizer_fp:
-            return "tokenizer"
+            return faults.TOKENIZER
         if not (math.isfinite(g.temperature) and g.temperature >= T_MIN):
-            return "temperature"
+            return faults.TEMPERATURE
         if g.G < 2 or len(g.logp_gen) != g.G or any(c.shape != lp.shape or c.size < 1
                                                    for c, lp in zip(g.completion_ids, g.logp_gen)):
-            return "malformed"
+            return faults.GROUP_MALFORMED
         if max(int(g.prompt_ids.max(initial=0)), max(int(c.max()) for c in g.completion_ids)) >= self.vocab_size:
-            return "out_of_vocab"
+            return faults.OUT_OF_VOCAB
         return ""
 
     def update(self, items: Sequence[ScoredGroup], *, allow_mixed: bool = False) -> dict[str, float]:
@@ -166,9 +167,9 @@ class Learner:
         logp_old, failed = self._old_logprobs(batch)  # (N, T)
         flagged, stats = screen_batch(self.detector, batch, logp_old, C=self.cfg.ftis.C, skip=failed)
         withheld = self._withheld_rows(batch, failed, flagged)
-        extra = {"withheld_learn_error": float(len(withheld["learn_error"])),
-                 "withheld_forgery": float(len(withheld["forgery"])), **stats}
-        gone = withheld["learn_error"] | withheld["forgery"]
+        extra = {"withheld_learn_error": float(len(withheld[faults.LEARN_ERROR])),
+                 "withheld_forgery": float(len(withheld[faults.FORGERY])), **stats}
+        gone = withheld[faults.LEARN_ERROR] | withheld[faults.FORGERY]
         if gone:
             keep = [r for r in range(batch.num_sequences) if r not in gone]
             if not keep:
@@ -228,17 +229,17 @@ class Learner:
     def _withheld_rows(self, batch: Batch, failed: set[int], flagged: set[str]) -> dict[str, set[int]]:
         """Rows left out of the update: whole groups with a failed forward pass, and flagged peers' groups."""
         bad_groups = {int(batch.group_of[r]) for r in failed}
-        out: dict[str, set[int]] = {"learn_error": set(), "forgery": set()}
+        out: dict[str, set[int]] = {faults.LEARN_ERROR: set(), faults.FORGERY: set()}
         for r in range(batch.num_sequences):
             g, peer = int(batch.group_of[r]), self._sender(batch, r)
             if g in bad_groups:
-                out["learn_error"].add(r)
+                out[faults.LEARN_ERROR].add(r)
             elif peer in flagged and bool(batch.filterable[r]):
-                out["forgery"].add(r)
+                out[faults.FORGERY].add(r)
         for g in bad_groups:
-            self.peer_report.setdefault(batch.groups[g].sender, Counter())["learn_error"] += 1
-        for g in {int(batch.group_of[r]) for r in out["forgery"]}:
-            self.peer_report.setdefault(batch.groups[g].sender, Counter())["forgery"] += 1
+            self.peer_report.setdefault(batch.groups[g].sender, Counter())[faults.LEARN_ERROR] += 1
+        for g in {int(batch.group_of[r]) for r in out[faults.FORGERY]}:
+            self.peer_report.setdefault(batch.groups[g].sender, Counter())[faults.FORGERY] += 1
         return out
 
     def _report(self, batch: Batch, terms: SampleTerms) -> None:
@@ -250,7 +251,7 @@ class Learner:
             report = self.peer_report.setdefault(group.sender, Counter())
             report["groups"] += 1
             if bool(terms.nonfinite[rows].any()):
-                report["nonfinite"] += 1
+                report[faults.NONFINITE] += 1
 
     @staticmethod
     def _sender(batch: Batch, row: int) -> str:

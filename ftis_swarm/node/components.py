@@ -137,7 +137,8 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather,
                                                               "identity": identity})
     peer_ledger = PeerLedger(cfg.ledger)
-    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
+    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger,
+                              bans=peer_ledger.cfg)
     header = group_header(cfg, swarm.peer_id)
     kind = pick_kind(cfg.backend)
     shares = kind == "transformers" and not isinstance(learner, ShardedLearner)

@@ -37,6 +37,7 @@ from ftis_swarm.node.health import UpdateHealth, update_failure
 from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.node.serving import Serving
 from ftis_swarm.wire import Group
+from ftis_swarm.peers import faults
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def update_and_serve(learning: Learning, r: int, items: list[ScoredGroup], *, ow
         log.exception("round %d: the update raised", r)
         error = exc
         learner.peer_report = {}  # nothing of a failed update was used: no peer is credited for it
-    own_errors = learner.peer_report.get(learning.me, Counter()).get("learn_error", 0)
+    own_errors = learner.peer_report.get(learning.me, Counter()).get(faults.LEARN_ERROR, 0)
     reason = update_failure(metrics, own_groups=own_groups, own_learn_errors=own_errors, error=error)
     health = learning.health.note(r, reason)
     learning.peer_ledger.settle_update(learner.peer_report, me=learning.me)

@@ -7,15 +7,16 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
 
 - `node`: run id, model, task, peer id, version, state (`starting`, `running`, `finished`),
   rounds planned, the round in progress, `updated` (wall-clock seconds);
-- `reachability`: `mode` and `dialable` are "unknown" until the node learns whether peers
-  can dial it (not measured yet);
+- `reachability`: `mode`, the configured `swarm.reachability` (`auto` is resolved as the
+  node starts: its log says to what), and `dialable`, "unknown" (the status does not
+  measure whether peers can dial the node);
 - `rounds`: per round, own reward and accuracy, the share of filtered samples, ESS, the
   peers' share of the update's samples, generate / gather / learn seconds;
 - `peers`: per peer heard from, its short id, score (credit minus cost, peers/ledger.py),
   earned credit, cost, its share of the groups in the kept rounds' updates (the credit it
   earned in them, one a group, against all groups, this node's own included), its faults by
-  reason, bans, whether it is refused now and why: the ledger's recorded cause where it
-  keeps one, else the costliest reason charged to it;
+  reason, bans, whether it is refused now and why: the fault that tipped its last ban
+  (the ledger's `ban_reason`), else the costliest reason charged to it;
 - `disk`: bytes under the run directory and its checkpoints, and each complete checkpoint's
   round and bytes (marker present; hashes are checked on resume, not here).
 
@@ -35,7 +36,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ftis_swarm.config import NodeConfig
-from ftis_swarm.peers.ledger import cost_of, short_peer
+from ftis_swarm.peers.faults import cost_of
+from ftis_swarm.peers.ledger import short_peer
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,8 @@ def round_row(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _why(account: dict[str, Any]) -> Optional[str]:
-    if account.get("cause"):
-        return str(account["cause"])
+    if account.get("ban_reason"):
+        return str(account["ban_reason"])
     counts = {r: n for r, n in account.get("counts", {}).items() if cost_of(r) > 0}
     return max(counts, key=lambda r: cost_of(r) * counts[r]) if counts else None
 
@@ -104,7 +106,8 @@ class StatusBoard:
     """Build with the node's fixed facts, then `observe` each round; `document()` is status.json."""
 
     def __init__(self, *, run_dir: Path, run_id: str, model: str, task: str, peer_id: str, rounds: int,
-                 version: str, start_round: int = 1, accounts: Optional[dict[str, dict[str, Any]]] = None) -> None:
+                 version: str, start_round: int = 1, accounts: Optional[dict[str, dict[str, Any]]] = None,
+                 reachability: str = "unknown") -> None:
         self.run_dir = Path(run_dir)
         self.node: dict[str, Any] = {"run_id": run_id, "model": model, "task": task, "peer_id": peer_id,
                                      "version": version, "rounds": rounds, "round": start_round, "state": "starting",
@@ -113,6 +116,7 @@ class StatusBoard:
         self.accounts: dict[str, dict[str, Any]] = dict(accounts or {})
         """The ledger's accounts as last seen (a resumed node's, from its checkpoint, to begin with)."""
         self.url: Optional[str] = None
+        self.reachability = reachability
         self.server: Optional[Any] = None
         self.last: dict[str, Any] = {}
         """The document last written (what the status page serves)."""
@@ -144,8 +148,8 @@ class StatusBoard:
         ckpts = checkpoint_rows(self.run_dir / "checkpoints")
         return {
             "node": dict(self.node, url=self.url),
-            "reachability": {"mode": "unknown", "dialable": "unknown",
-                             "note": "not measured yet: whether peers can dial this node is not checked"},
+            "reachability": {"mode": self.reachability, "dialable": "unknown",
+                             "note": "configured mode; whether peers can dial this node is not measured here"},
             "rounds": [{k: v for k, v in r.items() if k != "credited"} for r in rounds],
             "peers": peer_rows(self.accounts, rounds, now=now),
             "disk": {"run_dir_bytes": tree_bytes(self.run_dir),
@@ -173,7 +177,8 @@ def open_status(cfg: NodeConfig, *, peer_id: str, start_round: int,
     lora = cfg.learner.lora
     board = StatusBoard(run_dir=cfg.run_dir, run_id=cfg.swarm.run_id, task=cfg.task, peer_id=peer_id,
                         model=cfg.model + (f" + LoRA r{lora.rank}" if lora else ""), rounds=cfg.rounds,
-                        version=__version__, start_round=start_round, accounts=accounts)
+                        version=__version__, start_round=start_round, accounts=accounts,
+                        reachability=cfg.swarm.reachability)
     if cfg.status_port is not None:
         from ftis_swarm.node.status_page import StatusServer
 

@@ -22,6 +22,7 @@ from typing import Any, Container, Optional
 
 from ftis_swarm.config import NodeConfig, WireConfig
 from ftis_swarm.wire import Group, decode_group, encode_group
+from ftis_swarm.peers import faults
 
 log = logging.getLogger(__name__)
 
@@ -85,19 +86,19 @@ class PeerIntake:
             n, seen = g.num_completion_tokens, g.group_id in offered
             offered.add(g.group_id)
             if not allows(g.sender):
-                reason = "peer_refused"
+                reason = faults.PEER_REFUSED
             elif g.group_id in consumed:
-                reason = "peer_already_consumed"
+                reason = faults.PEER_ALREADY_CONSUMED
             elif seen:
-                reason = "peer_duplicate"
+                reason = faults.PEER_DUPLICATE
             elif g.prompt_ids.size + max(g.completion_lengths) > b.context:
-                reason = "peer_too_long"
+                reason = faults.PEER_TOO_LONG
             elif n > b.max_tokens_per_peer or n > b.max_tokens:
-                reason = "peer_over_budget"
+                reason = faults.PEER_OVER_BUDGET
             elif len(out.kept) >= b.max_groups or groups_of[g.sender] >= b.max_groups_per_peer:
-                reason = "peer_over_cap"
+                reason = faults.PEER_OVER_CAP
             elif total + n > b.max_tokens or tokens_of[g.sender] + n > b.max_tokens_per_peer:
-                reason = "peer_over_budget" if waited else "peer_deferred"
+                reason = faults.PEER_OVER_BUDGET if waited else faults.PEER_DEFERRED
             else:
                 out.kept.append(g)
                 groups_of[g.sender] += 1
@@ -106,7 +107,7 @@ class PeerIntake:
                 continue
             out.counts[reason] += 1
             out.by_peer[(g.sender, reason)] += 1
-            if reason == "peer_deferred":
+            if reason == faults.PEER_DEFERRED:
                 self._deferred.append(g)
         return out
 

@@ -11,6 +11,8 @@ pydantic and cryptography; never torch, transformers or vllm.
 - dht/           records on the nearest peers: strict codec, validators, guarded storage, reads, stores
 - gossip/        pointers on the run's gossipsub topic: pubsub control, the gate, the channel
 - fetch/         from pointers to checked bodies: rounds, the gatherer, the fetch scheduler, the body protocol
+- reach.py       reachability modes (public, relayed, client) as p2pd flags; the bounded relay service
+- dialback.py    `ftis.dialback.v1`: a public peer tells a starting `auto` node whether its port is reachable
 - records.py     GroupPointer and MemberRecord schemas, subkeys, pointer and body checks
 - keys.py        the key layout: per-window membership keys, per-peer pointer keys
 - identity.py    the RSA identity file (peer id = record signer) and its single-process lock

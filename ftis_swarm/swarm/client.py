@@ -23,7 +23,7 @@ from typing import Optional
 
 from hivemind.utils.timed_storage import get_dht_time
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import LedgerConfig, SwarmConfig
 from ftis_swarm.swarm.fetch.bodies import BodyStore, serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
@@ -33,7 +33,7 @@ from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, 
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
+from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
                                       make_subkey)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
@@ -69,7 +69,7 @@ class SwarmClient:
     """A node's membership in the swarm. Create with `SwarmClient.start`; end with `shutdown`."""
 
     def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle,
-                 policy: PeerPolicy):
+                 policy: PeerPolicy, bans: LedgerConfig):
         self._cfg, self._tokenizer_fp, self._vocab_size = cfg, tokenizer_fp, vocab_size
         self._peer, self._loop, self._node = peer, peer.loop, peer.node
         self.peer_id: str = peer.peer_id
@@ -96,7 +96,8 @@ class SwarmClient:
         self._gossip: Optional[GossipChannel] = None
         if cfg.gossip:
             gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
-                              ttl=cfg.ttl)
+                              ttl=cfg.ttl, ban_seconds=bans.gossip_ban_seconds,
+                              max_ban_seconds=bans.max_ban_seconds)
             self._gossip = GossipChannel(p2p=self._node.p2p, topic=gossip_topic(cfg.run_id), gate=gate,
                                          self_id=self.peer_id, counters=self._counters,
                                          on_pointer=self._gatherer.on_gossip)
@@ -128,11 +129,12 @@ class SwarmClient:
 
     @classmethod
     def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,
-              policy: PeerPolicy = ALLOW_ALL) -> "SwarmClient":
+              policy: PeerPolicy = ALLOW_ALL, bans: Optional[LedgerConfig] = None) -> "SwarmClient":
         """Starts p2pd and the DHT peer, joins through `cfg.peers`, and starts gathering.
 
         `policy` (the node's peer ledger; by default everyone allowed, nobody scored) says
-        whom to fetch from, store for and serve, and whose records to keep first.
+        whom to fetch from, store for and serve, and whose records to keep first; `bans` (the
+        node's `LedgerConfig`) how long the gossip gate bans a sender that floods the topic.
         Raises SwarmError (one sentence) for a bad address, an identity already in use, or
         peers that do not answer within `cfg.join_timeout`.
         """
@@ -142,12 +144,13 @@ class SwarmClient:
             raise ValueError("vocab_size must be positive")
         peer = open_peer(cfg, thread_name="ftis-swarm", policy=policy, counters=SwarmCounters())
         try:
-            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy)
+            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy,
+                         bans=bans or LedgerConfig())
         except BaseException:
             peer.close()
             raise
-        logger.info("joined the swarm as %s (%s), %d bootstrap peer(s)", client.peer_id,
-                    "client mode" if cfg.client_mode else " ".join(client.visible_maddrs), len(cfg.peers))
+        logger.info("joined the swarm as %s, reachability %s (%s), %d bootstrap peer(s)", client.peer_id,
+                    peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.peers))
         return client
 
     def publish(self, group: Group, *, round: int = 0, round_groups: int = 1) -> PublishResult:
@@ -160,8 +163,8 @@ class SwarmClient:
         window (the count of its pointers). Never raises for what the swarm does: every
         failure is a result with a reason (ValueError only for a bad `round` or `round_groups`).
         """
-        if round < 0 or not 1 <= round_groups <= MAX_GROUPS_PER_ROUND:
-            raise ValueError(f"round must be >= 0 and round_groups in 1..{MAX_GROUPS_PER_ROUND}")
+        if not 0 <= round < MAX_ROUND or not 1 <= round_groups <= MAX_GROUPS_PER_ROUND:
+            raise ValueError(f"round must be in 0..2^40-1 and round_groups in 1..{MAX_GROUPS_PER_ROUND}")
         started = time.monotonic()
         reason = self._refusal(group)
         if reason:
@@ -287,10 +290,12 @@ class SwarmClient:
 
     def counters(self) -> dict:
         """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
-        `serving_bodies` (own bodies served now) and `stored_records` (records held for the DHT)."""
+        `serving_bodies` (own bodies served now), `stored_records` and `stored_bytes` (records held for the
+        DHT, and the memory they are charged)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
         snapshot["stored_records"] = self._node.protocol.storage.held
+        snapshot["stored_bytes"] = self._node.protocol.storage.held_bytes
         return snapshot
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:

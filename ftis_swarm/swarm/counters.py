@@ -32,6 +32,8 @@ flooding; their refusals are faults `gossip_<reason>`, see `gossip`); `dht_reque
 bytes of their records and replies (hivemind's own nearest-peer lookups not included);
 `pointers_gossiped` and `pointers_read`: peers' pointers first seen on the topic, or first
 read from the DHT (the fallback).
+`publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
+it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 Gathers of a round end `gathers_complete` (every live peer's round in) or
 `gathers_at_deadline`.
 Per-peer maps hold at most `MAX_PEERS` peers; the rest are counted under `OTHERS`.
@@ -54,7 +56,7 @@ class SwarmCounters:
     _PLAIN = ("published", "publish_failed", "gathered", "deferred", "fetched_bytes", "served_bytes", "fetch_retries",
               "gossip_sent", "gossip_failed", "gossip_received", "gossip_bytes", "gossip_disconnects",
               "dht_requests", "dht_bytes", "pointers_gossiped", "pointers_read", "gathers_complete",
-              "gathers_at_deadline")
+              "gathers_at_deadline", "publishers_unreachable")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 from ftis_swarm.config import PuzzleConfig
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
@@ -131,16 +132,16 @@ class PuzzleVerifier:
             self._good.move_to_end(tag)
             return ""
         if tag in self._bad:
-            return "bad_puzzle"
+            return faults.BAD_PUZZLE
         if not self._take_token():
-            return "puzzle_busy"
+            return faults.PUZZLE_BUSY
         self.verified += 1
         ok = solves(public_key, run_id, nonce, self.cfg)
         table = self._good if ok else self._bad
         table[tag] = None
         if len(table) > self._capacity:
             table.popitem(last=False)
-        return "" if ok else "bad_puzzle"
+        return "" if ok else faults.BAD_PUZZLE
 
     def _take_token(self) -> bool:
         now = self._clock()

@@ -30,6 +30,7 @@ import pydantic.v1 as pydantic
 from ftis_swarm.config import WireConfig
 from ftis_swarm.swarm.puzzle import NONCE_PATTERN
 from ftis_swarm.wire import Group, WireError, decode_group
+from ftis_swarm.peers import faults
 
 RECORD_VERSION = 4
 """Version of both record schemas (1 was the shared window key of the first layout; 2 had no round;
@@ -38,6 +39,8 @@ MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
 MAX_GROUPS_PER_ROUND = 4096
+MAX_ROUND = 1 << 40
+"""Rounds a pointer may name are below this: 35,000 years of a round a second, and no 2^63 in a reader's arithmetic."""
 
 _SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/([0-9a-f]{32}|member)$")
 _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
@@ -87,8 +90,8 @@ class GroupPointer(_StrictRecord):
     """The body's tokenizer fingerprint."""
     window: pydantic.conint(strict=True, ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
-    round: pydantic.conint(strict=True, ge=0)
-    """The publisher's round number in the run (0 when the publisher has no rounds)."""
+    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
+    """The publisher's round number in the run (0 when the publisher has no rounds); below `MAX_ROUND`."""
     round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
     """How many groups the publisher publishes for that round: a reader knows when it has them all."""
     puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
@@ -157,15 +160,15 @@ def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_
                    ttl: float, max_clock_skew: float, max_bytes: int) -> str:
     """Why a pointer is not worth fetching ("" when it is); needs no download."""
     if pointer.run_id != run_id:
-        return "run_id"
+        return faults.RUN_ID
     if pointer.tokenizer_fp != tokenizer_fp:
-        return "tokenizer"
+        return faults.POINTER_TOKENIZER
     if pointer.created_at > now + max_clock_skew:
-        return "future"
+        return faults.FUTURE
     if now - pointer.created_at > ttl:
-        return "stale"
+        return faults.STALE
     if pointer.size > max_bytes:
-        return "oversize"
+        return faults.OVERSIZE
     return ""
 
 
@@ -177,17 +180,17 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
     and the key's peer id must be the group's sender: a body is trusted no further than that.
     """
     if len(body) != pointer.size:
-        return None, "size_mismatch", f"{len(body)} bytes, pointer says {pointer.size}"
+        return None, faults.SIZE_MISMATCH, f"{len(body)} bytes, pointer says {pointer.size}"
     if hashlib.sha256(body).hexdigest() != pointer.sha256:
-        return None, "hash_mismatch", "body sha256 differs from the signed pointer"
+        return None, faults.HASH_MISMATCH, "body sha256 differs from the signed pointer"
     try:
         group = decode_group(body, vocab_size=vocab_size, limits=limits)
     except WireError as exc:
-        return None, "malformed", str(exc)
+        return None, faults.BODY_MALFORMED, str(exc)
     if group.sender != pointer.publisher:
-        return None, "sender_mismatch", f"sender {group.sender} but signed by {pointer.publisher}"
+        return None, faults.SENDER_MISMATCH, f"sender {group.sender} but signed by {pointer.publisher}"
     if (group.run_id, group.tokenizer_fp, group.created_at) != (
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
-        return None, "pointer_mismatch", "run id, tokenizer or creation time differ from the pointer"
+        return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
     return group, "", ""

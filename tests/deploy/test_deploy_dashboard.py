@@ -2,8 +2,8 @@
 
 The exported names are read from the registry of the real Prometheus sink of a real node (a
 tiny model, alone on 127.0.0.1, one round), and, for the counters that only appear once
-something is rejected or dropped, from the same sink fed one of each reason the ledger's
-tables know (the keys the swarm and the intake report), never from a list written here.
+something is rejected or dropped, from the same sink fed one of each reason the fault
+table knows (peers/faults.py) (the keys the swarm and the intake report), never from a list written here.
 The compose file wires Prometheus to every node's port and Grafana to both.
 """
 
@@ -18,7 +18,7 @@ import yaml
 
 from ftis_swarm.config import load_node_config
 from ftis_swarm.node.daemon import Node
-from ftis_swarm.peers.ledger import COSTS, SWARM_COSTS
+from ftis_swarm.peers.faults import NODE, SWARM
 
 pytestmark = pytest.mark.net
 
@@ -45,9 +45,9 @@ def exported(tmp_path_factory) -> set[str]:
     node = Node(cfg)
     (sink,) = [s for s in node.parts.sink.sinks if hasattr(s, "registry")]
     node.run()
-    reasons = {f"swarm_rejected_{r}": 1 for r in SWARM_COSTS}
-    reasons.update({r: 1 for r in COSTS if r.startswith("peer_")})
-    reasons.update({f"rejected_{r}": 1 for r in COSTS if not r.startswith("peer_")})
+    reasons = {f"swarm_rejected_{r}": 1 for r in SWARM}
+    reasons.update({r: 1 for r in NODE if r.startswith("peer_")})
+    reasons.update({f"rejected_{r}": 1 for r in NODE if not r.startswith("peer_")})
     sink.log(reasons)
     return {sample.name for family in sink.registry.collect() for sample in family.samples}
 

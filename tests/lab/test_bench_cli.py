@@ -67,7 +67,8 @@ def test_memory_probe_does_not_inherit_the_parents_peak():
 def test_bench_hostile_refuses_bad_flags_in_one_sentence():
     for flags in (["--rounds", "0"], ["--round-deadline", "-1"], ["--identities", "5000"], ["--phase", "crowds"],
                   ["--phase", "identities", "--crowd", "0"], ["--phase", "identities", "--crowd-pointers", "0"],
-                  ["--phase", "identities", "--crowd", "2", "--crowd-processes", "3"]):
+                  ["--phase", "identities", "--crowd", "2", "--crowd-processes", "3"], ["--fill", "0"],
+                  ["--storage-mib", "0.5"]):
         proc = subprocess.run(CLI + ["hostile", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr

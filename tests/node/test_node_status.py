@@ -34,7 +34,7 @@ def board(tmp_path):
     b = StatusBoard(run_dir=tmp_path, run_id="run-x", model="tiny", task="arith", peer_id="QmMe", rounds=10,
                     version="0.1.0", accounts=ledger.snapshot())
     ledger.credit(HONEST, 2)
-    ledger.charge(QUIET, "swarm_body_unreachable")
+    ledger.charge(QUIET, "swarm_hash_mismatch")  # 10 points: below a ban
     b.observe(record(1), ledger.snapshot())
     ledger.credit(HONEST, 2)
     ledger.charge(FORGER, "forgery")  # 20 points: banned at once
@@ -59,7 +59,7 @@ def test_the_document_shows_rounds_peers_standing_bans_and_disk(board, tmp_path)
     assert peers[HONEST]["share"] == 0.5 and peers[HONEST]["credit"] == 9.0 and not peers[HONEST]["refused"]
     assert peers[FORGER]["refused"] and peers[FORGER]["why"] == "forgery" and peers[FORGER]["bans"] == 1
     assert 0 < peers[FORGER]["banned_for"] <= 60 and peers[FORGER]["faults"] == {"forgery": 1}
-    assert not peers[QUIET]["refused"] and peers[QUIET]["why"] is None and peers[QUIET]["cost"] == 0.5
+    assert not peers[QUIET]["refused"] and peers[QUIET]["why"] is None and peers[QUIET]["cost"] == 10.0
     assert doc["reachability"]["dialable"] == "unknown"
     assert [c["name"] for c in doc["disk"]["checkpoints"]] == ["ckpt-00000002"]  # the unmarked one is not listed
     assert doc["disk"]["checkpoints"][0]["bytes"] == 4002 and doc["disk"]["checkpoints_bytes"] == 4002

@@ -97,8 +97,8 @@ def _group_alive(pgid: int) -> bool:
 class Node(Proc):
     """An honest node (tests/swarm/node_proc.py)."""
 
-    def __init__(self, cfg: SwarmConfig, *, log: Path):
-        super().__init__([sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
+    def __init__(self, cfg: SwarmConfig, *, log: Path, prefix: tuple[str, ...] = ()):
+        super().__init__([*prefix, sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
         self.cfg = cfg
         self.peer_id = ""
         self.maddrs: list[str] = []
@@ -144,11 +144,14 @@ class Swarm:
         self._hosts += 1
         return f"127.0.{self._hosts}.1"
 
-    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None) -> list[str]:
-        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file)."""
+    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None,
+                  host: str = LOOPBACK, prefix: tuple[str, ...] = ()) -> list[str]:
+        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file);
+        `prefix` runs it inside something (a network namespace)."""
         maddrs_file = self.tmp_path / f"bootstrap{len(self.procs)}.maddrs"
-        host = self.host()
-        argv = [sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", host,
+        if host == LOOPBACK:  # an address (a network origin) of its own
+            host = self.host()
+        argv = [*prefix, sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", host,
                 "--maddrs-file", str(maddrs_file), "--ttl", str(ttl), "--max-clock-skew", str(max_clock_skew)]
         if identity is not None:
             argv += ["--identity", str(identity)]
@@ -164,12 +167,12 @@ class Swarm:
         self.bootstrap_proc = proc
         return maddrs
 
-    def node(self, cfg: SwarmConfig) -> Node:
+    def node(self, cfg: SwarmConfig, *, prefix: tuple[str, ...] = ()) -> Node:
         """Starts a node (call `.joined()` on it to wait for its hello), on an address of its own
-        unless `cfg.host` names one other than `LOOPBACK`."""
+        unless `cfg.host` names one other than `LOOPBACK`; `prefix` as for `bootstrap`."""
         if cfg.host == LOOPBACK:
             cfg = cfg.model_copy(update={"host": self.host()})
-        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log")
+        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log", prefix=prefix)
         self.procs.append(node)
         return node
 

@@ -21,8 +21,9 @@ from hivemind.utils.serializer import MSGPackSerializer
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
 from ftis_swarm.swarm.dht.guard import DHTServicer
+from ftis_swarm.swarm.dht.storage import RECORD_OVERHEAD, GuardedStorage
 from ftis_swarm.swarm.keys import member_key, pointer_key
-from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.swarm.records import MAX_ROUND
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
 
@@ -48,6 +49,8 @@ def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, b
                                   SER.loads(checker.strip_value(mine)))  # bob signs alice's subkey
     assert checker.examine(unsigned_overwrite).reason == "bad_signature"
     assert checker.examine(alice.member(key=member_key(RUN, W + 1, 0))).reason == "unbound_key"
+    assert checker.examine(alice.pointer(round=2**63)).reason == "bad_schema"  # a round past MAX_ROUND
+    assert checker.examine(alice.pointer(round=MAX_ROUND - 1)).reason == ""
     assert {name: checker.examine(record).reason for name, record in refusals.items()} == {
         name: name for name in refusals}
 
@@ -136,6 +139,21 @@ def test_storage_bounds_bytes_per_key_and_replaces_only_newer(alice):
     held = storage.get(key_id_from(member)).value
     assert held.get(SER.loads(member.subkey)).value == newer.value
     assert storage.held == 4
+
+
+def test_storage_bounds_its_bytes_charging_each_record_its_memory(alice, bob):
+    pointer = alice.pointer()
+    charge = len(SER.loads(pointer.subkey)) + len(pointer.value) + RECORD_OVERHEAD
+    storage = _storage(Scores(), max_bytes=3 * charge + charge // 2)
+    assert [_admit(storage, alice.pointer(), alice.peer_id, "relay") for _ in range(4)] == [
+        "", "", "", "storage_full"]  # 3.5 records' worth of bytes, 1000 records' worth of slots
+    assert storage.held == 3 and storage.held_bytes == 3 * charge
+    big = alice.pointer(tokenizer_fp="t" * 64)  # a larger record is charged more
+    assert _admit(storage, big, alice.peer_id, alice.peer_id) == ""  # stored by its owner: evicts a relayed one
+    assert storage.held == 3 and storage.held_bytes == 2 * charge + charge + len(big.value) - len(pointer.value)
+    assert _admit(storage, bob.pointer(), bob.peer_id, "relay") == "storage_full"  # strangers evict nobody
+    storage._purge(float("inf"))  # everything expired: the bytes go with the records
+    assert storage.held == 0 and storage.held_bytes == 0
 
 
 def test_servicer_refuses_what_is_not_a_pointer_with_one_count_each(alice, bob):

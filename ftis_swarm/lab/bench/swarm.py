@@ -29,7 +29,7 @@ from typing import IO, Optional
 
 import numpy as np
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import LedgerConfig, SwarmConfig
 
 logger = logging.getLogger(__name__)
 
@@ -103,9 +103,11 @@ class JsonProcess:
         self.proc.wait()
 
 
-def start_worker(cfg: SwarmConfig, *, log: Path) -> JsonProcess:
-    """A `swarm_worker` node process (call `.joined()` on it to wait for its hello)."""
-    return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker", cfg.model_dump_json()], log=log)
+def start_worker(cfg: SwarmConfig, *, log: Path, ledger: Optional[LedgerConfig] = None) -> JsonProcess:
+    """A `swarm_worker` node process (call `.joined()` on it to wait for its hello); with `ledger`, it keeps one."""
+    extra = [ledger.model_dump_json()] if ledger is not None else []
+    return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker", cfg.model_dump_json(), *extra],
+                       log=log)
 
 
 def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[JsonProcess]:

@@ -11,6 +11,11 @@
   random bytes without end).
 - `replays`: every honest record it can read, stored again n times as it was.
 - `gossip`: pointers pushed on the run's topic (`hostile_gossip`).
+- `fill`: n valid pointers of the hostile's own key, stored by its own daemon on every
+  honest peer (owner = requester: the rank of an honest peer storing its own records),
+  spread over consecutive windows' keys (900 a key, below a key's 1 MiB), each window's
+  membership record claiming them. Run by several hostile processes at once (`bench
+  hostile`'s fill), it fills every peer's storage with records that break no rule.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ SER = DHTProtocol.serializer
 BODY_KINDS = ("stall", "silence", "dribble", "endless")
 BODY_SIZE = 4096
 _CHUNK = 256
+_FILL_PER_KEY = 900
 
 
 def make_group(*, sender: str, run_id: str, item: str, tokens: int, tokenizer_fp: str, vocab_size: int,
@@ -95,7 +101,7 @@ class Floods:
             self._tasks[name] = asyncio.create_task(GossipFlood(self.h, self.signers).run(n, **params))
             return
         attack = {"pointers": self.pointers, "random_keys": self.random_keys, "dictionary": self.dictionary,
-                  "bodies": self.bodies, "replays": self.replays}[name]
+                  "bodies": self.bodies, "replays": self.replays, "fill": self.fill}[name]
         self._tasks[name] = asyncio.create_task(attack(n))
 
     async def results(self) -> dict:
@@ -135,6 +141,15 @@ class Floods:
             _add(accepted, await self._publish(signer, w, per, size=BODY_SIZE))
             _add(accepted, await self.announce(signer, w, per))
         return {"sent": per * len(self.signers) + len(self.signers), "accepted": accepted}
+
+    async def fill(self, n: int) -> dict:
+        me, accepted = self.h.me, {}
+        w = window_of(time.time(), self.h.s["window"])
+        for i, start in enumerate(range(0, n, _FILL_PER_KEY)):
+            count = min(_FILL_PER_KEY, n - start)
+            _add(accepted, await self._publish(me, w + i, count, size=BODY_SIZE))
+            _add(accepted, await self.announce(me, w + i, count))
+        return {"sent": n + -(-n // _FILL_PER_KEY), "accepted": accepted}
 
     async def bodies(self, n: int) -> dict:
         accepted: dict[str, int] = {}

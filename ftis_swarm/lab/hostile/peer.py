@@ -6,8 +6,8 @@ Settings: `peers`, `run_id`, `ttl`, `max_clock_skew`, `window`, `member_shards`,
 `tokenizer_fp`, `vocab_size`, `identities` (keys that only sign, made at start, each with
 its puzzle solved at `puzzle`, the run's `PuzzleConfig` as a dict; default: the default
 one), `host` (the loopback address all its daemons listen on: one origin; default
-127.0.0.1). Besides its own identity it runs one libp2p daemon per kind of bad body
-server (`hostile_bodies`).
+127.0.0.1), `body_servers` (default true). Besides its own identity it runs one libp2p
+daemon per kind of bad body server (`hostile_bodies`) unless `body_servers` is false.
 It writes {"peer_id", "maddrs", "identities", "body_peers", "identity_costs"} once joined, then answers one
 JSON line per command:
 
@@ -30,6 +30,7 @@ JSON line per command:
         dictionary: one whole-dictionary store holding n unknown msgpack extension types
         bodies: n pointers per bad body server (stall, header then silence, dribble, endless)
         replays: n re-sends of every honest record it can read (old and current versions)
+        fill: n valid pointers of its own key, stored by its own daemon, over consecutive windows
         gossip: pushed on the run's topic, n per identity and kind (`hostile_gossip`), with
             "params": {"burst": the nodes' gossip_burst, "targets": [peer ids]}
     {"op": "results"}  waits for the floods -> {name: {"sent": n, "accepted": {peer id: n}}}
@@ -121,7 +122,8 @@ class Hostile:
                                          cache_nearest=0)
         await self.p2p.add_binary_stream_handler(BODY_PROTOCOL, self._serve)
         self.floods = Floods(self, signers)
-        await self.floods.start_body_peers()
+        if self.s.get("body_servers", True):
+            await self.floods.start_body_peers()
 
     async def _serve(self, info, reader, writer) -> None:
         gid = (await reader.readexactly(32)).decode()

@@ -39,13 +39,14 @@ from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.storage import GuardedStorage
 from ftis_swarm.swarm.dht.validators import NOT_A_FAULT, RecordChecker, owner_of
 from ftis_swarm.swarm.origins import OriginBook
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_FIND_KEYS = 64
 MAX_REPLY_BYTES = 5 << 19
 """2.5 MiB: two full keys (1 MiB each) always fit, and no reply nears p2pd's 4 MiB."""
-_HARMLESS = frozenset({"not_newer", "expired"})
+_HARMLESS = frozenset({faults.NOT_NEWER, faults.EXPIRED})
 
 
 class DHTServicer:
@@ -68,9 +69,9 @@ class DHTServicer:
         try:
             if not (len(request.subkeys) == len(request.values) == len(request.expiration_time)
                     == len(request.in_cache) == n):
-                refused["malformed_request"] += 1
+                refused[faults.MALFORMED_REQUEST] += 1
             elif not self._policy.allows(requester):
-                refused["denied"] += n
+                refused[faults.DENIED] += n
             else:
                 if request.peer and request.peer.node_id:
                     asyncio.create_task(self._protocol.rpc_ping(dht_pb2.PingRequest(peer=request.peer), context))
@@ -79,19 +80,19 @@ class DHTServicer:
                     store_ok[i] = self._store_item(request, i, requester, origin, refused)
         except Exception:  # a bug here must cost the requester one refusal, never this peer's handler
             logger.exception("a store request from %s failed", requester)
-            refused["store_error"] += 1
+            refused[faults.STORE_ERROR] += 1
         self._count(requester, refused)
         return dht_pb2.StoreResponse(store_ok=store_ok, peer=self._protocol.node_info)
 
     async def rpc_find(self, request: dht_pb2.FindRequest, context: P2PContext) -> dht_pb2.FindResponse:
         requester = context.remote_id.to_base58()
         if not self._policy.allows(requester):
-            self._count(requester, Counter(denied=1))
+            self._count(requester, Counter({faults.DENIED: 1}))
             return dht_pb2.FindResponse(results=[dht_pb2.FindResult() for _ in request.keys],
                                         peer=self._protocol.node_info)
         extra = max(0, len(request.keys) - MAX_FIND_KEYS)
         if extra:
-            self._count(requester, Counter(oversized_request=1))
+            self._count(requester, Counter({faults.OVERSIZED_REQUEST: 1}))
             request = dht_pb2.FindRequest(keys=request.keys[:MAX_FIND_KEYS], peer=request.peer)
         response = await self._protocol.rpc_find(request, context)
         budget = MAX_REPLY_BYTES
@@ -108,24 +109,24 @@ class DHTServicer:
                     refused: Counter[str]) -> bool:
         key, tag, value, expiration = request.keys[i], request.subkeys[i], request.values[i], request.expiration_time[i]
         if request.in_cache[i]:
-            refused["cache_store"] += 1
+            refused[faults.CACHE_STORE] += 1
             return False
         if tag == DHTProtocol.IS_REGULAR_VALUE:
-            refused["regular_value"] += 1
+            refused[faults.REGULAR_VALUE] += 1
             return False
         if tag == DHTProtocol.IS_DICTIONARY:
             try:
                 items = value_items(value)
             except NotPointerForm:
-                refused["bad_encoding"] += 1
+                refused[faults.BAD_ENCODING] += 1
                 return False
             if any(owner_of(subkey) is None for subkey, _, _ in items):
-                refused["not_pointer_form"] += 1
+                refused[faults.NOT_POINTER_FORM] += 1
                 return False
             return all([self._admit(key, subkey, item_value, item_expiration, requester, origin, refused)
                         for subkey, item_value, item_expiration in items])
         if owner_of(tag) is None:
-            refused["not_pointer_form"] += 1
+            refused[faults.NOT_POINTER_FORM] += 1
             return False
         return self._admit(key, tag, value, expiration, requester, origin, refused)
 

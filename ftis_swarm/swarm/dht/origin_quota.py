@@ -18,9 +18,10 @@ from typing import Optional
 from hivemind.dht.routing import DHTID
 from hivemind.utils.timed_storage import get_dht_time
 
+from ftis_swarm.peers import faults
 from ftis_swarm.swarm.dht.storage import GuardedStorage
 
-ORIGIN_REFUSAL = "origin_quota"
+ORIGIN_REFUSAL = faults.ORIGIN_QUOTA
 
 
 class OriginQuotaStorage(GuardedStorage):

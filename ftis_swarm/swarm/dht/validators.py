@@ -48,12 +48,13 @@ from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer, MemberRecord, parse_subkey
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEY_BYTES = 2048
 Content = Union[GroupPointer, MemberRecord]
-NOT_A_FAULT = frozenset({"puzzle_busy"})
+NOT_A_FAULT = frozenset({faults.PUZZLE_BUSY})
 """Refusals that say nothing about the sender: counted, never charged to a peer."""
 
 
@@ -125,36 +126,36 @@ class RecordChecker(RecordValidatorBase):
 
     def _check(self, record: DHTRecord) -> Verdict:
         if len(record.value) > self.max_record_bytes:
-            return Verdict("oversize_record")
+            return Verdict(faults.OVERSIZE_RECORD)
         if record.expiration_time > get_dht_time() + self.max_lifetime:
-            return Verdict("far_expiry")
+            return Verdict(faults.FAR_EXPIRY)
         owner = owner_of(record.subkey)
         if owner is None:
-            return Verdict("not_pointer_form")
+            return Verdict(faults.NOT_POINTER_FORM)
         try:
             value = unpack_strict(self._rsa.strip_value(record), max_bytes=self.max_record_bytes)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             logger.debug("refused a record that does not decode: %s", exc)
-            return Verdict("bad_schema", owner)
+            return Verdict(faults.BAD_SCHEMA, owner)
         version = value.get("v") if isinstance(value, dict) else None
         if type(version) is int and version < RECORD_VERSION:
-            return Verdict("old_version", owner)
+            return Verdict(faults.OLD_VERSION, owner)
         key = _bound_key(value, owner)  # before the signature: a record under a key not its own costs no RSA
         if key is None:
-            return Verdict("bad_schema", owner)
+            return Verdict(faults.BAD_SCHEMA, owner)
         if key_id(key).to_bytes() != record.key:
-            return Verdict("unbound_key", owner)
+            return Verdict(faults.UNBOUND_KEY, owner)
         if not self._rsa.validate(record):
-            return Verdict("bad_signature", owner)
+            return Verdict(faults.BAD_SIGNATURE, owner)
         try:
             content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else GroupPointer).parse_strict(value)
         except ValueError as exc:
             logger.debug("refused a record that is not a pointer or membership record: %s", exc)
-            return Verdict("bad_schema", owner)
+            return Verdict(faults.BAD_SCHEMA, owner)
         if content.publisher != owner.peer_id or (
                 isinstance(content, GroupPointer)
                 and (content.group_id != owner.name or not content.sha256.startswith(owner.name))):
-            return Verdict("owner_mismatch", owner)
+            return Verdict(faults.OWNER_MISMATCH, owner)
         reason = self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # last: the dearest check
         if reason:
             return Verdict(reason, owner)

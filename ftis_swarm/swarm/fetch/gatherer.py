@@ -52,6 +52,7 @@ from ftis_swarm.swarm.records import GroupPointer, MemberRecord, check_body, scr
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.wire import Group
+from ftis_swarm.peers import faults
 
 if TYPE_CHECKING:
     from ftis_swarm.swarm.gossip.channel import GossipChannel
@@ -195,7 +196,7 @@ class Gatherer:
         fresh = []
         for group, accepted_at in groups:
             if now - group.created_at > self._cfg.ttl:
-                self._counters.reject(group.sender, "stale")
+                self._counters.reject(group.sender, faults.STALE)
             else:
                 fresh.append((group, accepted_at))
         self._counters.add("gathered", len(fresh))
@@ -234,7 +235,7 @@ class Gatherer:
             state.next_read = now + self._cfg.poll_interval * 2 ** min(state.rereads, 6)
             if state.rereads >= MAX_REREADS:  # claims more than it stored: believe it again when it claims more
                 state.have = state.claimed
-                self._counters.fault(member[0], Counter(member_overclaim=1))
+                self._counters.fault(member[0], Counter({faults.MEMBER_OVERCLAIM: 1}))
 
     def _consider(self, pointer: GroupPointer, *, source: str) -> None:
         """Hands a pointer to the scheduler, unless it is known already; counts where it came from first."""
@@ -247,14 +248,14 @@ class Gatherer:
         cfg, now = self._cfg, get_dht_time()
         reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
                                 ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew, max_bytes=cfg.wire.max_bytes)
-        if reason not in ("future", "stale"):  # a pointer outside the TTL is no part of a round, and never forgotten
+        if reason not in (faults.FUTURE, faults.STALE):  # a pointer outside the TTL is no part of a round, and never forgotten
             self.rounds.note(pointer, now=now)
             self.changed.set()
         if accepted is not None:  # the body names its sender, who is not this publisher
-            self._reject(pointer, "sender_mismatch", "re-announces a group accepted from its sender")
+            self._reject(pointer, faults.SENDER_MISMATCH, "re-announces a group accepted from its sender")
             return
         if not reason and not self._policy.allows(pointer.publisher):
-            reason = "denied"
+            reason = faults.DENIED
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
         else:
@@ -269,7 +270,7 @@ class Gatherer:
             group, reason, detail = check_body(body, pointer, vocab_size=self._vocab_size, limits=self._cfg.wire)
         except Exception as exc:  # the wire decoder's contract is WireError; anything else is a bug, contained
             logger.exception("checking group %s from %s failed unexpectedly", pointer.group_id, pointer.publisher)
-            group, reason, detail = None, "fetch_error", repr(exc)
+            group, reason, detail = None, faults.FETCH_ERROR, repr(exc)
         if group is None:
             self._reject(pointer, reason, detail)
             return False
@@ -310,5 +311,5 @@ class Gatherer:
         self.rounds.forget(now=now, ttl=cfg.ttl)
         for pointer in self._scheduler.pending():  # pending pointers that went stale while they waited
             if now - pointer.created_at > cfg.ttl:
-                self._reject(pointer, "stale", "went stale while pending")
+                self._reject(pointer, faults.STALE, "went stale while pending")
         self._scheduler.forget_idle(now)

@@ -19,7 +19,8 @@ is tried again unless it failed `max_fetch_attempts` times; once the publisher h
 that many times in a row, all its pending pointers are rejected with the failure's reason
 (`stalled`, else `fetch_failed`). A body that cannot match its pointer halves the
 allowance too. A success gives back one slot and resets the count. `busy` costs a short
-wait only. Each failed attempt is a fault of the publisher (`body_<reason>`).
+wait only. Each failed attempt is counted against the publisher (`body_<reason>`, priced 0 in
+`peers/faults.py`: load, links and restarts cause them; the back-off above is all it loses).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ftis_swarm.swarm.fetch.bodies import BodyRefused, BodyUnavailable, fetch_bo
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.records import GroupPointer
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
@@ -185,25 +187,31 @@ class FetchScheduler:
             state.allowance = max(1, state.allowance // 2)
             self._on_reject(pointer, error.reason, str(error))
         else:
-            self._on_reject(pointer, "fetch_error", repr(error))
+            self._on_reject(pointer, faults.FETCH_ERROR, repr(error))
         self.schedule()
 
     def _unavailable(self, pointer: GroupPointer, state: _Publisher, exc: BodyUnavailable) -> None:
         cfg, now = self._cfg, get_dht_time()
-        if exc.reason == "busy":
+        if exc.reason == faults.BODY_BUSY:
             state.pending[pointer.group_id] = pointer
             state.resume_at = max(state.resume_at, now + cfg.poll_interval)
             return
         self._counters.add("fetch_retries")
-        self._counters.fault(pointer.publisher, Counter({f"body_{exc.reason}": 1}))
+        self._counters.fault(pointer.publisher, Counter({exc.reason: 1}))
         state.failures += 1
         state.allowance = max(1, state.allowance // 2)
         state.resume_at = now + min(cfg.ttl / 4, cfg.poll_interval * 2 ** (state.failures - 1))
         state.attempts[pointer.group_id] += 1
-        final = "stalled" if exc.reason == "stalled" else "fetch_failed"
+        final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         if state.failures >= cfg.max_fetch_attempts:
-            logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
-                        state.failures, exc, len(state.pending) + 1)
+            if exc.reason == "unreachable" and state.failures == cfg.max_fetch_attempts:  # once per series
+                self._counters.add("publishers_unreachable")
+                logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
+                               "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
+                               state.failures, exc, len(state.pending) + 1)
+            else:
+                logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
+                            state.failures, exc, len(state.pending) + 1)
             for other in list(state.pending.values()):
                 self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
             self._on_reject(pointer, final, str(exc))

@@ -3,7 +3,7 @@
 `GossipChannel` subscribes to `keys.gossip_topic(run_id)` on the peer's p2pd (`pubsub`),
 publishes each of this node's signed pointers there the moment it is signed, and hands
 every message of another peer to `GossipGate.admit`; an admitted pointer goes to
-`on_pointer` (the gatherer), a refused one is a fault of its sender (`gossip_<reason>`,
+`on_pointer` (the gatherer), a refused one is counted against its sender (`gossip_<reason>`, priced in `peers/faults.py`,
 logged at most once per sender per 10 s), and a sender the gate bans is disconnected.
 
 gossipsub only reaches peers this one is connected to. `keep_connected` is called with
@@ -120,9 +120,9 @@ class GossipChannel:
         if verdict.disconnect:
             asyncio.get_running_loop().create_task(self._disconnect(message.sender))
         if verdict.reason in NOT_A_FAULT:
-            self._counters.add(f"gossip_{verdict.reason}")
+            self._counters.add(verdict.reason)
         elif verdict.reason:
-            fault = Counter({f"gossip_{verdict.reason}": 1})
+            fault = Counter({verdict.reason: 1})
             self._counters.fault(message.sender, fault)
             self._log.note(message.sender, fault)
             return

@@ -14,16 +14,20 @@ that fails:
 1. `banned` (the sender went on flooding, below), `denied` (the node's policy refuses it);
 2. `rate`: each sender has a token bucket of `burst` messages refilled at `rate` a
    second; a message without a token is dropped. A sender whose drops since its last ban
-   exceed `burst` is banned for `BAN_SECONDS * 2^k` (k earlier bans; at most a quarter of
-   the TTL) and disconnected, again at most every `DISCONNECT_EVERY` s while it sends;
+   exceed `burst` is banned for `LedgerConfig.gossip_ban_seconds * 2^k` (k earlier bans;
+   at most `max_ban_seconds` and a quarter of the TTL) and disconnected, again at most every `DISCONNECT_EVERY` s while it sends;
 3. `oversize` (more than `MAX_MESSAGE_BYTES`), `bad_message` (not the form above);
 4. `not_pointer_form`, `not_pointer` (a membership record: only pointers are gossiped),
    `not_sender` (the record's owner is not the sender: nobody gossips another's pointer);
 5. `replayed` (a record this gate admitted before), then every refusal of
    `RecordChecker.examine` under its own name (`bad_signature`, `far_expiry`, ...).
 
-The channel counts each refusal as a fault of the sender, `gossip_<reason>`, for the
-node's ledger. Runs on the swarm's event loop thread only.
+Each refusal is named `gossip_<reason>` (`peers/faults.py`), and the channel counts it
+against the sender for the node's ledger. What the sender signed costs what its DHT
+twin costs (`faults.gossip_twin`: a forged signature as much as in a store); `banned`,
+`denied`, `rate` and `replayed` cost nothing (the ban is this gate's own answer to a
+flood; the ledger never bans again for what a banned peer keeps sending). Runs on the
+swarm's event loop thread only.
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord
 from ftis_swarm.swarm.records import GroupPointer
 from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of, record_digest
+from ftis_swarm.peers import faults
 
 GOSSIP_VERSION = 1
 MAX_MESSAGE_BYTES = 2048
 """A pointer message is ~1.2 KB; p2pd itself would carry up to 1 MiB."""
 BAN_SECONDS = 30.0
+"""The default of `LedgerConfig.gossip_ban_seconds`, which the swarm passes in."""
 DISCONNECT_EVERY = 5.0
 MAX_SENDERS = 4096
 MAX_REMEMBERED = 1 << 14
@@ -95,49 +101,53 @@ class _Sender:
 class GossipGate:
     """Admits gossiped pointers (see the module docstring for the order of the checks)."""
 
-    def __init__(self, *, checker: RecordChecker, policy: PeerPolicy, rate: float, burst: int, ttl: float):
+    def __init__(self, *, checker: RecordChecker, policy: PeerPolicy, rate: float, burst: int, ttl: float,
+                 ban_seconds: float = BAN_SECONDS, max_ban_seconds: float = math.inf):
         self._checker, self._policy = checker, policy
-        self._rate, self._burst, self._max_ban = rate, burst, ttl / 4
+        self._rate, self._burst = rate, burst
+        self._ban_seconds, self._max_ban = ban_seconds, min(max_ban_seconds, ttl / 4)
         self._senders: OrderedDict[str, _Sender] = OrderedDict()
         self._admitted: OrderedDict[bytes, None] = OrderedDict()
 
     def admit(self, sender: str, data: bytes, now: float) -> MessageVerdict:
         state = self._sender(sender, now)
         if now < state.banned_until:
-            return MessageVerdict("banned", disconnect=self._disconnect_due(state, now))
+            return MessageVerdict(faults.GOSSIP_BANNED, disconnect=self._disconnect_due(state, now))
         if not self._policy.allows(sender):
-            return MessageVerdict("denied")
+            return MessageVerdict(faults.GOSSIP_DENIED)
         state.tokens = min(self._burst, state.tokens + (now - state.updated) * self._rate)
         state.updated = now
         if state.tokens < 1:
             state.dropped += 1
             if state.dropped <= self._burst:
-                return MessageVerdict("rate")
+                return MessageVerdict(faults.GOSSIP_RATE)
             state.dropped, state.bans = 0, state.bans + 1
-            state.banned_until = now + min(self._max_ban, BAN_SECONDS * 2 ** (state.bans - 1))
-            return MessageVerdict("rate", disconnect=self._disconnect_due(state, now))
+            state.banned_until = now + min(self._max_ban, self._ban_seconds * 2 ** (state.bans - 1))
+            return MessageVerdict(faults.GOSSIP_RATE, disconnect=self._disconnect_due(state, now))
         state.tokens -= 1
         if len(data) > MAX_MESSAGE_BYTES:
-            return MessageVerdict("oversize")
+            return MessageVerdict(faults.GOSSIP_OVERSIZE)
         try:
             record = decode_message(data)
         except ValueError:
-            return MessageVerdict("bad_message")
+            return MessageVerdict(faults.GOSSIP_BAD_MESSAGE)
         owner = owner_of(record.subkey)
         if owner is None:
-            return MessageVerdict("not_pointer_form")
+            return MessageVerdict(faults.gossip_twin(faults.NOT_POINTER_FORM))
         if owner.name == MEMBER_SUBKEY_NAME:
-            return MessageVerdict("not_pointer")
+            return MessageVerdict(faults.GOSSIP_NOT_POINTER)
         if owner.peer_id != sender:
-            return MessageVerdict("not_sender")
+            return MessageVerdict(faults.GOSSIP_NOT_SENDER)
         digest = record_digest(record)
         if digest in self._admitted:
-            return MessageVerdict("replayed")
+            return MessageVerdict(faults.GOSSIP_REPLAYED)
         verdict = self._checker.examine(record)
+        if verdict.reason == faults.PUZZLE_BUSY:  # this node's verifier is busy: no one's fault, not remembered
+            return MessageVerdict(faults.PUZZLE_BUSY)
         if verdict.reason:
-            return MessageVerdict(verdict.reason)
+            return MessageVerdict(faults.gossip_twin(verdict.reason))
         if not isinstance(verdict.content, GroupPointer):
-            return MessageVerdict("not_pointer")
+            return MessageVerdict(faults.GOSSIP_NOT_POINTER)
         self._admitted[digest] = None
         if len(self._admitted) > MAX_REMEMBERED:
             self._admitted.popitem(last=False)
