@@ -455,8 +455,9 @@ class NodeConfig(_Strict):
     peer's round is in (a peer is live when a pointer of it was seen within two deadlines)."""
     checkpoint_every: int = Field(5, ge=1)
     """Rounds between checkpoints (the last round is always checkpointed)."""
-    keep_checkpoints: int = Field(2, ge=1)
-    """Complete checkpoints kept; older ones are deleted."""
+    keep_checkpoints: int = Field(1, ge=1)
+    """Complete checkpoints kept; older ones are deleted once the next is complete (so a save in
+    progress holds one more: about 1.6 GB each for a full SmolLM2-135M node with its AdamW state)."""
     max_failed_updates: int = Field(3, ge=1)
     """Failed updates in a row (the learner raised, skipped a non-finite step, or the node's own
     samples had non-finite log-probs: node/health.py) after which the node stops publishing and
@@ -487,6 +488,12 @@ class NodeConfig(_Strict):
     """Port of the Prometheus /metrics endpoint; None: no endpoint (0 picks a free port)."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint listens on (0.0.0.0 inside a container)."""
+    status_port: Optional[int] = Field(None, ge=0, le=65535)
+    """Port of the status page (`/` and `/status.json`: node/status_page.py); None: no page (0 picks a
+    free port). `<run_dir>/status.json` is written every round either way."""
+    status_host: str = "127.0.0.1"
+    """Address the status page listens on; anything but loopback shows the node's peers and rounds to
+    whoever can reach it."""
     tensorboard: bool = False
     """Also write each round's numbers as TensorBoard scalars under `<run_dir>/tensorboard`
     (needs the `tensorboard` extra)."""
@@ -527,6 +534,8 @@ class NodeConfig(_Strict):
                              "learner keeps the rest")
         if self.metrics_port and self.metrics_port == self.swarm.port:
             raise ValueError(f"metrics_port and swarm.port are both {self.metrics_port}; give them different ports")
+        if self.status_port and self.status_port in (self.swarm.port, self.metrics_port):
+            raise ValueError(f"status_port {self.status_port} is also the swarm or metrics port; give it another")
         return self
 
 

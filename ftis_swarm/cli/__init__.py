@@ -15,6 +15,7 @@
 - live.py          the round tables of join and testnet (rich), and the per-round log line
 - progress.py      status lines and bars on the terminal (rich), plain lines elsewhere
 - inspect_cmd.py   `ftis-node inspect`: a group file's header and statistics
+- status_cmd.py    `ftis-node status`: a node's status document (ops/status.py) as tables
 
 The command modules import `app.py`, never `main.py` (which imports them): no import circle.
 The only layer that prints; it may import every layer below (lab, ops, node, and theirs). torch,

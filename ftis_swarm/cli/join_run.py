@@ -40,6 +40,9 @@ def torchrun_argv(argv: list[str], nproc: int) -> list[str]:
 
 
 def run_node(cfg: NodeConfig, *, table: bool) -> None:
+    from ftis_swarm.models import check_model_reachable
+
+    check_model_reachable(cfg.model)  # before torch loads: a machine without the hub hears it in seconds
     from ftis_swarm.node.preflight import check_machine
     from ftis_swarm.node.ranks import join_ranks, launched_with_ranks, run_follower
 

@@ -83,6 +83,7 @@ def bootstrap(
 from ftis_swarm.cli import bench_cmds, node_cmds, plan_cmd  # noqa: E402,F401  (register their commands)
 from ftis_swarm.cli import experiment_cmd  # noqa: E402,F401  (registers experiment)
 from ftis_swarm.cli import pilot_cmd  # noqa: E402,F401  (registers bench pilot)
+from ftis_swarm.cli import status_cmd  # noqa: E402,F401  (registers status)
 
 
 def main() -> None:

@@ -67,6 +67,7 @@ from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.peers.protocol import SwarmFactory
 from ftis_swarm.node.rollouts import generate_own
+from ftis_swarm.node.status import open_status
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,9 @@ class Node:
         """The latest round's learning half (its labelled groups and raw metrics), for the lab's records."""
         if latest is not None:
             self._resume(latest)
+        self.status = open_status(cfg, peer_id=p.swarm.peer_id, start_round=self.state.start_round,
+                                  accounts=p.peer_ledger.snapshot())
+        """status.json each round, and the status page when `status_port` is set (status.py)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def _resume(self, latest: Path) -> None:
@@ -199,10 +203,11 @@ class Node:
         return list(results)
 
     def close(self) -> None:
-        """Stops the generator, leaves the swarm, closes the backend and the sinks (`Node.run` ends with it)."""
+        """Stops the generator, leaves the swarm, closes the backend, the sinks and the status page (`Node.run` ends with it)."""
         if self.pipeline is not None:
             self.pipeline.close()
         self.parts.close()
+        self.status.close()
 
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
@@ -285,6 +290,7 @@ class Node:
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n
         p.sink.log(record)
+        self.status.observe(record, p.peer_ledger.snapshot())
         return RoundResult(r, record)
 
     def _own_groups(self, r: int, counts: Counter) -> list[Group]:

@@ -65,7 +65,8 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
         k = int(resumed_from.name.split("-")[1])
         assert k >= 2
 
-        procs[0] = start_node(cmds[0], dirs[0], specs[0])
+        # The first life kept one checkpoint (the default); the second keeps two, for the fallback below.
+        procs[0] = start_node(cmds[0] + ["--set", "keep_checkpoints=2"], dirs[0], specs[0])
         assert procs[0].proc.wait(timeout=900) == 0
         assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 1))  # redone rounds replace the lost ones
         assert f"resumed from {resumed_from.name}" in (dirs[0] / "node.log").read_text()
@@ -81,7 +82,8 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
                 assert not second_life[r] & second_life[q]
         assert CheckpointManager(dirs[0] / "checkpoints").latest().name == f"ckpt-{ROUNDS:08d}"
 
-        # A partial write of the latest checkpoint: the node falls back to the one before.
+        # A latest checkpoint damaged after it was complete (a disk fault, not a kill): with two kept, the
+        # node falls back to the one before.
         latest = CheckpointManager(dirs[0] / "checkpoints").latest()
         weights = next((latest / "model").glob("*.safetensors"))
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
