@@ -48,7 +48,7 @@ class Writer:
 
 
 class StandInP2P:
-    """Answers each stream as its publisher's behaviour says: "good", "hang" or "error"."""
+    """Answers each stream as its publisher's behaviour says: "good", "hang", "error" or "undialable"."""
 
     def __init__(self, behaviour: dict[str, str]):
         self.behaviour = behaviour
@@ -60,6 +60,8 @@ class StandInP2P:
         publisher = peer_id.to_base58()
         reader = asyncio.StreamReader()
         kind = self.behaviour[publisher]
+        if kind == "undialable":  # what p2pd says of a peer behind NAT with no relay slot
+            raise OSError(f"failed to dial {publisher}: no addresses")
         if kind == "good":
             reader.feed_data(b"\x00" + len(BODY).to_bytes(8, "big") + BODY)
         elif kind == "error":
@@ -87,8 +89,9 @@ class Harness:
         self.p2p = StandInP2P(behaviour)
         self.accepted: list[str] = []
         self.rejected: Counter[tuple[str, str]] = Counter()
+        self.counters = SwarmCounters()
         self.scheduler = FetchScheduler(
-            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=policy, counters=SwarmCounters(),
+            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=policy, counters=self.counters,
             room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject,
             origin_of=(origins or {}).get)
 
@@ -172,6 +175,23 @@ def test_a_stalling_publisher_loses_its_slots_and_then_its_pointers():
     assert harness.rejected == {(staller, "stalled"): 20}  # all of them, after 3 failed fetches in a row
     assert harness.p2p.opened[staller] == 3  # two at first, then one at a time: never more
     assert sorted(harness.accepted) == [good] * 5
+
+
+def test_an_undialable_publisher_is_said_unreachable_once_and_loses_its_pointers(caplog):
+    home, good = peer(4), peer(5)
+    harness = Harness({home: "undialable", good: "good"}, max_fetch_attempts=2)
+
+    async def run() -> None:
+        await harness.until(lambda: sum(harness.rejected.values()) == 3 and len(harness.accepted) == 2,
+                            add=[pointer(home) for _ in range(3)] + [pointer(good) for _ in range(2)], then=0.3)
+        harness.scheduler.cancel()
+
+    with caplog.at_level("WARNING", logger="ftis_swarm.swarm.fetch.scheduler"):
+        asyncio.run(run())
+    assert harness.rejected == {(home, "fetch_failed"): 3}
+    assert harness.counters.snapshot()["publishers_unreachable"] == 1  # once per series, not per pointer
+    assert [r.getMessage() for r in caplog.records if "cannot fetch the groups of" in r.getMessage()][0].count(home)
+    assert sorted(harness.accepted) == [good] * 2
 
 
 def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_again():

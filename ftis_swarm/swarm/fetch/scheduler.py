@@ -204,7 +204,7 @@ class FetchScheduler:
         state.attempts[pointer.group_id] += 1
         final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         if state.failures >= cfg.max_fetch_attempts:
-            if exc.reason == "unreachable" and state.failures == cfg.max_fetch_attempts:  # once per series
+            if exc.reason == faults.BODY_UNREACHABLE and state.failures == cfg.max_fetch_attempts:  # once per series
                 self._counters.add("publishers_unreachable")
                 logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
                                "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
