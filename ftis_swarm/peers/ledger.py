@@ -148,6 +148,7 @@ class PeerLedger:
         for peer, counts in report.items():
             if peer == me:
                 continue
+            self._peers.setdefault(peer, PeerRecord())  # a peer whose groups entered an update is known, credit or none
             for reason, n in counts.items():
                 if reason != "groups":
                     self.charge(peer, reason, n)

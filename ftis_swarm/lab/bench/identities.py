@@ -74,7 +74,7 @@ class IdentityBench:
 
 
 def _start(tmp: Path, cfg: SwarmConfig, *, honest: int, crowd: int,
-           processes: int) -> tuple[subprocess.Popen, dict[str, JsonProcess]]:
+           processes: int) -> tuple[subprocess.Popen, dict[str, JsonProcess], str]:
     puzzle_env = {f"FTIS_SWARM__PUZZLE__{k.upper()}": str(v) for k, v in cfg.puzzle.model_dump().items()}
     boot, maddrs = start_bootstrap(tmp, env=dict(os.environ, **puzzle_env))  # on 127.0.1.1
     cfg = cfg.model_copy(update={"peers": maddrs})
@@ -97,7 +97,7 @@ def _start(tmp: Path, cfg: SwarmConfig, *, honest: int, crowd: int,
             proc.kill()
         stop(boot)
         raise
-    return boot, roles
+    return boot, roles, maddrs[0].rsplit("/p2p/", 1)[-1]
 
 
 def _share(total: int, parts: int, j: int) -> int:
@@ -110,11 +110,11 @@ def run_identity_bench(*, swarm: SwarmConfig, crowd: int, processes: int, honest
     cfg = swarm.model_copy(update={"run_id": "bench-identities", "ttl": 600.0, "poll_interval": 0.5})
     with tempfile.TemporaryDirectory(prefix="ftis-bench-identities-") as tmp:
         progress(f"{crowd} identities at the run's puzzle (the crowd), {honest} honest nodes")
-        boot, roles = _start(Path(tmp), cfg, honest=honest, crowd=crowd, processes=processes)
+        boot, roles, boot_id = _start(Path(tmp), cfg, honest=honest, crowd=crowd, processes=processes)
         try:
             crowds = [roles[f"crowd{j}"] for j in range(processes)]
             costs = [c for proc in crowds for c in proc.hello["identity_costs"]]
-            ledger = _Ledger([roles[f"node{i}"] for i in range(honest)])
+            ledger = _Ledger([roles[f"node{i}"] for i in range(honest)], bootstrap=boot_id)
             progress(f"the crowd floods {pointers} pointers from {processes} requesting peers")
             for j, proc in enumerate(crowds):
                 proc.request({"op": "flood", "attack": "pointers", "n": _share(pointers, processes, j)})
