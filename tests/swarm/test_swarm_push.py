@@ -15,11 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ftis_swarm.peers import faults
 from ftis_swarm.wire import content_id
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 DHT_EVERY, SHORT = 20.0, 5.0
+RETRIED = {faults.BODY_BROKEN, faults.BODY_STALLED, faults.BODY_UNREACHABLE}  # unsigned: load, never the sender
 
 
 def test_pushed_pointers_and_gathers_that_end_when_the_round_is_in(swarm):
@@ -79,7 +81,9 @@ def test_pushed_pointers_and_gathers_that_end_when_the_round_is_in(swarm):
         counters = node.counters()
         assert counters["pointers_read"] == 0, counters  # every group so far came on the topic
         assert counters["pointers_gossiped"] == len([g for g, p in published.items() if p["by"] != node.peer_id])
-        assert counters["gathers_complete"] >= 1 and counters["faults"] == {}
+        assert counters["gathers_complete"] >= 1
+        # no honest peer sent anything it signed wrong; a fetch that broke under load was retried (every body came)
+        assert set(counters["faults"]) <= RETRIED, counters["faults"]
 
     # a late node without gossip: the DHT gives it everything published before it came
     late = swarm.node(cfg.model_copy(update={"gossip": False})).joined()
