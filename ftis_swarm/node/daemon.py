@@ -110,6 +110,7 @@ class Node:
         context = self.parts.backend.context_len
         self.intake = PeerIntake(Budget.of(cfg, context=context))
         p = self.parts
+        p.swarm.set_budget(self.intake.budget)  # the swarm fetches only what an update takes
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
                                  admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
                                  health=self.health)
@@ -196,12 +197,12 @@ class Node:
         t0 = time.perf_counter()
         own = self._own_groups(r, counts)
         t_gen = time.perf_counter()
-        for g in own:
-            if not within_vocab(g, p.token_bound):  # peers would refuse it
-                counts["publish_out_of_vocab"] += 1
-                counts["publish_failed"] += 1
-                continue
-            counts["published" if p.swarm.publish(g, round=r, round_groups=len(own)).ok else "publish_failed"] += 1
+        publishable = [g for g in own if within_vocab(g, p.token_bound)]  # peers would refuse the rest
+        counts["publish_out_of_vocab"] += len(own) - len(publishable)
+        counts["publish_failed"] += len(own) - len(publishable)
+        if publishable:
+            ok = p.swarm.publish_round(publishable, round=r).ok
+            counts["published" if ok else "publish_failed"] += len(publishable)
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
         peers = self._take_peer_groups(gathered, counts)
@@ -236,7 +237,7 @@ class Node:
             **learned.health,
         }
         swarm_counts = p.swarm.counters()
-        for key in ("fetched_bytes", "served_bytes"):  # cumulative since the node started
+        for key in ("fetched_bytes", "served_bytes", "fetched_bodies", "chosen", "not_chosen"):  # since it started
             record[f"swarm_{key}"] = swarm_counts.get(key, 0)
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n

@@ -5,7 +5,8 @@
 Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
 
     {"op": "publish", "items": [...], "tokens": n, "round": r}
-        -> [{"ok", "reason", "group_id", "replicas", "body", "started"}]  (the items are round r's groups)
+        -> [{"ok", "reason", "group_id", "replicas", "body", "started"}]  (round r's groups, one pointer:
+           one entry per group, the publish's outcome in each)
     {"op": "gather", "deadline": s, "round": r or null}
         -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
     {"op": "counters"}                                -> the client's counters
@@ -43,14 +44,12 @@ def b64(data: bytes) -> str:
 
 def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
     if cmd["op"] == "publish":
-        out = []
-        for item in cmd["items"]:
-            group = make_group(sender=client.peer_id, run_id=cfg.run_id, item=item, tokens=cmd["tokens"])
-            started = time.time()
-            result = client.publish(group, round=cmd.get("round", 0), round_groups=len(cmd["items"]))
-            out.append({"ok": result.ok, "reason": result.reason, "group_id": result.group_id,
-                        "replicas": result.replicas, "body": b64(encode_group(group)), "started": started})
-        return out
+        groups = [make_group(sender=client.peer_id, run_id=cfg.run_id, item=item, tokens=cmd["tokens"])
+                  for item in cmd["items"]]
+        started = time.time()
+        result = client.publish_round(groups, round=cmd.get("round", 0))
+        return [{"ok": result.ok, "reason": result.reason, "group_id": group.group_id, "replicas": result.replicas,
+                 "body": b64(encode_group(group)), "started": started} for group in groups]
     if cmd["op"] == "gather":
         started = time.monotonic()
         groups = client.gather(cmd["deadline"], round=cmd.get("round"))

@@ -23,6 +23,10 @@ from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT, BoundedSerializer, NotPoi
 from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.keys import member_key, pointer_key
 from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.config import WireConfig
+from ftis_swarm.lab.hostile.floods import make_group
+from ftis_swarm.swarm.records import MAX_GROUPS_PER_ROUND, RoundPointer, check_body, make_round_pointer
+from ftis_swarm.wire import encode_group
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
 
@@ -50,6 +54,34 @@ def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, b
     assert checker.examine(alice.member(key=member_key(RUN, W + 1, 0))).reason == "unbound_key"
     assert {name: checker.examine(record).reason for name, record in refusals.items()} == {
         name: name for name in refusals}
+
+
+def test_a_round_pointer_is_one_record_for_a_round_and_its_views_bind_each_body(alice, bob):
+    checker = bob.checker
+    record = alice.pointer(round=12, n_groups=16)
+    verdict = checker.examine(record)
+    assert verdict.reason == "" and isinstance(verdict.content, RoundPointer)
+    assert len(record.subkey) + len(record.value) < 2600  # 16 groups signed into one record of ~2.3 KB
+    views = verdict.content.views()
+    assert [(v.round, v.round_groups) for v in views] == [(12, 16)] * 16 and len({v.group_id for v in views}) == 16
+    twice = SER.loads(checker.strip_value(record))
+    twice["groups"] = [twice["groups"][0], twice["groups"][0]]
+    refusals = {
+        "owner_mismatch": alice.sign(pointer_key(RUN, alice.peer_id, W), SER.loads(record.subkey),
+                                     {**SER.loads(checker.strip_value(record)), "round": 13}),  # subkey says r12
+        "bad_schema": alice.sign(pointer_key(RUN, alice.peer_id, W), SER.loads(record.subkey), twice),
+    }
+    assert {name: checker.examine(r).reason for name, r in refusals.items()} == {name: name for name in refusals}
+    assert checker.examine(alice.pointer(n_groups=MAX_GROUPS_PER_ROUND + 1)).reason == "bad_schema"
+
+    group = make_group(sender=alice.peer_id, run_id=RUN, item="x", tokens=24, tokenizer_fp="tok", vocab_size=1000)
+    body = encode_group(group)
+    [pointer] = make_round_pointer([(group, body)], publisher=alice.peer_id, run_id=RUN, tokenizer_fp="tok",
+                                   window=W, round=0).views()
+    assert pointer.tokens == group.num_completion_tokens > 0 and pointer.group_id == group.group_id
+    assert check_body(body, pointer, vocab_size=1000, limits=WireConfig())[1] == ""
+    lied = pointer.copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
+    assert check_body(body, lied, vocab_size=1000, limits=WireConfig())[1] == "pointer_mismatch"
 
 
 def test_strict_decoding_refuses_extension_types_at_once(alice):

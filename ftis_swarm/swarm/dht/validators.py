@@ -4,8 +4,8 @@
 
 1. envelope: the signed value is at most `max_record_bytes` (`oversize_record`); its
    expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
-   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/<group
-   id>` or `[owner:<rsa key>]/member` (`not_pointer_form`).
+   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/r<round>`
+   or `[owner:<rsa key>]/member` (`not_pointer_form`).
 2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`)
    and names the run, window (and shard count) whose key, for this owner, is the one the
    record is stored under (`unbound_key`, see `keys`). A flood under random keys is
@@ -13,9 +13,9 @@
 3. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
    (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
    a forged signature and a replay with a changed expiry fail here.
-4. content: the value is a `GroupPointer` or `MemberRecord` (strict schema, no coercion,
-   no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose group
-   id is the subkey's (`owner_mismatch`).
+4. content: the value is a `RoundPointer` or `MemberRecord` (strict schema, no coercion,
+   no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose round
+   is the subkey's (`owner_mismatch`).
 
 The checker remembers the verdicts on the records it accepted (by a length-prefixed
 sha256), so records read again at every poll cost one hash. Only acceptances are
@@ -42,12 +42,12 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
-from ftis_swarm.swarm.records import GroupPointer, MemberRecord, parse_subkey
+from ftis_swarm.swarm.records import MemberRecord, RoundPointer, parse_subkey, round_name
 
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEY_BYTES = 2048
-Content = Union[GroupPointer, MemberRecord]
+Content = Union[RoundPointer, MemberRecord]
 
 
 def unpack_strict(data: bytes, *, max_bytes: int) -> object:
@@ -60,7 +60,7 @@ def unpack_strict(data: bytes, *, max_bytes: int) -> object:
 
 @dataclasses.dataclass(frozen=True)
 class Owner:
-    """Who a record's subkey says owns it, and what it names (a group id, or "member")."""
+    """Who a record's subkey says owns it, and what it names (a round's `r<n>`, or "member")."""
 
     public_key: bytes
     name: str
@@ -136,13 +136,12 @@ class RecordChecker(RecordValidatorBase):
         if not self._rsa.validate(record):
             return Verdict("bad_signature", owner)
         try:
-            content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else GroupPointer).parse_strict(value)
+            content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else RoundPointer).parse_strict(value)
         except ValueError as exc:
             logger.debug("refused a record that is not a pointer or membership record: %s", exc)
             return Verdict("bad_schema", owner)
         if content.publisher != owner.peer_id or (
-                isinstance(content, GroupPointer)
-                and (content.group_id != owner.name or not content.sha256.startswith(owner.name))):
+                isinstance(content, RoundPointer) and round_name(content.round) != owner.name):
             return Verdict("owner_mismatch", owner)
         return Verdict("", owner, content)
 
