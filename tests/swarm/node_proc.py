@@ -10,6 +10,7 @@ Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
     {"op": "gather", "deadline": s, "round": r or null}
         -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
     {"op": "counters"}                                -> the client's counters
+    {"op": "budget", "max_tokens": n, ...}            -> {"ok": true}: fetch only what that Budget takes
     {"op": "quit"}                                    -> {"ok": true}, after shutdown
 
 Bodies are base64 of the canonical wire encoding, so the test compares them bit for bit.
@@ -25,6 +26,7 @@ import time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.hostile import floods as hostile_floods
+from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.wire import Group, encode_group
 
@@ -57,6 +59,10 @@ def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
                 "arrivals": client.arrival_times()}
     if cmd["op"] == "counters":
         return client.counters()
+    if cmd["op"] == "budget":
+        fields = {k: v for k, v in cmd.items() if k != "op"}
+        client.set_budget(Budget(**fields, context=1 << 20))
+        return {"ok": True}
     raise ValueError(f"unknown op {cmd['op']!r}")
 
 
