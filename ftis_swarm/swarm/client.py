@@ -15,6 +15,7 @@ safe from the node's main thread:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -293,19 +294,30 @@ class SwarmClient:
             raise ValueError("deadline must be >= 0 seconds")
         started = time.monotonic()
         if self._budget is not None and not self._closed:
-            self._loop.run(self._gatherer.open_gather(2 * deadline), timeout=10.0)
+            self._late_on_loop(self._gatherer.open_gather(2 * deadline), deadline, "opening the gather")
         if round is None:
             self._stop.wait(deadline)
         else:
             self._wait_for_round(deadline)
         if self._closed:
             return []
-        used = self._loop.run(self._gatherer.close_gather(), timeout=10.0)
+        used = self._late_on_loop(self._gatherer.close_gather(), deadline, "closing the gather") or (0, 0)
         drained = self._gatherer.drain()
         self._arrivals = {group.group_id: accepted_at for group, accepted_at in drained}
         self._fill = GatherFill(seconds=time.monotonic() - started, tokens=used[0], groups=used[1],
                                 max_tokens=self._budget.max_tokens if self._budget is not None else 0)
         return [group for group, _ in drained]
+
+    def _late_on_loop(self, coro, deadline: float, what: str):
+        """Runs `coro` on the swarm's loop and waits up to `deadline` + 10 s for it; None when the loop is
+        that late (a starved machine: counted `gather_loop_late`), the coroutine then runs when it can."""
+        future = self._loop.submit(coro)
+        try:
+            return future.result(deadline + 10.0)
+        except concurrent.futures.TimeoutError:
+            self._counters.add("gather_loop_late")
+            logger.warning("%s waited %.0f s for the swarm's event loop; going on without it", what, deadline + 10)
+            return None
 
     def last_fill(self) -> "GatherFill":
         """How the last gather filled the budget (zeros without a budget)."""

@@ -47,6 +47,8 @@ LAYOUTS = ("budget", "all")
 MESH_DEGREE = 6
 """gossipsub's D in the bundled p2pd: each message reaches a peer from about D mesh peers."""
 PAPER_GROUPS, PAPER_SIZE = 16, 48 * 1024
+JOIN_TIMEOUT = 120.0
+"""Seconds a node may take to join: dozens of p2pd daemons starting at once on a loaded machine."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonPr
 
 def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
              size: int, per_worker: int) -> ScaleRow:
-    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}")
+    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}", join_timeout=JOIN_TIMEOUT)
     workers = _start(n, cfg, logs, per_worker)
     try:
         start_at = time.time() + 2.0

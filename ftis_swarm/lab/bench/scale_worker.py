@@ -1,6 +1,7 @@
 """Several swarm-only nodes in one process: `python -m ftis_swarm.lab.bench.scale_worker '<json>'`.
 
-Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}.
+Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}. Its
+first node joins through `cfg.peers` (none: it starts the swarm), the others through it.
 Each node is a real `SwarmClient` with its own p2pd, DHT peer and RSA key, and a policy
 that scores a peer by how many of its groups this node used (as the ledger credits them).
 It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "maddrs"} once its nodes joined, then:
@@ -104,9 +105,12 @@ def main() -> None:
     settings = json.loads(sys.argv[1])
     cfg = SwarmConfig.model_validate_json(settings["cfg"])
     policies = [UsedPolicy() for _ in range(settings["clients"])]
+    start = lambda c, p: SwarmClient.start(c, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, policy=p)  # noqa: E731
+    clients = [start(cfg, policies[0])]
+    if not cfg.peers:  # the swarm's first worker: its other nodes join through its first
+        cfg = cfg.model_copy(update={"peers": clients[0].visible_maddrs})
     with ThreadPoolExecutor(max_workers=settings["clients"]) as pool:
-        clients = list(pool.map(lambda p: SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE,
-                                                            policy=p), policies))
+        clients += list(pool.map(lambda p: start(cfg, p), policies[1:]))
     _send({"peer_id": clients[0].peer_id, "peer_ids": [c.peer_id for c in clients], "maddrs": clients[0].visible_maddrs})
     try:
         for line in sys.stdin:
