@@ -17,7 +17,7 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
 
 A row: {"node", "round", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
 "arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
-"tokens", "fill_s", "traffic": {counter: increase over the round}}.
+"tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before}}.
 """
 
 from __future__ import annotations
@@ -65,11 +65,11 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
                  run_id: str) -> list:
     period, rows = cmd["period"], []
     phase = index / cmd["nodes"] * period
+    before = client.counters()  # each round counts from the end of the one before (earned bodies come between)
     for r in range(cmd["rounds"]):
         time.sleep(max(0.0, cmd["start_at"] + r * period + phase - time.time()))
         groups = [synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"],
                                   seed=index * 100_000 + r * 100 + i) for i in range(cmd["groups"])]
-        before = client.counters()
         started = time.time()
         result = client.publish_round(groups, round=r)
         got = client.gather(period, round=r)
@@ -86,6 +86,7 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "max_tokens": budget.max_tokens if budget is not None else 0,
             "traffic": {name: after[name] - before[name] for name in TRAFFIC},
         })
+        before = after
     return rows
 
 
