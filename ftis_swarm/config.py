@@ -207,6 +207,9 @@ class LearnerConfig(_Strict):
     (prompts_per_round x group_size x max_new_tokens). Groups over it wait one round, then are dropped."""
     max_peer_tokens_per_peer: Optional[int] = Field(None, ge=1)
     """Most completion tokens one peer may put into one update; None: 2 x this node's own per round."""
+    strangers_share: float = Field(0.25, ge=0, le=1)
+    """The part of the peers' token and group budget reserved for, and capped to, peers without
+    standing (chosen fairly among them, by the node's seed); peers with standing share the rest."""
     max_prompt_overhead: int = Field(256, ge=0)
     """Most prompt tokens a peer's group may hold beyond its item's own prompt text (chat template,
     system prompt); longer prompts are refused."""
@@ -214,6 +217,10 @@ class LearnerConfig(_Strict):
     """False-alarm probability of one check of the forgery detector (Hoeffding bound, docs/method.md)."""
     forgery_window: int = Field(4096, ge=1)
     """Tokens of a peer's most recent groups the forgery detector averages over."""
+    standing_margin: float = Field(0.25, gt=0)
+    """m: a peer has standing once the detector's upper bound on its mean truncated weight is
+    below 1 + m (a few hundred tokens at 0.25); until then its samples' weights are capped at 1
+    (docs/node.md, "Standing")."""
     ftis: FTISConfig = Field(default_factory=FTISConfig)
 
     @model_validator(mode="before")
@@ -244,6 +251,27 @@ def check_multiaddr(text: str) -> str:
     return text.strip()
 
 
+class PuzzleConfig(_Strict):
+    """The memory-hard puzzle every identity solves once per run (ftis_swarm/swarm/puzzle.py).
+
+    The same on every peer of a run: a record whose owner's puzzle is not solved at these
+    settings is refused. At the defaults one scrypt try takes about 60 ms on one core
+    (16 MiB of memory), so an identity costs about 2^bits x 60 ms: some 4 s at 6 bits.
+    """
+
+    bits: int = Field(6, ge=0, le=32)
+    """Leading zero bits the scrypt digest of (public key, run id, nonce) must have."""
+    log2_n: int = Field(14, ge=1, le=20)
+    """scrypt's cost N = 2^log2_n; memory is 128 x r x N bytes (16 MiB at 14 and r = 8)."""
+    r: int = Field(8, ge=1, le=32)
+    """scrypt's block size."""
+    verify_rate: float = Field(4.0, gt=0, le=10_000)
+    """New identities' puzzles this node verifies per second, sustained (each costs one scrypt);
+    a record of an identity over the rate is refused for now (`puzzle_busy`, no fault of anyone)."""
+    verify_burst: int = Field(32, ge=1, le=100_000)
+    """New identities' puzzles verified at once before `verify_rate` applies."""
+
+
 class SwarmConfig(_Strict):
     """The hivemind side of a node (ftis_swarm.swarm)."""
 
@@ -258,9 +286,32 @@ class SwarmConfig(_Strict):
     announce: list[str] = Field(default_factory=list)
     """Multiaddrs to announce to peers instead of the listening ones (behind NAT)."""
     client_mode: bool = False
-    """Accept no incoming connections (for nodes behind NAT); such a node can still gather."""
+    """Accept no incoming connections (for nodes behind NAT); such a node can still gather. With
+    `reachability` auto it means `relayed`."""
+    reachability: Literal["auto", "public", "relayed", "client"] = "auto"
+    """How peers reach this node (docs/swarm.md, Reach): `public` (dialable; serves the DHT and a
+    bounded relay), `relayed` (behind NAT; a slot on the bootstrap peers' relays, so other home
+    nodes fetch its groups), `client` (behind NAT; only public peers fetch from it, over the
+    connection it opened). `auto`: `relayed` with `client_mode`; else the `peers` are asked to
+    dial this node's port back: `public` if one could, else `relayed` (`public` with no peers)."""
+    relay_wait: float = Field(15.0, ge=0, le=600)
+    """Seconds a `relayed` node waits at start for a slot on a relay before it publishes (a WARNING
+    if none: then only public peers can fetch its groups)."""
+    relay_service: bool = True
+    """When public, relay circuits for NAT'd peers within the four limits below."""
+    relay_max_circuits: int = Field(16, ge=1, le=1024)
+    """Relayed connections open at once for one peer."""
+    relay_max_reservations: int = Field(128, ge=1, le=65536)
+    """NAT'd peers holding a relay slot on this node at once."""
+    relay_data_limit: int = Field(64 * 1024 * 1024, ge=64 * 1024)
+    """Bytes relayed in each direction of one relayed connection before it is reset."""
+    relay_time_limit: float = Field(1800.0, ge=1.0)
+    """Seconds one relayed connection may last."""
     identity: Optional[Path] = None
-    """Private-key file; created on first start. None: a fresh identity each start."""
+    """Private-key file (its puzzle beside it, `<file>.puzzle`); created on first start and kept,
+    so the peer id and its standing survive a restart. None: `identity.key` in the node's
+    run directory (a process without one, such as `ftis-node bootstrap`, makes a fresh one)."""
+    puzzle: PuzzleConfig = Field(default_factory=PuzzleConfig)
     run_id: str = Field("ftis-default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     """Swarm run name: only groups of the same run id are exchanged."""
     ttl: float = Field(600.0, gt=0)
@@ -275,8 +326,20 @@ class SwarmConfig(_Strict):
     """Most bytes in one signed DHT record (a round pointer of 16 groups, about 1.7 KB); larger records are refused."""
     max_stored_records: int = Field(16384, ge=64)
     """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
+    max_stored_bytes: int = Field(32 << 20, ge=1 << 20)
+    """Most bytes of memory the stored records may take, all keys together: each is charged its subkey
+    and value plus 1 KB (`swarm/dht/storage.py`; a pointer ~2 KB, so 32 MiB hold ~16,000)."""
     max_records_per_peer: int = Field(2048, ge=16)
     """Most records this node stores that one peer sent, and that one owner signed."""
+    origin_prefix_v4: int = Field(24, ge=8, le=32)
+    """An IPv4 peer's network origin: this prefix of its connection's address (a /24)."""
+    origin_prefix_v6: int = Field(48, ge=16, le=128)
+    """An IPv6 peer's network origin: this prefix of its connection's address (a /48)."""
+    max_records_per_origin: int = Field(4096, ge=16)
+    """Most records this node stores that peers of one network origin sent, all together; the peers
+    reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
+    max_fetches_per_origin: int = Field(4, ge=1, le=255)
+    """Bodies fetched at once from publishers of one network origin (the relayed ones as one)."""
     max_groups_per_peer_per_gather: int = Field(16, ge=1)
     """Most groups one peer may contribute to one gather; its further groups wait for the next one.
     A node lowers it to its `learner.max_groups_per_peer` when that is smaller."""
@@ -327,6 +390,20 @@ class SwarmConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_reachability(self) -> "SwarmConfig":
+        if self.client_mode and self.reachability == "public":
+            raise ValueError("client_mode accepts no incoming connections, so reachability cannot be public")
+        return self
+
+    @property
+    def reach_mode(self) -> Literal["public", "relayed", "client"]:
+        """The reachability this node starts in, `auto` resolved without a probe (`swarm.runtime.open_peer`
+        probes an `auto` node that has peers)."""
+        if self.reachability != "auto":
+            return self.reachability
+        return "relayed" if self.client_mode else "public"
+
     @field_validator("peers", "announce")
     @classmethod
     def _multiaddrs(cls, v: list[str]) -> list[str]:
@@ -346,6 +423,12 @@ class LedgerConfig(_Strict):
     """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
     max_ban_seconds: float = Field(3600.0, gt=0)
     """Longest ban."""
+    gossip_ban_seconds: float = Field(30.0, gt=0)
+    """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
+    further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.ttl`."""
+    max_credit_per_update: float = Field(4.0, ge=0)
+    """Most credit one peer earns from one update (a group whose every sample carried signal and
+    passed every check earns 1)."""
 
 
 def _plain_task_name(v: str) -> str:
@@ -372,8 +455,9 @@ class NodeConfig(_Strict):
     peer's round is in (a peer is live when a pointer of it was seen within two deadlines)."""
     checkpoint_every: int = Field(5, ge=1)
     """Rounds between checkpoints (the last round is always checkpointed)."""
-    keep_checkpoints: int = Field(2, ge=1)
-    """Complete checkpoints kept; older ones are deleted."""
+    keep_checkpoints: int = Field(1, ge=1)
+    """Complete checkpoints kept; older ones are deleted once the next is complete (so a save in
+    progress holds one more: about 1.6 GB each for a full SmolLM2-135M node with its AdamW state)."""
     max_failed_updates: int = Field(3, ge=1)
     """Failed updates in a row (the learner raised, skipped a non-finite step, or the node's own
     samples had non-finite log-probs: node/health.py) after which the node stops publishing and
@@ -404,6 +488,12 @@ class NodeConfig(_Strict):
     """Port of the Prometheus /metrics endpoint; None: no endpoint (0 picks a free port)."""
     metrics_host: str = "127.0.0.1"
     """Address the metrics endpoint listens on (0.0.0.0 inside a container)."""
+    status_port: Optional[int] = Field(None, ge=0, le=65535)
+    """Port of the status page (`/` and `/status.json`: node/status_page.py); None: no page (0 picks a
+    free port). `<run_dir>/status.json` is written every round either way."""
+    status_host: str = "127.0.0.1"
+    """Address the status page listens on; anything but loopback shows the node's peers and rounds to
+    whoever can reach it."""
     tensorboard: bool = False
     """Also write each round's numbers as TensorBoard scalars under `<run_dir>/tensorboard`
     (needs the `tensorboard` extra)."""
@@ -444,6 +534,8 @@ class NodeConfig(_Strict):
                              "learner keeps the rest")
         if self.metrics_port and self.metrics_port == self.swarm.port:
             raise ValueError(f"metrics_port and swarm.port are both {self.metrics_port}; give them different ports")
+        if self.status_port and self.status_port in (self.swarm.port, self.metrics_port):
+            raise ValueError(f"status_port {self.status_port} is also the swarm or metrics port; give it another")
         return self
 
 

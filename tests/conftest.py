@@ -9,6 +9,14 @@ import pytest
 
 from ftis_swarm.tasks.dataset import BUNDLED_DATA, HUB
 
+from record_peers import PUZZLE
+
+# Every node, bootstrap peer and bench these tests start solves and checks the tests' trivial
+# identity puzzle (environment variables reach the subprocesses); the default's cost is
+# measured by `ftis-node bench hostile --phase identities`, never in a test.
+for _key, _value in PUZZLE.model_dump().items():
+    os.environ.setdefault(f"FTIS_SWARM__PUZZLE__{_key.upper()}", str(_value))
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:

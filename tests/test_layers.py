@@ -1,4 +1,5 @@
-"""The layering of STYLE.md, held by the import-linter contracts in pyproject.toml."""
+"""The layering of STYLE.md, held by the import-linter contracts in pyproject.toml, and no
+import circle inside a package of the product."""
 
 from __future__ import annotations
 
@@ -6,7 +7,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
+
 ROOT = Path(__file__).resolve().parents[1]
+PRODUCT_PACKAGES = ("cli", "ops", "node", "rollout", "learner", "swarm", "peers", "wire", "tasks", "metrics",
+                    "models", "core")
+
+
+def import_circles(package: str, inside: tuple[str, ...]) -> list[list[str]]:
+    """For each direct import `a -> b` between modules of one of `inside` (subpackages of `package`)
+    with a chain of imports back from `b` to `a`: that circle, `[a, b, ..., a]`. Imports made
+    inside functions and under TYPE_CHECKING count: each is an arrow a reader has to follow."""
+    graph = grimp.build_graph(package, cache_dir=None)
+    circles = []
+    for sub in inside:
+        prefix = f"{package}.{sub}"
+        modules = {m for m in graph.modules if m == prefix or m.startswith(prefix + ".")}
+        for a in sorted(modules):
+            for b in sorted(graph.find_modules_directly_imported_by(a) & modules):
+                back = graph.find_shortest_chain(importer=b, imported=a)
+                if back is not None:
+                    circles.append([a, *back])
+    return circles
 
 
 def test_import_contracts_hold():
@@ -29,3 +51,28 @@ def test_help_imports_no_heavy_package_and_is_fast():
     line = next(ln for ln in out.splitlines() if ln.startswith("HEAVY"))
     assert line.startswith("HEAVY []"), line
     assert "join" in out and "bootstrap" in out and "testnet" in out
+
+
+def test_no_package_of_the_product_has_an_import_circle():
+    assert import_circles("ftis_swarm", PRODUCT_PACKAGES) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path, monkeypatch):
+    pkg = tmp_path / "circled"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text("")
+    (pkg / "inner" / "a.py").write_text("from circled.inner import b\n")
+    (pkg / "inner" / "b.py").write_text("def f():\n    from circled.inner.c import g\n")
+    (pkg / "inner" / "c.py").write_text("import circled.inner.a\n")
+    (pkg / "free.py").write_text("import circled.inner.a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    circles = import_circles("circled", ("inner",))
+
+    assert sorted(map(tuple, circles)) == [
+        ("circled.inner.a", "circled.inner.b", "circled.inner.c", "circled.inner.a"),
+        ("circled.inner.b", "circled.inner.c", "circled.inner.a", "circled.inner.b"),
+        ("circled.inner.c", "circled.inner.a", "circled.inner.b", "circled.inner.c"),
+    ]
+    assert import_circles("circled", ("free",)) == []

@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|rollout|swarm|scale|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
+"""`ftis-node bench wire|learner|rollout|swarm|scale|reach|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
 
 Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
 of figures measured against a baseline in the same run, and with `--json` writes them.
@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import bench_app, fail, renamed
+from ftis_swarm.cli.app import bench_app, fail, renamed
 
 
 def _write_json(path: Optional[Path], data: dict) -> None:
@@ -144,20 +144,51 @@ def bench_hostile(
     random_keys: int = typer.Option(10000, help="Records under random keys."),
     dictionary_items: int = typer.Option(20000, help="Unknown msgpack extension types in one dictionary store."),
     bad_bodies: int = typer.Option(16, help="Pointers per bad body server (stall, silence, dribble, endless)."),
+    phase: str = typer.Option("attacks", help="attacks: the 3-node testnet under each attack; identities: what "
+                                              "identities cost at the default puzzle, and a crowd from one origin."),
+    crowd: int = typer.Option(20, help="--phase identities: identities of the crowd, all from one origin."),
+    crowd_pointers: int = typer.Option(6000, help="--phase identities: pointers the crowd floods, spread over it."),
+    crowd_processes: int = typer.Option(3, help="--phase identities: requesting peers (processes) of the crowd."),
+    fill: int = typer.Option(1900, help="Pointers each of the 10 filling identities (each its own daemon) stores."),
+    storage_mib: float = typer.Option(32.0, help="Each node's max_stored_bytes, MiB (the fill is meant to pass it)."),
+    memory_records: int = typer.Option(2000, help="Records stored in-process to measure one's memory (0: skip)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
-    """A 3-node testnet under each attack of a hostile peer: round times, delivery and every process's peak RSS."""
-    if min(rounds, groups, identities, pointers, random_keys, dictionary_items, bad_bodies) < 1 or deadline <= 0:
-        fail("--rounds, --groups, --identities, --pointers, --random-keys, --dictionary-items and --bad-bodies "
-             "must be >= 1 and --round-deadline > 0")
+    """A 3-node testnet under each attack of a hostile peer, a storage fill and a ban of an honest peer: honest
+    groups per round against the baseline, honest bans, attackers banned, every process's peak RSS
+    (`--phase identities`: the cost of identities, and the storage share of a crowd from one origin)."""
+    if phase not in ("attacks", "identities"):
+        fail(f"--phase must be attacks or identities, not {phase!r}")
+    if phase == "identities":
+        if (not 1 <= crowd <= 200 or not 1 <= crowd_pointers <= 100_000 or not 1 <= crowd_processes <= min(crowd, 8)
+                or rounds < 1 or deadline <= 0):
+            fail("--crowd must be 1 to 200, --crowd-processes 1 to 8 (and at most --crowd), --crowd-pointers 1 to "
+                 "100,000, --rounds >= 1 and --round-deadline > 0")
+        _check_json_path(json_path)
+        from ftis_swarm.cli.overrides import env_overrides
+        from ftis_swarm.config import NodeConfig, load_node_config
+        from ftis_swarm.lab.bench.identities import format_identities, run_identity_bench
+
+        swarm_env = {k: v for k, v in env_overrides(NodeConfig).items() if k.startswith("swarm.")}
+        swarm = load_node_config(None, swarm_env).swarm  # the defaults, or the FTIS_SWARM__* keys set here
+        figures = run_identity_bench(swarm=swarm, crowd=crowd, processes=crowd_processes, honest=2, pointers=crowd_pointers, rounds=rounds,
+                                     deadline=deadline, progress=_progress)
+        _report(format_identities(figures), figures, json_path)
+        return
+    if min(rounds, groups, identities, pointers, random_keys, dictionary_items, bad_bodies, fill) < 1 or deadline <= 0:
+        fail("--rounds, --groups, --identities, --pointers, --random-keys, --dictionary-items, --bad-bodies and "
+             "--fill must be >= 1 and --round-deadline > 0")
     if identities > 1000 or pointers > 100_000 or random_keys > 100_000 or dictionary_items > 1_000_000:
         fail("at most 1,000 identities, 100,000 pointers or random keys and 1,000,000 dictionary items")
+    if fill > 20_000 or not 1.0 <= storage_mib <= 4096 or not 0 <= memory_records <= 100_000:
+        fail("--fill at most 20,000, --storage-mib within 1 to 4,096 and --memory-records within 0 to 100,000")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.hostile import format_hostile, run_hostile_bench
 
     bench = run_hostile_bench(rounds=rounds, groups=groups, deadline=deadline, identities=identities,
                               pointers=pointers, random_keys=random_keys, dictionary_items=dictionary_items,
-                              bad_bodies=bad_bodies, progress=_progress)
+                              bad_bodies=bad_bodies, fill=fill, storage_mib=storage_mib,
+                              memory_records=memory_records, progress=_progress)
     _report(format_hostile(bench), bench, json_path)
 
 
@@ -238,6 +269,29 @@ def bench_scale(
         typer.echo(f"written to {json_path}")
 
 
+@bench_app.command("reach")
+def bench_reach(
+    rounds: int = typer.Option(5, help="Rounds per arm."),
+    groups: int = typer.Option(2, help="Groups each node publishes per round."),
+    size: int = typer.Option(32 * 1024, help="Bytes per group."),
+    deadline: float = typer.Option(10.0, "--round-deadline", help="Seconds a round waits for every peer's groups."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode."""
+    if not 1 <= rounds <= 200 or not 1 <= groups <= 16 or not 1024 <= size <= 4 * 1024 * 1024 or deadline <= 0:
+        fail("--rounds must be 1-200, --groups 1-16, --size 1 KiB-4 MiB and --round-deadline > 0")
+    _check_json_path(json_path)
+    from ftis_swarm.lab.bench.nat_testbed import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        fail(reason)
+    from ftis_swarm.lab.bench.reach import format_reach, run_reach_bench
+
+    bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress)
+    _report(format_reach(bench), bench, json_path)
+
+
 @bench_app.command("rollout")
 def bench_rollout(
     model: str = typer.Option("smollm2-135m", help="Model: short name, local folder or hub id."),
@@ -284,6 +338,7 @@ def bench_attacks(
     honest_groups: int = typer.Option(24, help="Honest groups per model pair fed to the forgery detector."),
     forged_groups: int = typer.Option(8, help="Forged groups (logp_gen - 3) per model pair."),
     threads: int = typer.Option(1, help="torch CPU threads."),
+    standing_rounds: int = typer.Option(6, help="Rounds of the standing part (a crowd of fresh identities); 0: none."),
     run_dir: Path = typer.Option(Path("runs/bench-attacks"), "--run-dir", help="Where the tiny preset builds its models."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
@@ -292,11 +347,14 @@ def bench_attacks(
         fail("--preset must be 'default' or 'tiny'")
     if min(rounds, honest_groups, forged_groups, threads) < 1:
         fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
+    if standing_rounds < 0:
+        fail("--standing-rounds must be 0 or more")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.attacks import format_attacks, run_attack_bench
 
     figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
-                               forged_groups=forged_groups, threads=threads, progress=_progress)
+                               forged_groups=forged_groups, threads=threads, standing_rounds=standing_rounds,
+                               progress=_progress)
     _report(format_attacks(figures), figures, json_path)
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import app, fail, renamed
+from ftis_swarm.cli.app import app, fail, renamed
 
 
 def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
@@ -124,7 +124,7 @@ def experiment(
     from ftis_swarm.lab.experiment.arms import run_experiment
     from ftis_swarm.lab.experiment.report import format_table, plot_all
     from ftis_swarm.lab.experiment.stats import statistics, statistics_markdown
-    from ftis_swarm.cli.main import setup_logging
+    from ftis_swarm.cli.app import setup_logging
     from ftis_swarm.cli.progress import Bar
 
     total = len(cfg.arms) * len(cfg.seeds)

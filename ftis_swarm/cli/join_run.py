@@ -20,7 +20,7 @@ from collections import deque
 import typer
 
 from ftis_swarm.cli.live import round_line, rounds_table
-from ftis_swarm.cli.main import setup_logging
+from ftis_swarm.cli.app import setup_logging
 from ftis_swarm.cli.progress import console, status
 from ftis_swarm.config import NodeConfig
 
@@ -40,6 +40,9 @@ def torchrun_argv(argv: list[str], nproc: int) -> list[str]:
 
 
 def run_node(cfg: NodeConfig, *, table: bool) -> None:
+    from ftis_swarm.models import check_model_reachable
+
+    check_model_reachable(cfg.model)  # before torch loads: a machine without the hub hears it in seconds
     from ftis_swarm.node.preflight import check_machine
     from ftis_swarm.node.ranks import join_ranks, launched_with_ranks, run_follower
 

@@ -4,8 +4,10 @@
 its latest round and a sparkline of its reward so far. "no signal" (docs/method.md's
 `frac_zero_adv`: samples whose group's rewards were all equal, so their advantage is 0)
 stands apart from "filtered" (`frac_filtered`: samples with a non-zero advantage that the
-filter zeroed); "banned" counts the peers this node has banned (`banned_peers`). Without a
-terminal, each round is one plain line instead (`round_line`).
+filter zeroed); "banned" counts the peers this node has banned (`banned_peers`). Where
+reward and accuracy coincide (binary rewards: a sample's reward is 1 when correct, else 0),
+one column shows both, headed `reward=acc` (`columns_for`). Without a terminal, each round is
+one plain line instead (`round_line`).
 """
 
 from __future__ import annotations
@@ -41,15 +43,31 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 """(header, record key, format) of a round's cells."""
 _SPARKS = "▁▂▃▄▅▆▇█"
+Columns = tuple[tuple[str, str, Callable[[Any], str]], ...]
 
 
-def cells(record: dict[str, Any]) -> list[str]:
-    return [fmt(record.get(key)) for _, key, fmt in COLUMNS]
+def _same_as_reward(record: dict[str, Any]) -> bool:
+    acc, reward = record.get("accuracy"), record.get("reward")
+    return acc is None or (reward is not None and abs(acc - reward) < 1e-9)
+
+
+def columns_for(records: Sequence[dict[str, Any]]) -> Columns:
+    """`COLUMNS`, with accuracy folded into a `reward=acc` column when every record's two are equal
+    (and dropped, the reward kept, when no record has an accuracy)."""
+    if not all(_same_as_reward(r) for r in records):
+        return COLUMNS
+    folded = "reward=acc" if any(r.get("accuracy") is not None for r in records) else "reward"
+    return tuple((folded if key == "reward" else head, key, fmt) for head, key, fmt in COLUMNS if key != "accuracy")
+
+
+def cells(record: dict[str, Any], columns: Columns = COLUMNS) -> list[str]:
+    return [fmt(record.get(key)) for _, key, fmt in columns]
 
 
 def round_line(record: dict[str, Any], *, prefix: str = "") -> str:
     """One round as `header=value` pairs, for logs."""
-    pairs = "  ".join(f"{head.replace(' ', '_')}={cell}" for (head, _, _), cell in zip(COLUMNS, cells(record)))
+    columns = columns_for([record])
+    pairs = "  ".join(f"{head.replace(' ', '_').replace('=', '_')}={cell}" for (head, _, _), cell in zip(columns, cells(record, columns)))
     return prefix + pairs
 
 
@@ -58,12 +76,14 @@ def rounds_table(title: str, records: Sequence[dict[str, Any]], *, max_rows: int
 
     `earlier`: rounds before `records` that the caller no longer holds (counted in the caption).
     """
-    table = Table(*(head for head, _, _ in COLUMNS), title=title)
     hidden = max(0, len(records) - max_rows)
+    shown = list(records)[hidden:]
+    columns = columns_for(shown)
+    table = Table(*(head for head, _, _ in columns), title=title)
     if hidden + earlier:
         table.caption = f"{hidden + earlier} earlier round{'s' * (hidden + earlier > 1)} in metrics.jsonl"
-    for record in list(records)[hidden:]:
-        table.add_row(*cells(record))
+    for record in shown:
+        table.add_row(*cells(record, columns))
     return table
 
 
@@ -75,12 +95,15 @@ def sparkline(values: list[Optional[float]], width: int = 16) -> str:
     return "".join(out)
 
 
-def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]]) -> Table:
+def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]], *,
+                caption: Optional[str] = None) -> Table:
     """One row per node: `(name, model, rounds planned, its latest records, state)`; the sparkline shows 16."""
-    table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in COLUMNS), title=title)
+    columns = columns_for([records[-1] for _, _, _, records, _ in nodes if records])
+    table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in columns), title=title,
+                  caption=caption)
     for name, model, planned, records, state in nodes:
         last = records[-1] if records else {}
-        row = cells(last)
+        row = cells(last, columns)
         row[0] = f"{last.get('round', 0)}/{planned}"
         table.add_row(name, model, state, sparkline([r.get("reward") for r in records]), *row)
     return table

@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import app, fail, renamed
+from ftis_swarm.cli.app import app, fail, renamed
 
 JOIN_FLAGS = {
     "model": "model",
@@ -35,6 +35,8 @@ JOIN_FLAGS = {
     "threads": "threads",
     "metrics_port": "metrics_port",
     "metrics_host": "metrics_host",
+    "status_port": "status_port",
+    "status_host": "status_host",
     "group_size": "sampling.group_size",
     "temperature": "sampling.temperature",
     "max_new_tokens": "sampling.max_new_tokens",
@@ -50,6 +52,7 @@ JOIN_FLAGS = {
     "port": "swarm.port",
     "announce": "swarm.announce",
     "client_mode": "swarm.client_mode",
+    "reachability": "swarm.reachability",
     "identity": "swarm.identity",
     "run_id": "swarm.run_id",
 }
@@ -86,11 +89,15 @@ def join(
     threads: Optional[int] = typer.Option(None, help="torch CPU threads. [threads]"),
     metrics_port: Optional[int] = typer.Option(None, help="Serve Prometheus /metrics on this port. [metrics_port]"),
     metrics_host: Optional[str] = typer.Option(None, help="Address of the /metrics endpoint (0.0.0.0 in a container). [metrics_host]"),
+    status_port: Optional[int] = typer.Option(None, help="Serve the status page (/ and /status.json) on this port; 0 picks one. [status_port]"),
+    status_host: Optional[str] = typer.Option(None, help="Address of the status page (default 127.0.0.1). [status_host]"),
     host: Optional[str] = typer.Option(None, help="Address to listen on. [swarm.host]"),
     port: Optional[int] = typer.Option(None, help="TCP port to listen on; 0 picks one. [swarm.port]"),
     announce: Optional[list[str]] = typer.Option(None, help="Multiaddr to announce instead (repeatable). [swarm.announce]"),
     client_mode: Optional[bool] = typer.Option(None, "--client-mode/--no-client-mode", help="Accept no incoming connections. [swarm.client_mode]"),
-    identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start. [swarm.identity]"),
+    reachability: Optional[str] = typer.Option(None, help="auto, public, relayed (behind NAT, via the bootstrap's relay) or client. [swarm.reachability]"),
+    identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start and "
+                                                            "kept; default <run-dir>/identity.key. [swarm.identity]"),
     run_id: Optional[str] = typer.Option(None, help="Swarm run name; only groups of the same run are used. [swarm.run_id]"),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),

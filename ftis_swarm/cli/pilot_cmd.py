@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import bench_app, fail
+from ftis_swarm.cli.app import bench_app, fail
 
 
 @bench_app.command("pilot")

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.main import app, fail
+from ftis_swarm.cli.app import app, fail
 
 TABLE_MODELS = ("Qwen2.5-1.5B", "Qwen2.5-3B", "Qwen2.5-7B", "Qwen2.5-14B", "Qwen2.5-32B")
 TABLE_LORA_RANK = 64

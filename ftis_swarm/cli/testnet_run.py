@@ -17,7 +17,7 @@ from typing import Optional
 import typer
 
 from ftis_swarm.cli.live import nodes_table, round_line
-from ftis_swarm.cli.main import log_level
+from ftis_swarm.cli.app import log_level
 from ftis_swarm.cli.progress import status
 from ftis_swarm.ops.summary import format_summary, summarize_run
 from ftis_swarm.ops.testnet import NodeProc, preset, run_testnet
@@ -43,8 +43,14 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
         live = Live(refresh_per_second=2)
         live.start()
 
+    shown_urls: set[Path] = set()
+
     def progress(procs: list[NodeProc]) -> None:
         for p in procs:
+            if p.run_dir not in shown_urls and p.status_url:
+                shown_urls.add(p.run_dir)
+                if live is None:
+                    typer.echo(f"  {p.run_dir.name:<22} status page {p.status_url}")
             records = history.setdefault(p.run_dir, deque(maxlen=64))
             new = p.new_rows
             records.extend(new)
@@ -53,7 +59,9 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
                     typer.echo(round_line(r, prefix=f"  {p.run_dir.name:<22} "))
         if live is not None:
             rows = [(p.run_dir.name, p.spec.model, planned, history[p.run_dir], _state(p)) for p in procs]
-            live.update(nodes_table(f"testnet: {len(procs)} nodes, {planned} rounds", rows))
+            pages = "   ".join(f"{p.run_dir.name}: {p.status_url}" for p in procs if p.status_url)
+            live.update(nodes_table(f"testnet: {len(procs)} nodes, {planned} rounds", rows,
+                                    caption=f"status pages: {pages}" if pages else None))
         sys.stdout.flush()
 
     level = log_level("warning").lower()
@@ -66,11 +74,16 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
             live.stop()
     typer.echo("")
     typer.echo(format_summary([summarize_run(d) for d in result.run_dirs]))
-    typer.echo(f"\nwall time {result.wall_seconds:.0f} s; run directories:")
+    typer.echo(f"\nwall time {result.wall_seconds:.0f} s; disk {_mb(result.disk_end_bytes)} at the end, "
+               f"{_mb(result.disk_peak_bytes)} at its peak (sampled); run directories:")
     for d, code in zip(result.run_dirs, result.exit_codes):
         typer.echo(f"  {d}" + ("" if code == 0 else f"  (exited with status {code}; see {d / 'node.log'})"))
     typer.echo(f"\nnext: ftis-node report {shlex.quote(str(workdir))}/node-*   (curves into report.png)")
     return 0 if all(c == 0 for c in result.exit_codes) else 1
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def _state(p: NodeProc) -> str:

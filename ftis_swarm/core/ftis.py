@@ -14,7 +14,10 @@ where the contract is silent):
   arithmetic, so no NaN reaches the loss or `logp`'s gradient (`0 * NaN` would);
 - the weight metrics (`frac_truncated`, `mean_weight`, `ess`) and the KL metrics are over
   the samples whose log-probs are finite; `frac_truncated` reads 0 in modes that do not
-  truncate.
+  truncate;
+- samples of an identity without standing (docs/method.md, "Peers without standing";
+  the learner passes them as `unproven`) have their weight capped at 1 in every mode,
+  `w = min(weight(x), 1)`; `frac_capped_unproven` counts the masked tokens the cap lowered.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ METRIC_KEYS = (
     "kl_p95",
     "frac_zero_adv",
     "frac_nonfinite",
+    "frac_capped_unproven",
 )
 """The keys of the metrics dict, in docs/method.md's order (per source: `key@source`)."""
 
@@ -108,6 +112,7 @@ class SampleTerms:
     filtered: torch.Tensor  # (N,) bool: by the filter or the non-finite rule
     adv: torch.Tensor  # (N,) the advantage A_i
     adv_kept: torch.Tensor  # (N,) A~_i: A_i, or 0 when filtered
+    capped: torch.Tensor  # (N, T) bool: tokens whose weight the cap of unproven samples lowered
 
     def rows(self, idx: torch.Tensor) -> "SampleTerms":
         """The same terms for the samples `idx` (a micro-batch)."""
@@ -121,10 +126,12 @@ def sample_terms(
     mask: torch.Tensor,
     filterable: torch.Tensor,
     cfg: FTISConfig,
+    unproven: torch.Tensor | None = None,
 ) -> SampleTerms:
     """The weights, the filter and the non-finite rule of docs/method.md, decided once for a batch.
 
-    `logp_old, logp_gen, mask: [N, T]`; `advantages: [N]`; `filterable: [N]` bool (peers' samples).
+    `logp_old, logp_gen, mask: [N, T]`; `advantages: [N]`; `filterable: [N]` bool (peers' samples);
+    `unproven: [N]` bool (samples of identities without standing: weight capped at 1; None: none).
     """
     m = mask.bool()  # (N, T)
     nonfinite = nonfinite_samples(logp_old, logp_gen, m)  # (N,)
@@ -133,11 +140,17 @@ def sample_terms(
     gen = torch.where(unused, 0.0, logp_gen.detach())  # (N, T)
     x = clamped_log_ratio(old, gen)  # (N, T)
     w = torch.where(nonfinite[:, None], 0.0, truncated_weights(x, cfg))  # (N, T)
+    if unproven is None:
+        capped = torch.zeros_like(m)  # (N, T)
+    else:
+        capped = unproven.to(torch.bool)[:, None] & m & (w > 1.0)  # (N, T)
+        w = torch.where(capped, 1.0, w)  # (N, T)
     kl = sample_kl(old, gen, m, cfg.kl_estimator)  # (N,)
     adv = advantages.detach().to(old.dtype)  # (N,)
     filtered = filtered_samples(adv, kl, filterable.to(torch.bool), cfg) | nonfinite  # (N,)
     adv_kept = torch.where(filtered, 0.0, adv)  # (N,)
-    return SampleTerms(x=x, w=w, kl=kl, nonfinite=nonfinite, filtered=filtered, adv=adv, adv_kept=adv_kept)
+    return SampleTerms(x=x, w=w, kl=kl, nonfinite=nonfinite, filtered=filtered, adv=adv, adv_kept=adv_kept,
+                       capped=capped)
 
 
 def policy_loss(
@@ -171,16 +184,19 @@ def ftis_loss(
     *,
     filterable: torch.Tensor | None = None,
     source: torch.Tensor | None = None,
+    unproven: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of docs/method.md and its metrics.
 
     `logp` carries the gradient; `logp_old`, `logp_gen`, `advantages` are treated as constants.
     `logp, logp_old, logp_gen, mask: [N, T]`, `advantages: [N]`, `offpolicy: [N]` bool,
     `filterable: [N]` bool (default: `offpolicy`), `source: [N]` ints (optional) adds
-    `key@source` metrics. Returns a scalar loss and floats.
+    `key@source` metrics, `unproven: [N]` bool (optional) caps those samples' weights at 1.
+    Returns a scalar loss and floats.
     """
     offpolicy = offpolicy.to(torch.bool)  # (N,)
-    terms = sample_terms(logp_old, logp_gen, advantages, mask, offpolicy if filterable is None else filterable, cfg)
+    terms = sample_terms(logp_old, logp_gen, advantages, mask, offpolicy if filterable is None else filterable, cfg,
+                         unproven=unproven)
     loss = policy_loss(logp, logp_old, mask, terms, cfg)
     return loss, ftis_metrics(terms, mask, offpolicy, cfg, source=source)
 
@@ -221,6 +237,7 @@ def _metrics(t: SampleTerms, m: torch.Tensor, offpolicy: torch.Tensor, rows: tor
         "kl_p95": float(torch.quantile(kl_off, 0.95)) if kl_off.numel() else 0.0,
         "frac_zero_adv": _ratio((adv == 0).sum(), n),
         "frac_nonfinite": _ratio(t.nonfinite[rows].sum(), n),
+        "frac_capped_unproven": _ratio(t.capped[finite].sum(), m_sum),
     }
 
 

@@ -5,7 +5,7 @@
 - bench/        the benchmarks behind `ftis-node bench ...`, each against a baseline in the same run
 - hostile/      a hostile peer with daemons and keys of its own, and the hostile groups it sends
 
-Imports below it: every layer (ops, node and theirs). hivemind only in `lab.hostile`
-and the benches that run swarm workers; scipy and matplotlib only in `lab.experiment`
-(and `ops.report`).
+Imports below it: every layer (ops, node and theirs). hivemind only in `lab.hostile` (the
+benches reach it through `swarm`); scipy and matplotlib only in `lab.experiment` (and
+`ops.report`).
 """

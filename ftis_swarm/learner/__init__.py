@@ -11,6 +11,6 @@
 - checkpoint.py   CheckpointManager: atomic, verified checkpoints; resume from the last complete one
                   (`latest`, `round_of`, `load`)
 
-Imports below it: peers, wire, tasks, models, core, config and errors (never rollout, swarm or node);
+Imports below it: wire, models, core, config and errors (never rollout, swarm or node);
 torch, peft, safetensors and numpy; never hivemind or vllm (import-linter contracts).
 """

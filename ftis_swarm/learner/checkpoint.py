@@ -16,6 +16,12 @@ renames it into place, then writes `COMPLETE` (itself through a temporary file a
 rename). A checkpoint without a valid `COMPLETE`, or whose files do not match it, is
 ignored: the one before it is used. Temporary directories left by a killed save are
 removed on the next start.
+
+Disk: `keep` complete checkpoints stay (1 by default). Old ones are deleted only after the
+new one is complete, so a save in progress never leaves fewer than `keep`, and the disk
+holds `keep + 1` checkpoints at its peak, during a save. Checkpoint directories that are not
+among the kept complete ones (a save killed after its rename, a corrupted one) are deleted
+with them.
 """
 
 from __future__ import annotations
@@ -64,8 +70,22 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
+def tree_bytes(root: Path) -> int:
+    """Bytes of the files under `root` (0 when it does not exist); files vanishing meanwhile count 0."""
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
 class CheckpointManager:
-    def __init__(self, root: Path, *, keep: int = 2) -> None:
+    def __init__(self, root: Path, *, keep: int = 1) -> None:
+        if keep < 1:
+            raise ValueError(f"keep={keep}: a node keeps at least one complete checkpoint")
         self.root = Path(root)
         self.keep = keep
         self.root.mkdir(parents=True, exist_ok=True)
@@ -149,8 +169,14 @@ class CheckpointManager:
         return json.loads((ckpt / "state.json").read_text())
 
     def _prune(self) -> None:
-        for old in self.complete()[self.keep :]:
-            shutil.rmtree(old, ignore_errors=True)
+        kept = set(self.complete()[: self.keep])
+        for old in self.root.glob(_PREFIX + "*"):
+            if old.is_dir() and old not in kept:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def disk_bytes(self) -> int:
+        """Bytes under the checkpoint root (complete checkpoints and any save in progress)."""
+        return tree_bytes(self.root)
 
     def load(self, ckpt: Path, learner: Any) -> dict:
         """Restores weights, optimiser and RNG into `learner`; returns the saved state."""

@@ -21,6 +21,17 @@ forging after a long honest stretch, which the whole window's mean would dilute.
 peer's samples are kept out of the update. A forger whose every token sits at the cap C is
 caught once its forged tokens outnumber about `ln(B/delta) / 2 * (C / (C - 1))^2` (28 in
 one block at delta = 1e-6, C = 2).
+
+Standing (docs/method.md, "Peers without standing"): the same evidence, read the other
+way. A peer has standing once the window's upper bound on its mean, `mean + C *
+sqrt(ln(B/delta) / (2n))`, is below `1 + margin`: for an honest peer whose mean is 1 that
+takes about `ln(B/delta) / 2 * (C / margin)^2` tokens (442 at delta = 1e-6, C = 2, margin
+0.25, one block; 91 for a peer whose mean is 0.7). The values are `min(exp(x), C)` from the
+log-probs themselves, before the learner caps an unproven peer's weights at 1, so the cap
+does not hide what a forger claims. Until then the learner caps its samples' weights at 1,
+so no number of short forgeries spread over fresh identities, each under the flag's
+28 tokens, buys a weight above 1. Standing is read again at every update: a peer that
+forges after earning it loses it once its window's bound rises past `1 + margin`.
 """
 
 from __future__ import annotations
@@ -58,10 +69,11 @@ class PeerStat:
 class ForgeryDetector:
     """Per peer, the running mean of `min(exp(x), C)` over its last `window` tokens, and the flag."""
 
-    def __init__(self, *, C: float, delta: float, window: int) -> None:
-        if not (C > 1 and 0 < delta < 1 and window >= 1):
-            raise ValueError(f"need C > 1, 0 < delta < 1, window >= 1; got C={C}, delta={delta}, window={window}")
-        self.C, self.delta, self.window = C, delta, window
+    def __init__(self, *, C: float, delta: float, window: int, margin: float = 0.25) -> None:
+        if not (C > 1 and 0 < delta < 1 and window >= 1 and margin > 0):
+            raise ValueError(f"need C > 1, 0 < delta < 1, window >= 1, margin > 0; got C={C}, delta={delta}, "
+                             f"window={window}, margin={margin}")
+        self.C, self.delta, self.window, self.margin = C, delta, window, margin
         self._blocks: dict[str, deque[tuple[float, int]]] = {}
 
     def observe(self, peer: str, total: float, tokens: int) -> PeerStat:
@@ -87,6 +99,23 @@ class ForgeryDetector:
             if stat.flagged:
                 break
         return stat
+
+    def upper_bound(self, peer: str) -> float:
+        """The upper confidence bound on the peer's mean over its whole window (inf with no tokens)."""
+        blocks = self._blocks.get(peer, ())
+        n = sum(count for _, count in blocks)
+        if n < 1:
+            return math.inf
+        mean = sum(total for total, _ in blocks) / n
+        return mean + hoeffding_bound(n, C=self.C, delta=self.delta / len(blocks)) - 1.0
+
+    def has_standing(self, peer: str) -> bool:
+        """True when the peer's upper bound is below `1 + margin` (module docstring)."""
+        return self.upper_bound(peer) < 1.0 + self.margin
+
+    def tokens(self, peer: str) -> int:
+        """Tokens of the peer's window."""
+        return sum(count for _, count in self._blocks.get(peer, ()))
 
     def state(self) -> dict[str, list[list[float]]]:
         """JSON-able state for a checkpoint."""

@@ -41,6 +41,7 @@ from ftis_swarm.learner.batch import Batch, MicroBatch, ScoredGroup, build_batch
 from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
 from ftis_swarm.learner.sharding import checkpoint_layers
 from ftis_swarm.learner.state import checkpoint_tensors, load_optimizer_state, optimizer_state_by_name
+from ftis_swarm.peers import faults
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,13 @@ class Learner:
         self.policy_version = 0
         self.tokenizer_fp = tokenizer_fp
         self.vocab_size = vocab_size or int(model.get_input_embeddings().num_embeddings)
-        self.detector = ForgeryDetector(C=cfg.ftis.C, delta=cfg.forgery_delta, window=cfg.forgery_window)
+        self.detector = ForgeryDetector(C=cfg.ftis.C, delta=cfg.forgery_delta, window=cfg.forgery_window,
+                                        margin=cfg.standing_margin)
         self.peer_report: dict[str, Counter] = {}
         """Per peer, after each update: `groups` it put into the update, and its faults by reason."""
+        self.peer_earned: dict[str, float] = {}
+        """Per peer, after each update: the credit it earned, one per group's worth of samples that
+        carried signal (`A~ != 0`: a nonzero advantage, not filtered) and were not withheld."""
 
     def _autocast(self):
         if self.cfg.dtype == "bf16":
@@ -136,19 +141,19 @@ class Learner:
     def _refusal(self, it: ScoredGroup) -> str:
         g = it.group
         if self.tokenizer_fp is not None and g.tokenizer_fp != self.tokenizer_fp:
-            return "tokenizer"
+            return faults.TOKENIZER
         if not (math.isfinite(g.temperature) and g.temperature >= T_MIN):
-            return "temperature"
+            return faults.TEMPERATURE
         if g.G < 2 or len(g.logp_gen) != g.G or any(c.shape != lp.shape or c.size < 1
                                                    for c, lp in zip(g.completion_ids, g.logp_gen)):
-            return "malformed"
+            return faults.GROUP_MALFORMED
         if max(int(g.prompt_ids.max(initial=0)), max(int(c.max()) for c in g.completion_ids)) >= self.vocab_size:
-            return "out_of_vocab"
+            return faults.OUT_OF_VOCAB
         return ""
 
     def update(self, items: Sequence[ScoredGroup], *, allow_mixed: bool = False) -> dict[str, float]:
         """One update on the admitted `items`; returns the loss, docs/method.md's metrics and timings."""
-        self.peer_report = {}
+        self.peer_report, self.peer_earned = {}, {}
         kept = self.admit(items)
         if not kept:
             return {"sequences": 0.0, "sequences_with_gradient": 0.0}
@@ -157,24 +162,31 @@ class Learner:
 
     def update_batch(self, batch: Batch) -> dict[str, float]:
         """One update on a built batch (no admission): what `update` runs after it."""
-        self.peer_report = {}
+        self.peer_report, self.peer_earned = {}, {}
         return self._update(batch)
 
     def _update(self, batch: Batch) -> dict[str, float]:
         t0 = time.perf_counter()
         fcfg = self.cfg.ftis
         logp_old, failed = self._old_logprobs(batch)  # (N, T)
+        before = {p for p in self._peers(batch) if self.detector.has_standing(p)}
         flagged, stats = screen_batch(self.detector, batch, logp_old, C=self.cfg.ftis.C, skip=failed)
+        standing = {p for p in before if self.detector.has_standing(p)}  # had it, and this update kept it
         withheld = self._withheld_rows(batch, failed, flagged)
-        extra = {"withheld_learn_error": float(len(withheld["learn_error"])),
-                 "withheld_forgery": float(len(withheld["forgery"])), **stats}
-        gone = withheld["learn_error"] | withheld["forgery"]
+        extra = {"withheld_learn_error": float(len(withheld[faults.LEARN_ERROR])),
+                 "withheld_forgery": float(len(withheld[faults.FORGERY])), **stats,
+                 "peers_with_standing": float(len(standing)),
+                 "peers_without_standing": float(len(self._peers(batch) - standing))}
+        gone = withheld[faults.LEARN_ERROR] | withheld[faults.FORGERY]
         if gone:
             keep = [r for r in range(batch.num_sequences) if r not in gone]
             if not keep:
                 return {"sequences": 0.0, "sequences_with_gradient": 0.0, **extra}
             batch, logp_old = batch.select(keep), logp_old[torch.tensor(keep)]
-        terms = sample_terms(logp_old, batch.logp_gen, batch.advantages, batch.mask, batch.filterable, fcfg)
+        unproven = torch.tensor([bool(batch.filterable[r]) and self._sender(batch, r) not in standing
+                                 for r in range(batch.num_sequences)], dtype=torch.bool)  # (N,)
+        terms = sample_terms(logp_old, batch.logp_gen, batch.advantages, batch.mask, batch.filterable, fcfg,
+                             unproven=unproven)
         metrics = ftis_metrics(terms, batch.mask, batch.offpolicy, fcfg, source=batch.source)
         self._report(batch, terms)
         t_old = time.perf_counter()
@@ -228,21 +240,22 @@ class Learner:
     def _withheld_rows(self, batch: Batch, failed: set[int], flagged: set[str]) -> dict[str, set[int]]:
         """Rows left out of the update: whole groups with a failed forward pass, and flagged peers' groups."""
         bad_groups = {int(batch.group_of[r]) for r in failed}
-        out: dict[str, set[int]] = {"learn_error": set(), "forgery": set()}
+        out: dict[str, set[int]] = {faults.LEARN_ERROR: set(), faults.FORGERY: set()}
         for r in range(batch.num_sequences):
             g, peer = int(batch.group_of[r]), self._sender(batch, r)
             if g in bad_groups:
-                out["learn_error"].add(r)
+                out[faults.LEARN_ERROR].add(r)
             elif peer in flagged and bool(batch.filterable[r]):
-                out["forgery"].add(r)
+                out[faults.FORGERY].add(r)
         for g in bad_groups:
-            self.peer_report.setdefault(batch.groups[g].sender, Counter())["learn_error"] += 1
-        for g in {int(batch.group_of[r]) for r in out["forgery"]}:
-            self.peer_report.setdefault(batch.groups[g].sender, Counter())["forgery"] += 1
+            self.peer_report.setdefault(batch.groups[g].sender, Counter())[faults.LEARN_ERROR] += 1
+        for g in {int(batch.group_of[r]) for r in out[faults.FORGERY]}:
+            self.peer_report.setdefault(batch.groups[g].sender, Counter())[faults.FORGERY] += 1
         return out
 
     def _report(self, batch: Batch, terms: SampleTerms) -> None:
-        """Per peer: the groups that went into the update, and those holding a non-finite sample."""
+        """Per peer: the groups that went into the update, those holding a non-finite sample, and the
+        credit earned (`peer_earned`: the share of each group's samples with `A~ != 0`)."""
         for g, group in enumerate(batch.groups):
             rows = batch.group_of == g  # (N,)
             if not bool(batch.filterable[rows].any()):
@@ -250,7 +263,14 @@ class Learner:
             report = self.peer_report.setdefault(group.sender, Counter())
             report["groups"] += 1
             if bool(terms.nonfinite[rows].any()):
-                report["nonfinite"] += 1
+                report[faults.NONFINITE] += 1
+            signal = float((terms.adv_kept[rows] != 0).sum()) / group.G
+            self.peer_earned[group.sender] = self.peer_earned.get(group.sender, 0.0) + signal
+
+    @staticmethod
+    def _peers(batch: Batch) -> set[str]:
+        """The senders of the batch's peers' (filterable) samples."""
+        return {batch.groups[int(g)].sender for g in batch.group_of[batch.filterable].tolist()}
 
     @staticmethod
     def _sender(batch: Batch, row: int) -> str:
@@ -295,7 +315,8 @@ class Learner:
 
 
 def _peer_metrics(batch: Batch, terms: SampleTerms, C: float) -> dict[str, float]:
-    """The peers' share of the update, and per source what reached the gradient pass and its largest weight."""
+    """The peers' share of the update, and per source what reached the gradient pass: samples, their largest
+    weight, those with a weight above 1 (`used_over_1`) and those the standing cap lowered (`used_capped`)."""
     with torch.no_grad():
         peer, m = batch.filterable, batch.mask.bool()  # (N,), (N, T)
         n_peer = float(peer.sum())
@@ -313,4 +334,6 @@ def _peer_metrics(batch: Batch, terms: SampleTerms, C: float) -> dict[str, float
             w = terms.w[rows][m[rows]]  # (k,)
             out[f"used@{s}"] = float(rows.sum())
             out[f"max_weight_used@{s}"] = float(w.max()) if w.numel() else 0.0
+            out[f"used_over_1@{s}"] = float((rows & ((terms.w > 1.0) & m).any(dim=-1)).sum())
+            out[f"used_capped@{s}"] = float((rows & terms.capped.any(dim=-1)).sum())
     return out

@@ -1,44 +1,13 @@
 """How much GPU memory a node needs: the learner's own dtype and sharding choices, added up per GPU.
 
-Every term follows from what the code does (`learner.py`, `sharding.py`, `core/logprobs.py`),
-not from a rule of thumb:
-
-- master weights fp32, sharded over the ranks when there are several (FSDP2); a bf16 LoRA
-  keeps its frozen base in bf16 (`sharding.base_dtype`) and only the adapter in fp32;
-- gradients fp32 (reduced in fp32), AdamW's two fp32 states, and the step's one fp32
-  temporary (foreach AdamW's sqrt of the second moment), each the size of the trainable shard;
-- under FSDP, the units gathered at once: the root (embedding, head, norm; FSDP keeps the
-  root gathered from forward to backward) and two decoder layers (the running one and the
-  prefetched one), with their gradients before the reduce-scatter;
-- in one process with `dtype = "bf16"` (autocast), the bf16 copies autocast makes of the fp32
-  layer weights in matmuls, kept for backward;
-- activations of one micro-batch, `layer_activation_bytes` per token and decoder layer: an
-  enumeration of the tensors a Qwen2 layer saves for backward (below), or with activation
-  checkpointing each layer's input plus one layer's;
-- the chunked head's backward (`head_backward_bytes`): the head weight's gradient summed over
-  its uses and one chunk's logits;
-- the rollout side on rank 0: nothing extra when the transformers backend shares the
-  one-process learner's model (its KV cache and sampling logits while it generates); its own
-  copy when the learner is sharded; vLLM's reserved share when vLLM sits on the same GPU.
-
-How the per-layer enumeration was derived and checked: the tensors autograd saves were
-listed from the layer's code (RMSNorm upcasts to fp32 and saves its input and the normalised
-value; a Linear saves its input, under autocast a bf16 copy made per Linear; SiLU saves its
-input; the product saves both factors) and counted with `torch.autograd.graph.saved_tensors_hooks`
-on a 1.5B-wide layer on CPU (fp32: 229,384 bytes per token and layer at 512 tokens, the
-enumeration gives 229,376). The attention core depends on the SDPA kernel PyTorch picks:
-with equal-length rows transformers passes no mask and asks for grouped-query attention,
-which the fp32 kernels other than the math one do not support, so fp32 runs the math kernel
-and keeps the attention probabilities (`heads x seq` per token); bf16 runs flash attention
-(q, k, v, output, log-sum-exp). With a padding mask, the keys and values are repeated to every
-head and the memory-efficient kernel keeps q, k, v, output and the mask. A plan takes the
-larger of the two. The head term was checked the same way with the CPU memory profiler
-(fp32: 2.65 GiB at a 151,936 vocabulary and 1,536 completion positions, the enumeration
-gives 2.61 + the final norm's 0.03). The GPU check (tests/gpu/check_gpu.py) compares the
-whole peak with a measured one on a 1.5B-shaped model (docs/benchmarks.md).
-
-The peak is the largest of three phases (generate, forward/backward, optimiser step): what
-`torch.cuda.max_memory_allocated` should read.
+`plan_memory` returns, per GPU, the peak of three phases (generate, forward/backward,
+optimiser step): what `torch.cuda.max_memory_allocated` should read; a plan fits when that
+peak plus `RUNTIME_GIB` (the CUDA context) fits the GPU. Every term follows from what the code does (`learner.py`,
+`sharding.py`, `core/logprobs.py`), not from a rule of thumb: the trainable shard's weights,
+gradients and AdamW states; the FSDP units gathered at once; autocast's bf16 copies; one
+micro-batch's activations (`layer_activation_bytes`); the chunked head's backward
+(`head_backward_bytes`); the rollout side on rank 0. docs/gpu.md ("The memory plan") lists
+each term and how the activation and head terms were derived and checked.
 """
 
 from __future__ import annotations

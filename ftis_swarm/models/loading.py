@@ -2,15 +2,18 @@
 
 transformers reports a missing or unreachable checkpoint as an `OSError` several lines
 long (and on machines without the hub, after trying it); a node's user needs the name they
-typed and the reason, so both loaders re-raise those as `ModelNotFoundError`.
+typed and the reason, so both loaders re-raise those as `ModelNotFoundError`. A hub id
+is checked first (`hub.loadable_model`): one not cached on a machine that cannot reach
+the hub fails in seconds, and a cached one there loads from its cached folder.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ftis_swarm.models.hub import loadable_model
 from ftis_swarm.models.quiet import no_progress_bars
-from ftis_swarm.models.registry import ModelNotFoundError, resolve_model
+from ftis_swarm.models.registry import ModelNotFoundError
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -32,7 +35,7 @@ def torch_dtype(dtype: str) -> Any:
 
 def load_tokenizer(name: str) -> Any:
     """The tokenizer of model `name` (short name, folder, or hub id)."""
-    return _tokenizer_at(resolve_model(name), name)
+    return _tokenizer_at(loadable_model(name), name)
 
 
 def _tokenizer_at(path: str, name: str) -> Any:
@@ -49,7 +52,7 @@ def load_model(name: str, *, dtype: str = "fp32", device: str = "cpu") -> tuple[
     from transformers import AutoModelForCausalLM
 
     torch_type = torch_dtype(dtype)
-    path = resolve_model(name)
+    path = loadable_model(name)
     tokenizer = _tokenizer_at(path, name)
     try:
         with no_progress_bars():

@@ -84,6 +84,12 @@ def check_model_name(name: str) -> None:
         raise ModelNotFoundError(f"model folder {name.strip()!r} has no config.json: it is not a transformers checkpoint")
 
 
+def hub_id_of(name: str) -> str | None:
+    """The hub id `name` loads from (Qwen short names mapped), or None for our models and local folders."""
+    kind, value = _classify(name)
+    return value if kind == "hub" else None
+
+
 def portable_model_name(name: str) -> str:
     """`name` as it resolves from any working directory: short names and hub ids as given, folders absolute."""
     kind, value = _classify(name)
@@ -94,3 +100,4 @@ def resolve_model(name: str) -> str:
     """A local checkpoint folder or a hub id for `name`; converts the embedded models on first use."""
     kind, value = _classify(name)
     return str(_LOCAL[value]()) if kind == "embedded" else value
+

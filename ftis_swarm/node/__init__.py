@@ -12,6 +12,8 @@
 - components.py    build_components: the parts from the config (model, learner, swarm, backend, sinks)
 - ranks.py         a node under torchrun: rank 0 is the node, the other ranks follow as learner shards
 - preflight.py     what `join` checks before it writes or loads anything; task-dependent defaults
+- status.py        StatusBoard: the node's status document (rounds, peers' standing, disk), status.json
+                   every round; status_page.py: StatusServer, the page (status_page.html) and /status.json
 - health.py        UpdateHealth: failed updates in a row; `max_failed_updates` of them stop the node (exit 3)
 
 Imports below it: rollout, learner, swarm, peers, wire, tasks, metrics, models, core, config, errors.

@@ -2,9 +2,11 @@
 
 Order matters: the tasks are checked first (a node trains only on tasks with a train split),
 then the model and tokenizer (the swarm needs the tokenizer fingerprint and vocabulary),
-then the swarm (the backend stamps groups with the swarm's peer id), then the
+then the swarm (the backend stamps groups with the swarm's peer id), through a
+`peers.protocol.SwarmFactory`: the hivemind `SwarmClient.start` unless the caller passes
+another (the lab passes a `peers.loopback.LoopbackHub` member's), then the
 backend. On CPU the transformers backend shares the learner's model object: an update is
-visible to generation at once, and `after_update` only advances the served version. Any
+visible to generation at once, and `Serving.after_update` only advances the served version. Any
 other backend (vLLM, or a transformers backend owning its copy because the learner's model
 is sharded over ranks) gets the new weights or adapter from a directory the learner writes.
 
@@ -14,6 +16,7 @@ the learner (`build_learner`, the same model and sharding) and follow rank 0's c
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,7 @@ from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
 from ftis_swarm.node.learning import node_admission
 from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.peers.protocol import Swarm, SwarmFactory
 from ftis_swarm.node.preflight import with_peers_file
 from ftis_swarm.node.rollouts import group_header
 from ftis_swarm.node.serving import Serving
@@ -49,11 +53,11 @@ class Components:
     learner: Learner
     backend: RolloutBackend
     """Serves the policy the learner trains (shares its model object when `shares_model`)."""
-    swarm: SwarmClient
+    swarm: Swarm
     task: Task
     tasks: TaskCache
     sink: MetricsSink
-    ledger: JsonlSink
+    consumed: JsonlSink
     """consumed.jsonl: per round, the ids of the peers' groups that went into the update."""
     checkpoints: CheckpointManager
     shares_model: bool
@@ -73,17 +77,13 @@ class Components:
         """The backend serving the learner's weights under its version (`serving.py`)."""
         return Serving(self.learner, self.backend, shares_model=self.shares_model, weights_dir=self.weights_dir)
 
-    def after_update(self) -> None:
-        """Serves the learner's new weights, if the update took a step; versions stay equal."""
-        self.serving.after_update()
-
     def sync_rollout_weights(self, *, resumed_from: Optional[Path] = None) -> None:
         """After a resume: the backend serves the restored weights under the restored version."""
         self.serving.sync(resumed_from=resumed_from)
 
     def close(self) -> None:
         closers = (("learner", getattr(self.learner, "stop", _nothing)), ("swarm", self.swarm.shutdown), ("backend", self.backend.close), ("sink", self.sink.close),
-                   ("ledger", self.ledger.close))
+                   ("consumed log", self.consumed.close))
         for name, closer in closers:
             try:
                 closer()
@@ -117,8 +117,10 @@ def build_learner(cfg: NodeConfig, *, device: str, ranks: Optional[Ranks] = None
 
 
 def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager] = None,
-                     ranks: Optional[Ranks] = None) -> Components:
+                     ranks: Optional[Ranks] = None, swarm: Optional[SwarmFactory] = None) -> Components:
     """Everything a node runs on, built from `cfg`; writes the resolved config to the run dir.
+
+    `swarm` starts the transport (`peers.protocol`); None: the hivemind swarm (`SwarmClient.start`).
 
     Raises `EvaluationTaskError` (one sentence) when `task` or an `accept_tasks` entry has no train split.
     """
@@ -137,10 +139,14 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     task = get_task(cfg.task)
     token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
-    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather})
+    identity = cfg.swarm.identity or cfg.run_dir / "identity.key"  # kept across restarts: standing survives them
+    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather,
+                                                              "identity": identity})
     peer_ledger = PeerLedger(cfg.ledger)
-    swarm = SwarmClient.start(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
-    header = group_header(cfg, swarm.peer_id)
+    # the hivemind swarm's gossip gate reads its ban lengths from the ledger's config
+    start_swarm: SwarmFactory = swarm or functools.partial(SwarmClient.start, bans=peer_ledger.cfg)
+    joined = start_swarm(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
+    header = group_header(cfg, joined.peer_id)
     kind = pick_kind(cfg.backend)
     shares = kind == "transformers" and not isinstance(learner, ShardedLearner)
     if shares:  # one model object for learning and sampling, on whichever device it lives
@@ -157,8 +163,8 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
             options.update(enable_lora=True, max_lora_rank=cfg.learner.lora.rank)
         backend = make_backend(kind, cfg.model, header=header, **options)
     return Components(
-        cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=swarm, task=task,
-        tasks=TaskCache(), sink=MultiSink(*sinks), ledger=JsonlSink(cfg.run_dir / "consumed.jsonl"),
+        cfg=cfg, model=model, tokenizer=tokenizer, learner=learner, backend=backend, swarm=joined, task=task,
+        tasks=TaskCache(), sink=MultiSink(*sinks), consumed=JsonlSink(cfg.run_dir / "consumed.jsonl"),
         checkpoints=checkpoints or CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints),
         shares_model=shares,
         admission=node_admission(cfg, fingerprint),

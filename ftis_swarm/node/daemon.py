@@ -24,11 +24,17 @@ on CPU) during steps 3 to 6 of round r, and the round ends by waiting for them a
 generator's weights (`pipeline.py`; the hooks here: `_own_groups`, `pipeline.finish`, and
 the groups generated ahead in the checkpoint as `own_ahead`).
 
+Steps 1 to 3 are `publish_round`, 4 to 7 `learn_published` (`run_round` runs both): the
+lab runs several nodes in one process on the loopback transport (`peers.loopback`) by
+running every node's publish half of a round before any node's learn half. The swarm is
+any `peers.protocol.Swarm`; `Node(cfg, swarm=factory)` picks it (the hivemind one by default).
+
 A node whose updates fail `max_failed_updates` rounds in a row stops publishing and exits
 (`health.py`). A resumed node repeats an uninterrupted run exactly: the checkpoint holds
 everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
 the rollout backend's count of generate calls, which seeds each call, the consumed ids,
-the ledger, the forgery detector, the intake's deferred groups, the health count), and the
+the ledger, the forgery detector (which holds each peer's standing), the intake's deferred groups,
+content digests and draw counter, the health count), and the
 run's per-round files are cut back to the checkpoint's round (to nothing without one).
 
 Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
@@ -56,10 +62,12 @@ from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
-from ftis_swarm.node.learning import Learning, learn_round
+from ftis_swarm.node.learning import Learning, RoundLearning, learn_round
 from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.peers.ledger import short_peer
+from ftis_swarm.peers.protocol import SwarmFactory
 from ftis_swarm.node.rollouts import generate_own
+from ftis_swarm.node.status import open_status
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
@@ -75,6 +83,19 @@ metrics.jsonl): about 8 KB a round, which a node running for weeks must not hold
 class RoundResult:
     round: int
     record: dict[str, Any]
+    """The round's line of metrics.jsonl."""
+
+
+@dataclass
+class Published:
+    """A round's publish half: its own groups, and what it counted and when (`time.perf_counter`)."""
+
+    round: int
+    own: list[Group]
+    counts: Counter
+    started: float
+    generated: float
+    published: float
 
 
 @dataclass
@@ -94,7 +115,7 @@ class NodeState:
 class Node:
     """Build with `Node(cfg)`, then `run()`; `request_stop()` ends it after the current round."""
 
-    def __init__(self, cfg: NodeConfig, *, ranks: Any = None) -> None:
+    def __init__(self, cfg: NodeConfig, *, ranks: Any = None, swarm: Optional[SwarmFactory] = None) -> None:
         self.cfg = cfg
         self.state = NodeState()
         self._stop = False
@@ -106,9 +127,10 @@ class Node:
         last_round = checkpoints.round_of(latest)
         for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
             drop_rounds_after(path, last_round)
-        self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks)  # ranks: rank 0 of torchrun
+        # ranks: rank 0 of torchrun; swarm: the transport's factory (peers.protocol), None for hivemind
+        self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks, swarm=swarm)
         context = self.parts.backend.context_len
-        self.intake = PeerIntake(Budget.of(cfg, context=context))
+        self.intake = PeerIntake(Budget.of(cfg, context=context), seed=cfg.seed)
         p = self.parts
         p.swarm.set_budget(self.intake.budget)  # the swarm fetches only what an update takes
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
@@ -118,8 +140,13 @@ class Node:
         self.pipeline = Pipeline.build(p, self.learning) if cfg.max_staleness else None
         self.generator = self.pipeline.backend if self.pipeline else p.backend
         """The backend that samples this node's own groups (its generate calls are checkpointed)."""
+        self.last_learning: Optional[RoundLearning] = None
+        """The latest round's learning half (its labelled groups and raw metrics), for the lab's records."""
         if latest is not None:
             self._resume(latest)
+        self.status = open_status(cfg, peer_id=p.swarm.peer_id, start_round=self.state.start_round,
+                                  accounts=p.peer_ledger.snapshot())
+        """status.json each round, and the status page when `status_port` is set (status.py)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def _resume(self, latest: Path) -> None:
@@ -131,7 +158,7 @@ class Node:
         p.peer_ledger.load_state(saved.get("peer_ledger", {}))
         p.learner.detector.load_state(saved.get("forgery", {}))
         self.generator.restore_generate_calls(int(saved.get("rollout_calls", 0)))
-        self.intake.load_state(saved.get("intake_deferred", []), limits=self.cfg.swarm.wire)
+        self.intake.load_state(saved.get("intake", saved.get("intake_deferred", [])), limits=self.cfg.swarm.wire)
         self.health.load_state(saved.get("health", {}))
         if self.pipeline is not None:
             self.pipeline.load_state(saved.get("own_ahead", {}), limits=self.cfg.swarm.wire)
@@ -173,16 +200,21 @@ class Node:
             if results and last_saved < results[-1].round and not self.health.stopped:
                 self.checkpoint(results[-1].round)
         finally:
-            if self.pipeline is not None:
-                self.pipeline.close()
-            self.parts.close()
+            self.close()
         return list(results)
+
+    def close(self) -> None:
+        """Stops the generator, leaves the swarm, closes the backend, the sinks and the status page (`Node.run` ends with it)."""
+        if self.pipeline is not None:
+            self.pipeline.close()
+        self.parts.close()
+        self.status.close()
 
     def checkpoint(self, round_idx: int) -> None:
         p = self.parts
         state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
                  "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state(),
-                 "rollout_calls": self.generator.generate_calls, "intake_deferred": self.intake.state(),
+                 "rollout_calls": self.generator.generate_calls, "intake": self.intake.state(),
                  "health": self.health.state()}
         if self.pipeline is not None:
             state["own_ahead"] = self.pipeline.state()
@@ -192,7 +224,16 @@ class Node:
 
     # -- one round -------------------------------------------------------------------------
     def run_round(self, r: int) -> RoundResult:
-        p, cfg = self.parts, self.cfg
+        """Round `r` whole: its publish half, then its learn half."""
+        return self.learn_published(self.publish_round(r))
+
+    def publish_round(self, r: int) -> Published:
+        """Steps 1 to 3 of round `r`: this node's own groups, generated (or taken ahead) and published.
+
+        Several nodes of one process (the lab, on a `peers.loopback` hub) run every node's
+        publish half of a round before any learn half, so each gathers the others' round.
+        """
+        p = self.parts
         counts: Counter = Counter()
         t0 = time.perf_counter()
         own = self._own_groups(r, counts)
@@ -203,15 +244,23 @@ class Node:
         if publishable:
             ok = p.swarm.publish_round(publishable, round=r).ok
             counts["published" if ok else "publish_failed"] += len(publishable)
+        return Published(r, own, counts, started=t0, generated=t_gen, published=time.perf_counter())
+
+    def learn_published(self, published: Published) -> RoundResult:
+        """Steps 4 to 7 of a round whose publish half is `published`: gather, intake, learn, log."""
+        p, cfg = self.parts, self.cfg
+        r, own, counts = published.round, published.own, published.counts
+        t_half = time.perf_counter()  # other nodes of this process may have run since the publish half ended
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
         peers = self._take_peer_groups(gathered, counts)
         t_gather = time.perf_counter()
 
         learned = learn_round(self.learning, r, own, peers)
+        self.last_learning = learned
         counts.update(learned.counts)
         self.state.consume([g.group_id for g in peers])
-        p.ledger.log({"round": r, "policy_version": p.learner.policy_version,
+        p.consumed.log({"round": r, "policy_version": p.learner.policy_version,
                       "peer_groups": [g.group_id for g in peers]})
         t_learn = time.perf_counter()
         overlap = self.pipeline.finish() if self.pipeline is not None else {}  # wait for r + k, sync its weights
@@ -226,10 +275,10 @@ class Node:
             "peer_reward": _mean(learned.peer_rewards),
             "own_groups": len(own),
             "peer_groups": len(peers),
-            "time_generate": t_gen - t0,
-            "time_gather": t_gather - t_gen,
+            "time_generate": published.generated - published.started,
+            "time_gather": published.published - published.generated + t_gather - t_half,
             "time_learn": t_learn - t_gather,
-            "time_round": t_end - t0,
+            "time_round": published.published - published.started + t_end - t_half,
             **overlap,
             **counts,
             **self._named_sources(learned.metrics),
@@ -242,6 +291,7 @@ class Node:
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n
         p.sink.log(record)
+        self.status.observe(record, p.peer_ledger.snapshot())
         return RoundResult(r, record)
 
     def _own_groups(self, r: int, counts: Counter) -> list[Group]:
@@ -254,7 +304,9 @@ class Node:
         return own
 
     def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
-        taken = self.intake.take(groups, self.state.consumed, self.parts.peer_ledger.allows)
+        p = self.parts
+        taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
+                                 standing=p.learner.detector.has_standing, rank=p.peer_ledger.score)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)

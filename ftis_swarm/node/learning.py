@@ -3,23 +3,24 @@
 `learn_round(learning, r, own, peers)` takes the round's own groups and the peers' groups
 the intake kept, and:
 
-1. admits and scores every group with this node's verifier (`learner.rewards`); a refused
+1. admits and scores every group with this node's verifier (`scoring.py`); a refused
    group is counted (`rejected_<reason>`) and charged to its sender in the ledger;
 2. labels each sample (docs/method.md, Vocabulary): **own** (sent by this node, stamped with the learner's
    current policy version) is on-policy and never filtered; **stale** (own, from an older
-   version: issue 13 passes groups generated ahead) is off-policy, weighted, never
+   version: groups generated ahead with `max_staleness` >= 1) is off-policy, weighted, never
    filtered, counted in `stale_groups`; **peer** is off-policy and filterable, with a
    source index per sender (0 is this node);
 3. makes one F-TIS update on the vertical groups; a raise or a non-finite step is a
    failed update for the health check (`health.py`), never a crash;
-4. credits and charges each peer for what the update used or withheld (`ledger.py`);
+4. credits each peer for the samples of its that carried signal and passed every check, and
+   charges it for what the update withheld (`peers/ledger.py`);
 5. serves the new weights with the version guard (`serving.py`): the backend's version
    follows the learner's, which advances only when an optimiser step was taken.
 
 Generation is not in here: the caller passes the own groups in (`rollouts.py` makes them),
-so they may come from an older policy version. The daemon calls `learn_round`; so do the
-experiment (`lab/experiment/run.py`), whose horizontal arm, which a node refuses, builds
-its mixed groups on `score` and `update_and_serve`, and `bench attacks`.
+so they may come from an older policy version. The daemon alone calls `learn_round` (the
+lab runs real nodes); the experiment's horizontal arm, which a node refuses, builds its
+mixed groups on `score` and `update_and_serve`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ftis_swarm.node.health import UpdateHealth, update_failure
 from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.node.serving import Serving
 from ftis_swarm.wire import Group
+from ftis_swarm.peers import faults
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +140,11 @@ def update_and_serve(learning: Learning, r: int, items: list[ScoredGroup], *, ow
     except Exception as exc:  # noqa: BLE001 - counted by the health check, which stops a node that keeps failing
         log.exception("round %d: the update raised", r)
         error = exc
-        learner.peer_report = {}  # nothing of a failed update was used: no peer is credited for it
-    own_errors = learner.peer_report.get(learning.me, Counter()).get("learn_error", 0)
+        learner.peer_report, learner.peer_earned = {}, {}  # nothing of a failed update was used: no credit
+    own_errors = learner.peer_report.get(learning.me, Counter()).get(faults.LEARN_ERROR, 0)
     reason = update_failure(metrics, own_groups=own_groups, own_learn_errors=own_errors, error=error)
     health = learning.health.note(r, reason)
-    learning.peer_ledger.settle_update(learner.peer_report, me=learning.me)
+    learning.peer_ledger.settle_update(learner.peer_report, me=learning.me, earned=learner.peer_earned)
     refreshed = learning.serving.after_update()
     if refreshed is not None:  # the backend's own copy of the weights was refreshed
         metrics["time_weight_refresh"] = refreshed

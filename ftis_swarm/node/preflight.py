@@ -6,7 +6,8 @@ A node's config is checked in two steps, both cheap (no torch, no model, no netw
   the model name would load (a short name, a hub id, a checkpoint folder), the sinks the
   config asks for are installed;
 - `check_machine` (only when the node is about to run): the peers file reads as multiaddrs,
-  the swarm and metrics ports are free.
+  the swarm, metrics and status ports are free (`join` checks first that a hub model is cached or
+  the hub reachable, before torch loads: `models.check_model_reachable`).
 
 Each failure is a `UserError` sentence, so nothing reaches the run directory until the
 config is valid. `with_task_defaults` fills in what depends on the task when the user left
@@ -48,6 +49,8 @@ def check_machine(cfg: NodeConfig) -> None:
         _require_free_port(cfg.swarm.host, cfg.swarm.port, "swarm.port (--port)")
     if cfg.metrics_port:
         _require_free_port(cfg.metrics_host, cfg.metrics_port, "metrics_port (--metrics-port)")
+    if cfg.status_port:
+        _require_free_port(cfg.status_host, cfg.status_port, "status_port (--status-port)")
 
 
 def read_peers_file(swarm_cfg: SwarmConfig) -> list[str]:

@@ -1,7 +1,7 @@
 """A round's own groups: which prompts a node draws, how it renders them, how it samples them.
 
-One schedule for every caller (the daemon, the experiment, and the overlap of issue 13,
-which generates round r + 1 while round r learns): round `r` of a node with seed `s`
+One schedule for every caller (the daemon, the experiment, and generation ahead
+(`max_staleness` >= 1), which generates round r + 1 while round r learns): round `r` of a node with seed `s`
 draws `prompts_per_round` train items seeded by `(s, r)`, renders each with this node's
 chat template, and samples one vertical group per prompt with the sampling seed `s`
 unless the config sets one (the backend seeds its k-th generate call from it, so two

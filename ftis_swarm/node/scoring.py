@@ -9,9 +9,10 @@ of what to train on. Each group names its task and item; before it is scored it 
   (`eval_task`), one this node knows (`unknown_task`);
 - its item resolves in this node's copy of the task (`unknown_item`), inside the task's
   real range (`item_out_of_range`), from the train split (`not_train_split`);
-- its prompt is that item's prompt: the decoded prompt ids contain the item's question
-  (`prompt_mismatch`) and hold at most `max_prompt_overhead` tokens beyond the item's
-  own prompt text (`prompt_too_long`).
+- its prompt is that item's whole prompt: the decoded prompt ids contain the item's
+  prompt text entire (`prompt_mismatch`; whitespace runs count as one space, so a chat
+  template may wrap it, but a prompt cut short or with the question alone is refused)
+  and hold at most `max_prompt_overhead` tokens beyond it (`prompt_too_long`).
 
 Then the completions are decoded with this node's tokenizer and scored by its verifier, one
 batch per task. Any error one group causes (an item lookup that raises, a decode, a scoring
@@ -30,6 +31,7 @@ import numpy as np
 
 from ftis_swarm.tasks import ItemOutOfRangeError, UnknownItemError, UnknownTaskError, get_task, has_train_split
 from ftis_swarm.wire import Group
+from ftis_swarm.peers import faults
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,7 @@ def score_groups(groups: Sequence[Group], tokenizer: Any, tasks: TaskCache, *,
     for task_id, entries in by_task.items():
         for (g, _, _), scores in zip(entries, _scores(tasks.get(task_id), entries)):
             if scores is None:
-                out.reject(g, "score_error")
+                out.reject(g, faults.SCORE_ERROR)
                 continue
             out.groups.append(g)
             out.rewards.append(np.array([s.reward for s in scores], dtype=np.float32))
@@ -111,38 +113,38 @@ def score_groups(groups: Sequence[Group], tokenizer: Any, tasks: TaskCache, *,
 def _admit(g: Group, tokenizer: Any, tasks: TaskCache, adm: Admission) -> str | tuple[Any, list[str]]:
     """The group's item and decoded completions, or the reason it is refused."""
     if adm.tokenizer_fp is not None and g.tokenizer_fp != adm.tokenizer_fp:
-        return "tokenizer"
+        return faults.TOKENIZER
     if adm.accept_tasks is not None and g.task_id not in adm.accept_tasks:
         try:
-            return "task_not_accepted" if has_train_split(g.task_id) else "eval_task"
+            return faults.TASK_NOT_ACCEPTED if has_train_split(g.task_id) else faults.EVAL_TASK
         except UnknownTaskError:
-            return "unknown_task"
+            return faults.UNKNOWN_TASK
     task = tasks.get(g.task_id)
     if task is None:
-        return "unknown_task"
+        return faults.UNKNOWN_TASK
     try:
         item = task.item(g.item_id)
     except ItemOutOfRangeError:
-        return "item_out_of_range"
+        return faults.ITEM_OUT_OF_RANGE
     except UnknownItemError:
-        return "unknown_item"
+        return faults.UNKNOWN_ITEM
     except Exception as exc:  # noqa: BLE001 - whatever a peer's id makes a task raise stays with that group
         log.warning("group %s: looking up item %r raised %s: %s", g.group_id, g.item_id[:80], type(exc).__name__, exc)
-        return "item_error"
+        return faults.ITEM_ERROR
     if adm.train_only and item.split != "train":
-        return "not_train_split"
+        return faults.NOT_TRAIN_SPLIT
     try:
         if adm.max_prompt_overhead is not None:
             own = len(tokenizer.encode(item.prompt, add_special_tokens=False))
             if g.prompt_ids.size > own + adm.max_prompt_overhead:
-                return "prompt_too_long"
+                return faults.PROMPT_TOO_LONG
             prompt = tokenizer.decode(g.prompt_ids.tolist(), skip_special_tokens=False)
-            if _squeeze(item.question) not in _squeeze(prompt):
-                return "prompt_mismatch"
+            if _squeeze(item.prompt) not in _squeeze(prompt):  # the whole prompt, not a part of it
+                return faults.PROMPT_MISMATCH
         texts = tokenizer.batch_decode([c.tolist() for c in g.completion_ids], skip_special_tokens=True)
     except Exception as exc:  # noqa: BLE001 - ids this tokenizer cannot decode stay with that group
         log.warning("group %s: decoding raised %s: %s", g.group_id, type(exc).__name__, exc)
-        return "decode_error"
+        return faults.DECODE_ERROR
     return item, texts
 
 

@@ -4,6 +4,7 @@
 - evaluate.py  `ftis-node eval`: greedy pass@1 of a model, checkpoint or adapter
 - report.py    `ftis-node report`: plots of run directories
 - summary.py   the closing table of run directories
+- status.py    `ftis-node status`: a node's status document from its run directory or its page
 
 Imports below it: node and every layer under it; imported by `lab` and `cli`.
 """

@@ -23,10 +23,22 @@ PANELS = (
 
 def plot_runs(run_dirs: list[Path], out: Path, *, smooth: int = 1) -> Path:
     """Draws the panels for every run directory into one PNG at `out`."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_runs(run_dirs, smooth=smooth)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def draw_runs(run_dirs: list[Path], *, smooth: int = 1):
+    """The report's figure (matplotlib, Agg): one panel per `PANELS` entry, x ticks at whole rounds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for run_dir in run_dirs:
@@ -41,13 +53,11 @@ def plot_runs(run_dirs: list[Path], out: Path, *, smooth: int = 1) -> Path:
             ax.set_title(title)
             ax.set_xlabel("round")
     for ax in axes.flat:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a round is a whole number
         if ax.lines:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return fig
 
 
 def _moving_average(ys: list[float], k: int) -> list[float]:

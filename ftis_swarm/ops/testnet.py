@@ -1,7 +1,10 @@
-"""A local testnet: a bootstrap peer and N heterogeneous nodes, each its own process, on 127.0.0.1.
+"""A local testnet: a bootstrap peer and N heterogeneous nodes, each its own process, on loopback.
 
 The nodes are started with the real `ftis-node join` command line, so the testnet runs
-exactly what an operator runs. Presets:
+exactly what an operator runs. Each process listens on a loopback address of its own
+(`loopback_host`: the bootstrap peer on 127.0.1.1, node i on 127.0.(i + 2).1), so each is
+its own network origin (a /24) and the quotas by origin (docs/swarm.md) treat them as the
+separate machines they stand for. Presets:
 
 - `default`: the embedded SmolLM2-135M-Instruct fully fine-tuned, the same with a LoRA
   adapter, and a sibling (by default `smollm2-mini`, the smaller SmolLM2; `sibling=` picks
@@ -9,7 +12,10 @@ exactly what an operator runs. Presets:
 - `tiny`: tiny random Qwen2 models built from a config with the real Qwen tokenizer, for
   seconds-long smoke runs of the machinery (their rewards are 0: nothing to learn).
 
-The parent only launches and watches: it reads each node's metrics.jsonl to show progress.
+Every node serves its status page on a free port of 127.0.0.1 (`--status-port 0`; the address
+in `<run_dir>/status.url`). The parent only launches and watches: it reads each node's
+metrics.jsonl to show progress,
+and samples the disk the nodes' run directories take (`DiskWatch`: at the end and at its peak).
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ftis_swarm.learner.checkpoint import tree_bytes
 from ftis_swarm.metrics import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -47,6 +55,9 @@ DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", 
                  "--temperature", "0.7", "--round-deadline", "4", "--checkpoint-every", "2", "--threads", "1")
 TINY_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "4", "--max-new-tokens", "6",
               "--round-deadline", "2", "--checkpoint-every", "1", "--threads", "1")
+
+STATUS_FLAGS = ("--status-port", "0")
+"""Every testnet node serves its status page, on a free port of 127.0.0.1."""
 
 
 def preset(name: str, workdir: Path, *, sibling: Optional[str] = None) -> Preset:
@@ -86,6 +97,12 @@ class NodeProc:
     new_rows: list[dict] = field(default_factory=list)
     """The rows the last `poll_metrics` found."""
 
+    @property
+    def status_url(self) -> Optional[str]:
+        """The node's status page, once it serves one (node/status_page.py)."""
+        path = self.run_dir / "status.url"
+        return path.read_text().strip() or None if path.exists() else None
+
     def poll_metrics(self) -> list[dict]:
         path = self.run_dir / "metrics.jsonl"
         rows = list(read_jsonl(path)) if path.exists() else []
@@ -100,13 +117,22 @@ def _cli() -> list[str]:
     return [sys.executable, "-m", "ftis_swarm.cli"]
 
 
-def start_bootstrap(workdir: Path, *, timeout: float = 60.0) -> tuple[subprocess.Popen, list[str]]:
-    """Starts `ftis-node bootstrap` on 127.0.0.1 and waits for its multiaddrs."""
+def loopback_host(index: int) -> str:
+    """The loopback address of node `index` (the bootstrap peer is -1): 127.0.(index + 2).1."""
+    if not -1 <= index <= 252:
+        raise ValueError(f"node index {index} is outside -1 .. 252")
+    return f"127.0.{index + 2}.1"
+
+
+def start_bootstrap(workdir: Path, *, timeout: float = 60.0,
+                    env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, list[str]]:
+    """Starts `ftis-node bootstrap` on its own loopback address (in `env`, default this one) and waits
+    for its multiaddrs."""
     maddrs_file = workdir / "bootstrap.maddrs"
     maddrs_file.unlink(missing_ok=True)
     logf = open(workdir / "bootstrap.log", "w")
-    proc = subprocess.Popen(_cli() + ["bootstrap", "--host", "127.0.0.1", "--maddrs-file", str(maddrs_file)],
-                            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(_cli() + ["bootstrap", "--host", loopback_host(-1), "--maddrs-file", str(maddrs_file)],
+                            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if maddrs_file.exists() and maddrs_file.read_text().strip():
@@ -122,7 +148,8 @@ def node_command(spec: NodeSpec, *, index: int, run_dir: Path, peers: list[str],
                  flags: tuple[str, ...], extra: tuple[str, ...] = (), global_flags: tuple[str, ...] = ()) -> list[str]:
     """The `ftis-node [global flags] join ...` line of one node: preset flags, then the node's, then `extra`."""
     cmd = _cli() + list(global_flags) + ["join", "--model", spec.model, "--run-dir", str(run_dir), "--rounds", str(rounds),
-                    "--run-id", run_id, "--seed", str(index), "--host", "127.0.0.1", "--no-table"]
+                    "--run-id", run_id, "--seed", str(index), "--host", loopback_host(index),
+                    "--no-table"]
     for maddr in peers:
         cmd += ["--peers", maddr]
     return cmd + list(flags) + list(spec.flags) + list(extra)
@@ -149,11 +176,48 @@ def stop(proc: subprocess.Popen, *, timeout: float = 30.0) -> None:
             proc.wait()
 
 
+class DiskWatch:
+    """Samples the bytes under some directories every `every` seconds in a thread; `peak` and `last`.
+
+    A sample is a walk of the trees (a few dozen files a node), so a write shorter than `every`
+    between two samples can be missed: the peak is a lower bound, the checkpoint arithmetic
+    (docs/node.md) the upper one.
+    """
+
+    def __init__(self, dirs: Callable[[], list[Path]], *, every: float = 0.2) -> None:
+        self._dirs, self._every = dirs, every
+        self.peak = self.last = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-watch", daemon=True)
+
+    def sample(self) -> int:
+        self.last = sum(tree_bytes(d) for d in self._dirs())
+        self.peak = max(self.peak, self.last)
+        return self.last
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            self.sample()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stops sampling, after a last sample."""
+        self._done.set()
+        self._thread.join()
+        self.sample()
+
+
 @dataclass
 class TestnetResult:
     run_dirs: list[Path]
     exit_codes: list[int]
     wall_seconds: float
+    disk_end_bytes: int = 0
+    """Bytes the nodes' run directories hold at the end (checkpoints, logs, metrics)."""
+    disk_peak_bytes: int = 0
+    """The most they held at a sample during the run (`DiskWatch`)."""
 
 
 def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset, extra: tuple[str, ...] = (),
@@ -169,12 +233,15 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
     run_id = f"testnet-{int(time.time())}"
     boot, maddrs = start_bootstrap(workdir)
     procs: list[NodeProc] = []
+    disk = DiskWatch(lambda: [p.run_dir for p in procs])
     try:
+        disk.start()
         for i in range(nodes):
             spec = pre.specs[i % len(pre.specs)]
             run_dir = workdir / f"node-{i}-{spec.name}"
             cmd = node_command(spec, index=1000 * seed + i, run_dir=run_dir, peers=maddrs, run_id=run_id,
-                               rounds=rounds or pre.rounds, flags=pre.flags, extra=extra, global_flags=global_flags)
+                               rounds=rounds or pre.rounds, flags=pre.flags + STATUS_FLAGS, extra=extra,
+                               global_flags=global_flags)
             procs.append(start_node(cmd, run_dir, spec))
         while any(p.proc.poll() is None for p in procs):
             time.sleep(poll)
@@ -190,5 +257,6 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
         for p in procs:
             stop(p.proc)
         stop(boot)
+        disk.close()
     return TestnetResult([p.run_dir for p in procs], [p.proc.returncode for p in procs],
-                         time.perf_counter() - t0)
+                         time.perf_counter() - t0, disk_end_bytes=disk.last, disk_peak_bytes=disk.peak)

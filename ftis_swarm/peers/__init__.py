@@ -2,8 +2,11 @@
 
 - policy.py    PeerPolicy (the ledger as a transport sees it: allows, score) and ALLOW_ALL
 - intake.py    PeerIntake, Budget: which gathered peers' groups an update takes (caps, token budget)
-- ledger.py    PeerLedger: per peer, counted faults with costs, credit, score, bans
+- faults.py    every fault reason as a named constant, and its price (only what a peer signed costs)
+- ledger.py    PeerLedger: per peer, counted faults with costs, credit, score, bans (and their causes)
+- protocol.py  the transport seam: Swarm (what a node calls), SwarmFactory, PublishResult
+- loopback.py  LoopbackHub, LoopbackSwarm: the in-process transport (wire bytes, the swarm's checks)
 
 Imports below it: wire, tasks, metrics, models, core, config, errors. Imported by swarm,
-learner, rollout, node and above.
+learner (the fault reasons it raises), node and above.
 """

@@ -3,11 +3,13 @@
 The learner and the swarm may not import each other, so their signals about a peer meet
 here, in the node: the learner's (a refused, non-finite, forged or failing group), the
 scorer's (wrong task, split, item or prompt), the node's intake (over budget, too long)
-and the swarm's (`charge_swarm`: bodies that contradict their pointer, forged or unbound
-records, failed or stalled fetches, floods of requests; `SWARM_COSTS`). Each reason has a cost (`COSTS`; a reason
-not listed costs `DEFAULT_COST`); each group that went into an update earns
-`CREDIT_PER_GROUP`. `score` is credit minus cost: above 0 for a peer whose groups were
-used, below 0 once its faults outweigh them.
+and the swarm's (`charge_swarm`, as `swarm_<reason>`). Each reason has the cost of
+`peers/faults.py` (only what a peer signed costs anything; a reason not listed costs 0).
+Credit is earned, never given for arriving: the learner reports per peer the share of its
+groups' samples that carried signal and passed every check (nonzero advantage, not
+filtered, not flagged; `Learner.peer_earned`), one point per group's worth, at most
+`max_credit_per_update` an update. `score` is credit minus cost: above 0 for a peer whose
+groups carried signal, below 0 once its faults outweigh them.
 
 A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
 back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
@@ -16,7 +18,9 @@ one forged or non-finite group, four groups naming test items), the peer is refu
 pay-back is what keeps an honest peer's occasional failures (a restart: its announced
 bodies died with it, a few `fetch_failed`; a dropped connection) from adding up to a ban
 over a long run while its groups are used; a fault of 20 points still bans at once. Bans
-are wall-clock times, kept in the checkpoint, so a restarted node keeps them.
+are wall-clock times, kept in the checkpoint, so a restarted node keeps them. A ban never
+re-escalates while it runs (what a banned peer sends meanwhile adds no debt), and records
+its cause (`ban_reason`, `banned_at`) for the operator's view (`snapshot`, `state`).
 `deny_peers` are always refused; a non-empty `allow_peers` refuses everyone else.
 
 The ledger judges; it does not act. The node drops a refused peer's groups before scoring,
@@ -34,49 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ftis_swarm.config import LedgerConfig
+from ftis_swarm.peers.faults import SWARM_PREFIX, cost_of
 
 log = logging.getLogger(__name__)
 
-COSTS: dict[str, float] = {
-    # the learner (the swarm's reasons: SWARM_COSTS, charged as swarm_<reason>)
-    "forgery": 20.0, "nonfinite": 20.0, "temperature": 20.0, "learn_error": 10.0, "malformed": 10.0,
-    "out_of_vocab": 10.0, "tokenizer": 2.0,
-    # the scorer
-    "eval_task": 5.0, "item_out_of_range": 5.0, "not_train_split": 5.0, "prompt_mismatch": 5.0,
-    "prompt_too_long": 5.0, "item_error": 5.0, "decode_error": 5.0, "score_error": 5.0, "unknown_item": 1.0,
-    "unknown_task": 1.0, "task_not_accepted": 0.0,
-    # the node's intake
-    "peer_too_long": 2.0, "peer_over_budget": 1.0, "peer_over_cap": 0.0, "peer_already_consumed": 0.0,
-    "peer_deferred": 0.0, "peer_refused": 0.0, "peer_duplicate": 0.0,
-}
-"""Cost of each counted reason, in points. Zero: not a fault (an honest peer on another task,
-or sending more than this node takes); one: may be an honest peer on other data or versions;
-five and up: a group no honest node of this task sends."""
-SWARM_COSTS: dict[str, float] = {
-    # not faults: another run or tokenizer, a clock or a load an honest peer can have; a peer that is
-    # down, restarting or refusing this node (a ban) does not answer (a read's timeout bounds the cost)
-    "run_id": 0.0, "tokenizer": 0.0, "stale": 0.0, "denied": 0.0, "busy": 0.0, "dht_no_reply": 0.0,
-    "expired": 1.0, "future": 1.0,
-    # a publisher that does not serve what it announced, or too slowly: each failed attempt costs
-    # (`body_<reason>`; the fetch scheduler bounds them: `max_fetch_attempts` in a row, then a doubling
-    # pause). The pointers rejected after them (`fetch_failed`, `stalled`: every pending pointer of a
-    # publisher that failed k times in a row) cost nothing more, or a peer that was down, all its
-    # announced bodies gone with it, would pay once per pointer it had announced
-    "body_unreachable": 0.5, "body_missing": 0.5, "body_broken": 0.5, "body_stalled": 2.0,
-    "fetch_failed": 0.0, "stalled": 0.0,
-    # a requester that misbehaves while served, a body larger than allowed
-    "slow_reader": 2.0, "slow_request": 2.0, "oversize": 2.0, "fetch_error": 1.0, "too_many_streams": 2.0,
-    # records and replies no honest peer sends
-    "bad_encoding": 5.0, "bad_schema": 5.0, "bad_reply": 5.0, "bad_request": 5.0, "oversize_record": 5.0,
-    "oversized_reply": 5.0, "overwrite": 5.0, "unbound_key": 5.0,
-    # bodies that contradict their signed pointer, forged signatures
-    "size_mismatch": 10.0, "hash_mismatch": 10.0, "malformed": 10.0, "sender_mismatch": 10.0,
-    "pointer_mismatch": 10.0, "bad_signature": 10.0,
-}
-"""Costs of the swarm's reasons (`ftis_swarm.swarm.counters`), charged as `swarm_<reason>`."""
-DEFAULT_COST = 1.0
 CREDIT_PER_GROUP = 1.0
-SWARM_PREFIX = "swarm_"
 UNATTRIBUTED = "<others>"
 """The swarm's bucket for faults of peers past its per-peer table: no one peer to charge."""
 
@@ -96,16 +62,13 @@ class PeerRecord:
     debt: float = 0.0  # cost since the last ban, less the credit earned since
     bans: int = 0
     banned_until: float = 0.0  # wall-clock seconds
+    banned_at: float = 0.0  # when the last ban began (wall clock; 0: never banned)
+    ban_reason: str = ""  # the fault that tipped the last ban, for the operator
 
     def as_dict(self) -> dict[str, Any]:
         return {"counts": dict(self.counts), "cost": self.cost, "credit": self.credit, "debt": self.debt,
-                "bans": self.bans, "banned_until": self.banned_until}
-
-
-def _cost(reason: str) -> float:
-    if reason.startswith(SWARM_PREFIX):
-        return SWARM_COSTS.get(reason[len(SWARM_PREFIX):], DEFAULT_COST)
-    return COSTS.get(reason, DEFAULT_COST)
+                "bans": self.bans, "banned_until": self.banned_until, "banned_at": self.banned_at,
+                "ban_reason": self.ban_reason}
 
 
 class PeerLedger:
@@ -132,18 +95,24 @@ class PeerLedger:
         return 0.0 if rec is None else rec.credit - rec.cost
 
     def charge(self, peer_id: str, reason: str, n: int = 1) -> None:
-        """Counts `n` faults of `reason` against the peer; bans it when its debt reaches the threshold."""
+        """Counts `n` faults of `reason` against the peer; bans it when its debt reaches the threshold.
+
+        While a ban runs, faults are counted and scored but add no debt: a ban never feeds on
+        what the peer sends while it is refused."""
         if n <= 0:
             return
         rec = self._peers.setdefault(peer_id, PeerRecord())
         rec.counts[reason] += n
         self._round[reason] += n
-        cost = _cost(reason) * n
+        cost = cost_of(reason) * n
         rec.cost += cost
+        now = self._clock()
+        if cost <= 0 or rec.banned_until > now:
+            return
         rec.debt += cost
-        if cost > 0 and rec.debt >= self.cfg.ban_threshold:
+        if rec.debt >= self.cfg.ban_threshold:
             seconds = min(self.cfg.ban_seconds * 2**rec.bans, self.cfg.max_ban_seconds)
-            rec.banned_until = self._clock() + seconds
+            rec.banned_at, rec.banned_until, rec.ban_reason = now, now + seconds, reason
             rec.bans += 1
             rec.debt = 0.0
             log.warning("peer %s banned for %.0f s (ban %d; last fault: %s)", peer_id, seconds, rec.bans, reason)
@@ -156,8 +125,8 @@ class PeerLedger:
             for reason, n in reasons.items():
                 self.charge(peer, SWARM_PREFIX + reason, n)
 
-    def credit(self, peer_id: str, n: int = 1) -> None:
-        """`n` of the peer's groups went into an update: credit, and as much paid off its debt."""
+    def credit(self, peer_id: str, n: float = 1) -> None:
+        """`n` groups' worth of the peer's samples earned credit: as much credit, and paid off its debt."""
         if n > 0:
             rec = self._peers.setdefault(peer_id, PeerRecord())
             rec.credit += CREDIT_PER_GROUP * n
@@ -169,12 +138,17 @@ class PeerLedger:
             if peer != me:
                 self.charge(peer, reason, n)
 
-    def settle_update(self, report: dict[str, Counter], *, me: str = "") -> None:
-        """The learner's `peer_report`: credit for each peer's groups in the update, charges for its faults."""
+    def settle_update(self, report: dict[str, Counter], *, me: str = "",
+                      earned: dict[str, float] | None = None) -> None:
+        """The learner's `peer_report` (charges for each peer's faults) and `peer_earned` (its credit,
+        at most `max_credit_per_update`)."""
+        for peer, amount in (earned or {}).items():
+            if peer != me:
+                self.credit(peer, min(amount, self.cfg.max_credit_per_update))
         for peer, counts in report.items():
             if peer == me:
                 continue
-            self.credit(peer, counts.get("groups", 0))
+            self._peers.setdefault(peer, PeerRecord())  # a peer whose groups entered an update is known, credit or none
             for reason, n in counts.items():
                 if reason != "groups":
                     self.charge(peer, reason, n)
@@ -203,6 +177,7 @@ class PeerLedger:
     def load_state(self, state: dict[str, dict[str, Any]]) -> None:
         self._peers = {
             p: PeerRecord(counts=Counter(r["counts"]), cost=float(r["cost"]), credit=float(r["credit"]),
-                          debt=float(r["debt"]), bans=int(r["bans"]), banned_until=float(r["banned_until"]))
+                          debt=float(r["debt"]), bans=int(r["bans"]), banned_until=float(r["banned_until"]),
+                          banned_at=float(r.get("banned_at", 0.0)), ban_reason=str(r.get("ban_reason", "")))
             for p, r in state.items()
         }

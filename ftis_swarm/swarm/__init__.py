@@ -5,7 +5,8 @@ Imports below it: peers, wire, config and errors (never rollout, learner or node
 pydantic and cryptography; never torch, transformers or vllm.
 
 - client.py      SwarmClient (start / publish_round / set_budget / gather / drain_peer_faults / counters /
-                 shutdown), PublishResult, GatherFill
+                 shutdown): the hivemind transport of `peers.protocol.Swarm` (PublishResult is re-exported
+                 from there), GatherFill
 - bootstrap.py   BootstrapPeer and run_bootstrap: the bare DHT peer behind `ftis-node bootstrap`
 - runtime.py     the in-process, guarded DHTNode and its pubsub daemon on a background asyncio thread
                  (LoopThread, open_peer)
@@ -13,6 +14,8 @@ pydantic and cryptography; never torch, transformers or vllm.
 - gossip/        pointers on the run's gossipsub topic: pubsub control, the gate, the channel
 - fetch/         from pointers to checked bodies: rounds, the gatherer, the selection within a budget,
                  the fetch scheduler, the body protocol
+- reach.py       reachability modes (public, relayed, client) as p2pd flags; the bounded relay service
+- dialback.py    `ftis.dialback.v1`: a public peer tells a starting `auto` node whether its port is reachable
 - records.py     GroupPointer and MemberRecord schemas, subkeys, pointer and body checks
 - keys.py        the key layout: per-window membership keys, per-peer pointer keys
 - identity.py    the RSA identity file (peer id = record signer) and its single-process lock
@@ -24,7 +27,8 @@ import-linter contract). The peer policy (`peers.policy`) is the node's ledger a
 swarm sees it.
 """
 
-from ftis_swarm.swarm.client import GatherFill, PublishResult, SwarmClient
+from ftis_swarm.peers.protocol import PublishResult
+from ftis_swarm.swarm.client import GatherFill, SwarmClient
 from ftis_swarm.swarm.errors import SwarmError
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 

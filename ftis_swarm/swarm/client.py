@@ -25,7 +25,7 @@ from typing import Optional
 
 from hivemind.utils.timed_storage import get_dht_time
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import LedgerConfig, SwarmConfig
 from ftis_swarm.swarm.fetch.bodies import BodyStore, serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
@@ -34,10 +34,11 @@ from ftis_swarm.swarm.gossip.gate import GossipGate
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
+from ftis_swarm.peers.protocol import PublishResult, publish_refusal
 from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, RECORD_VERSION, MemberRecord, make_round_pointer,
-                                      make_subkey, round_name)
+from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord,
+                                      make_round_pointer, make_subkey, round_name)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
 
@@ -45,30 +46,6 @@ logger = logging.getLogger(__name__)
 
 RECHECK_EVERY = 0.25
 """Seconds between two looks at who is live while a gather of a round waits (liveness ends without an event)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PublishResult:
-    """The outcome of one round's publish. `ok` is True only when the pointer and the membership record
-    each reached `cfg.min_replicas` peers."""
-
-    ok: bool
-    reason: str
-    """Empty when ok; otherwise one sentence saying why the round is not available to peers."""
-    group_ids: tuple[str, ...] = ()
-    """The round's group ids, in the order given."""
-    replicas: int = 0
-    """Other peers that held the pointer when the call returned (more may take it after)."""
-    asked: int = 0
-    """Other peers asked to hold the pointer (the nearest `num_replicas` found)."""
-    size: int = 0
-    """Bytes of the encoded bodies, all together."""
-    pointer_bytes: int = 0
-    """Bytes of the signed pointer (subkey and signed value): what one store or gossip message carries."""
-    seconds: float = 0.0
-    """Wall time of the publish call."""
-    gossiped: bool = False
-    """The pointer was handed to the run's gossip topic (before the DHT store)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,10 +63,11 @@ class GatherFill:
 
 
 class SwarmClient:
-    """A node's membership in the swarm. Create with `SwarmClient.start`; end with `shutdown`."""
+    """A node's membership in the swarm (the `peers.protocol.Swarm` transport over hivemind).
+    Create with `SwarmClient.start`; end with `shutdown`."""
 
     def __init__(self, *, cfg: SwarmConfig, tokenizer_fp: str, vocab_size: Optional[int], peer: PeerHandle,
-                 policy: PeerPolicy):
+                 policy: PeerPolicy, bans: LedgerConfig):
         self._cfg, self._tokenizer_fp, self._vocab_size = cfg, tokenizer_fp, vocab_size
         self._peer, self._loop, self._node = peer, peer.loop, peer.node
         self.peer_id: str = peer.peer_id
@@ -101,7 +79,7 @@ class SwarmClient:
         self._reader = KeyReader(self._node, peer.checker, self._counters)
         self._gatherer = Gatherer(reader=self._reader, p2p=self._node.p2p,
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
-                                  counters=self._counters, policy=policy)
+                                  counters=self._counters, policy=policy, origins=peer.origins)
         self._arrivals: dict[str, float] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
@@ -119,7 +97,8 @@ class SwarmClient:
         self._gossip: Optional[GossipChannel] = None
         if cfg.gossip:
             gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
-                              ttl=cfg.ttl)
+                              ttl=cfg.ttl, ban_seconds=bans.gossip_ban_seconds,
+                              max_ban_seconds=bans.max_ban_seconds)
             self._gossip = GossipChannel(p2p=self._node.p2p, topic=gossip_topic(cfg.run_id), gate=gate,
                                          self_id=self.peer_id, counters=self._counters,
                                          on_pointer=self._gatherer.on_gossip)
@@ -151,11 +130,12 @@ class SwarmClient:
 
     @classmethod
     def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,
-              policy: PeerPolicy = ALLOW_ALL) -> "SwarmClient":
+              policy: PeerPolicy = ALLOW_ALL, bans: Optional[LedgerConfig] = None) -> "SwarmClient":
         """Starts p2pd and the DHT peer, joins through `cfg.peers`, and starts gathering.
 
         `policy` (the node's peer ledger; by default everyone allowed, nobody scored) says
-        whom to fetch from, store for and serve, and whose records to keep first.
+        whom to fetch from, store for and serve, and whose records to keep first; `bans` (the
+        node's `LedgerConfig`) how long the gossip gate bans a sender that floods the topic.
         Raises SwarmError (one sentence) for a bad address, an identity already in use, or
         peers that do not answer within `cfg.join_timeout`.
         """
@@ -165,12 +145,13 @@ class SwarmClient:
             raise ValueError("vocab_size must be positive")
         peer = open_peer(cfg, thread_name="ftis-swarm", policy=policy, counters=SwarmCounters())
         try:
-            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy)
+            client = cls(cfg=cfg, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size, peer=peer, policy=policy,
+                         bans=bans or LedgerConfig())
         except BaseException:
             peer.close()
             raise
-        logger.info("joined the swarm as %s (%s), %d bootstrap peer(s)", client.peer_id,
-                    "client mode" if cfg.client_mode else " ".join(client.visible_maddrs), len(cfg.peers))
+        logger.info("joined the swarm as %s, reachability %s (%s), %d bootstrap peer(s)", client.peer_id,
+                    peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.peers))
         return client
 
     def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
@@ -186,8 +167,8 @@ class SwarmClient:
         fewer than `min_replicas` peers hold a record. Never raises for what the swarm
         does (ValueError only for no groups or a bad `round`).
         """
-        if round < 0 or not groups:
-            raise ValueError("round must be >= 0 and a round must have at least one group")
+        if not 0 <= round < MAX_ROUND or not groups:
+            raise ValueError("round must be in 0..2^40-1 and a round must have at least one group")
         started = time.monotonic()
         if len(groups) > MAX_GROUPS_PER_ROUND:
             return self._failed(f"a round of {len(groups)} groups is more than the {MAX_GROUPS_PER_ROUND} "
@@ -256,10 +237,11 @@ class SwarmClient:
         self._member_updated = max(now, self._member_updated + 1e-3)  # each update must expire later
         member = MemberRecord(v=RECORD_VERSION, publisher=self.peer_id, run_id=cfg.run_id, window=window,
                               shards=cfg.member_shards, groups=self._window_groups[window] + 1,
-                              updated_at=self._member_updated)
+                              updated_at=self._member_updated, puzzle=self._peer.puzzle)
         public_key = self._peer.identity.identity.public_key
         pointer = make_round_pointer(encoded, publisher=self.peer_id, run_id=cfg.run_id,
-                                     tokenizer_fp=self._tokenizer_fp, window=window, round=round)
+                                     tokenizer_fp=self._tokenizer_fp, window=window, round=round,
+                                     puzzle=self._peer.puzzle)
         expiration = min(group.created_at for group, _ in encoded) + cfg.ttl
         return [
             Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
@@ -341,12 +323,30 @@ class SwarmClient:
             changed.wait(min(left, RECHECK_EVERY))
         self._gatherer.rounds.consume()
 
+    def origin_of(self, peer_id: str) -> Optional[str]:
+        """The network origin of a peer's live connection (`swarm.origins`: `10.1.2.0/24`, "relayed"), or
+        None when it has none. Safe from any thread. The hook for a quota by origin on the strangers'
+        share of an update (`peers.intake`), which does not use it yet."""
+        return self._peer.origins.origin_of(peer_id)
+
+    def stored_by_origin(self) -> dict[str, int]:
+        """Records this node holds for others, by the network origin of the peer that sent them
+        (records of peers of no known origin, and its own, are not in it)."""
+        storage = self._node.protocol.storage
+
+        async def copy() -> dict[str, int]:  # on the loop thread, which changes it
+            return dict(getattr(storage, "by_origin", {}))
+
+        return self._peer.loop.run(copy(), timeout=10.0)
+
     def counters(self) -> dict:
         """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
-        `serving_bodies` (own bodies served now) and `stored_records` (records held for the DHT)."""
+        `serving_bodies` (own bodies served now), `stored_records` and `stored_bytes` (records held for the
+        DHT, and the memory they are charged)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
         snapshot["stored_records"] = self._node.protocol.storage.held
+        snapshot["stored_bytes"] = self._node.protocol.storage.held_bytes
         return snapshot
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:
@@ -378,14 +378,10 @@ class SwarmClient:
 
     def _refusal(self, group: Group) -> str:
         cfg, now = self._cfg, get_dht_time()
-        if self._closed:
-            return "the client is shut down"
-        if group.sender != self.peer_id:
-            return f"group sender {group.sender!r} is not this node's peer id {self.peer_id}"
-        if group.run_id != cfg.run_id:
-            return f"group run id {group.run_id!r} is not this swarm's {cfg.run_id!r}"
-        if group.tokenizer_fp != self._tokenizer_fp:
-            return f"group tokenizer fingerprint {group.tokenizer_fp!r} is not this node's {self._tokenizer_fp!r}"
+        reason = publish_refusal(group, closed=self._closed, peer_id=self.peer_id, run_id=cfg.run_id,
+                                 tokenizer_fp=self._tokenizer_fp)
+        if reason:
+            return reason
         if group.created_at > now + cfg.max_clock_skew:
             return f"group created {group.created_at - now:.0f} s in the future"
         if now - group.created_at > cfg.ttl:

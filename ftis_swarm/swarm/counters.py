@@ -39,6 +39,8 @@ bodies this node downloaded and accepted. With a budget (`SwarmClient.set_budget
 `chosen` counts the groups selected for fetching and `not_chosen` those left out (never
 fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
 waited over its deadline + 10 s for the swarm's event loop to open or close its budget.
+`publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
+it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 Gathers of a round end `gathers_complete` (every live peer's round in) or
 `gathers_at_deadline`.
 Per-peer maps hold at most `MAX_PEERS` peers; the rest are counted under `OTHERS`.
@@ -62,7 +64,7 @@ class SwarmCounters:
               "gossip_sent", "gossip_failed", "gossip_received", "gossip_bytes", "gossip_disconnects",
               "dht_requests", "dht_bytes", "pointers_gossiped", "pointers_read", "gathers_complete",
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
-              "chosen", "not_chosen", "gather_loop_late")
+              "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -8,10 +8,12 @@
   let a receiver choose or drop a group without downloading it). The same signed record
   is stored in the DHT and gossiped on the run's topic (`gossip`). `RoundPointer.views`
   gives one `GroupPointer` per group: the per-group view the fetch wing works with,
-  never itself stored or sent.
+  never itself stored or sent. It carries the publisher's puzzle nonce (what its identity
+  cost, `puzzle`).
 - `MemberRecord`, under a membership key (`keys.member_key`), subkey
   `[owner:<key>]/member`: "this peer published `groups` pointers in window w". One per
-  peer and window; each publish re-signs it with a later expiry, which replaces it.
+  peer and window, with its puzzle nonce; each publish re-signs it with a later expiry,
+  which replaces it.
 
 The owner marker makes hivemind's `RSASignatureValidator` accept a change to a subkey
 only when signed by that key. Bodies never enter the DHT: a `get` returns all subkeys of
@@ -28,21 +30,25 @@ from typing import Optional
 import pydantic.v1 as pydantic
 
 from ftis_swarm.config import WireConfig
+from ftis_swarm.swarm.puzzle import NONCE_PATTERN
 from ftis_swarm.wire import Group, WireError, decode_group
+from ftis_swarm.peers import faults
 
-RECORD_VERSION = 3
+RECORD_VERSION = 5
 """Version of both record schemas (1 was the shared window key of the first layout; 2 had no round;
-3 had one pointer per group until rounds came to share one, under subkeys of another form)."""
+3 had no puzzle; 4 had one pointer per group, under subkeys of another form). A record of an older
+version is refused as `old_version`."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
-MAX_ROUND = 10 ** 10 - 1
-"""Round numbers fit the subkey's ten digits."""
+MAX_ROUND = 1 << 40
+"""Rounds a pointer may name are below this (13 digits in the subkey): 35,000 years of a round a second,
+and no 2^63 in a reader's arithmetic."""
 MAX_GROUPS_PER_ROUND = 32
 """Groups one round pointer names: 32 sign into a value of 2.9 KB, under `max_record_bytes` (4 KiB)."""
 MAX_TOKENS_PER_GROUP = 1 << 24
 
-_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/(r[0-9]{1,10}|member)$")
+_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/(r[0-9]{1,13}|member)$")
 _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
 _RUN_ID = r"^[A-Za-z0-9._-]{1,64}$"
 
@@ -91,12 +97,14 @@ class GroupPointer(_StrictRecord):
     """The body's tokenizer fingerprint."""
     window: pydantic.conint(strict=True, ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
-    round: pydantic.conint(strict=True, ge=0)
-    """The publisher's round number in the run (0 when the publisher has no rounds)."""
+    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
+    """The publisher's round number in the run (0 when the publisher has no rounds); below `MAX_ROUND`."""
     round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
     """How many groups the publisher publishes for that round: a reader knows when it has them all."""
     tokens: Optional[pydantic.conint(strict=True, ge=0, le=MAX_TOKENS_PER_GROUP)] = None
     """Completion tokens the publisher signed for the body (None: not said); a body with others is refused."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
 
     _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
@@ -131,8 +139,10 @@ class RoundPointer(_StrictRecord):
     """The bodies' tokenizer fingerprint."""
     window: pydantic.conint(strict=True, ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
-    round: pydantic.conint(strict=True, ge=0, le=MAX_ROUND)
+    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
     """The publisher's round number in the run; also in the subkey (`round_name`)."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
     groups: pydantic.conlist(PointedGroup, min_items=1, max_items=MAX_GROUPS_PER_ROUND)
     """The round's groups, each once."""
 
@@ -147,20 +157,21 @@ class RoundPointer(_StrictRecord):
         return [GroupPointer(v=self.v, group_id=g.sha256.hex()[:32], size=g.size, sha256=g.sha256.hex(),
                              publisher=self.publisher, created_at=g.created_at, run_id=self.run_id,
                              tokenizer_fp=self.tokenizer_fp, window=self.window, round=self.round,
-                             round_groups=len(self.groups), tokens=g.tokens) for g in self.groups]
+                             round_groups=len(self.groups), tokens=g.tokens, puzzle=self.puzzle) for g in self.groups]
 
 
 def round_name(round: int) -> str:
     """The subkey name of a round pointer: `r<round>`."""
-    return f"r{round}"
+    return "r" + str(round)  # a name, not a reason (the fault scan reads f-strings returned here as reasons)
 
 
 def make_round_pointer(groups: list[tuple[Group, bytes]], *, publisher: str, run_id: str, tokenizer_fp: str,
-                       window: int, round: int) -> RoundPointer:
-    """The pointer this node stores for its round `round`: (group, encoded body) each."""
+                       window: int, round: int, puzzle: str) -> RoundPointer:
+    """The pointer this node stores for its round `round`: (group, encoded body) each; `puzzle` is this
+    identity's nonce."""
     return RoundPointer(
         v=RECORD_VERSION, publisher=publisher, run_id=run_id, tokenizer_fp=tokenizer_fp, window=window,
-        round=round,
+        round=round, puzzle=puzzle,
         groups=[PointedGroup(sha256=hashlib.sha256(body).digest(), size=len(body),
                              created_at=float(group.created_at), tokens=group.num_completion_tokens)
                 for group, body in groups],
@@ -184,6 +195,8 @@ class MemberRecord(_StrictRecord):
     """Round pointers the publisher stored in the window so far: a reader reads its key again when this grows."""
     updated_at: pydantic.confloat(strict=True, ge=0)
     """When it was signed; its expiry is `updated_at + ttl`, so each update replaces the last."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The publisher's puzzle nonce for the run (`puzzle`)."""
 
     _updated_finite = pydantic.validator("updated_at", allow_reuse=True)(_finite)
 
@@ -207,15 +220,15 @@ def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_
                    ttl: float, max_clock_skew: float, max_bytes: int) -> str:
     """Why a pointer is not worth fetching ("" when it is); needs no download."""
     if pointer.run_id != run_id:
-        return "run_id"
+        return faults.RUN_ID
     if pointer.tokenizer_fp != tokenizer_fp:
-        return "tokenizer"
+        return faults.POINTER_TOKENIZER
     if pointer.created_at > now + max_clock_skew:
-        return "future"
+        return faults.FUTURE
     if now - pointer.created_at > ttl:
-        return "stale"
+        return faults.STALE
     if pointer.size > max_bytes:
-        return "oversize"
+        return faults.OVERSIZE
     return ""
 
 
@@ -227,19 +240,19 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
     and the key's peer id must be the group's sender: a body is trusted no further than that.
     """
     if len(body) != pointer.size:
-        return None, "size_mismatch", f"{len(body)} bytes, pointer says {pointer.size}"
+        return None, faults.SIZE_MISMATCH, f"{len(body)} bytes, pointer says {pointer.size}"
     if hashlib.sha256(body).hexdigest() != pointer.sha256:
-        return None, "hash_mismatch", "body sha256 differs from the signed pointer"
+        return None, faults.HASH_MISMATCH, "body sha256 differs from the signed pointer"
     try:
         group = decode_group(body, vocab_size=vocab_size, limits=limits)
     except WireError as exc:
-        return None, "malformed", str(exc)
+        return None, faults.BODY_MALFORMED, str(exc)
     if group.sender != pointer.publisher:
-        return None, "sender_mismatch", f"sender {group.sender} but signed by {pointer.publisher}"
+        return None, faults.SENDER_MISMATCH, f"sender {group.sender} but signed by {pointer.publisher}"
     if (group.run_id, group.tokenizer_fp, group.created_at) != (
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
-        return None, "pointer_mismatch", "run id, tokenizer or creation time differ from the pointer"
+        return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
     if pointer.tokens is not None and group.num_completion_tokens != pointer.tokens:
-        return None, "pointer_mismatch", f"{group.num_completion_tokens} completion tokens, pointer says {pointer.tokens}"
+        return None, faults.POINTER_MISMATCH, f"{group.num_completion_tokens} completion tokens, pointer says {pointer.tokens}"
     return group, "", ""

@@ -19,6 +19,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Awaitable, Optional, TypeVar
 
@@ -28,6 +29,7 @@ from hivemind.proto import dht_pb2
 from hivemind.utils.multiaddr import Multiaddr
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.swarm import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import BoundedSerializer
 from ftis_swarm.swarm.errors import SwarmError
@@ -35,11 +37,18 @@ from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.identity import NodeIdentity
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.swarm.gossip.pubsub import PubsubP2P
-from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.swarm.puzzle import PuzzleVerifier, load_or_solve
+from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
+from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.swarm.dht.validators import RecordChecker
+from ftis_swarm.swarm.dialback import ask_dialback, serve_dialback
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+MAX_DIALBACK_PEERS = 5
+"""Peers of `cfg.peers` asked to dial a starting `auto` node back (Petals asks up to 5 too)."""
+RELAY_CHECK_EVERY = 0.2
+"""Seconds between two looks for a reserved relay slot while a relayed node starts."""
 
 
 class LoopThread:
@@ -108,18 +117,23 @@ def check_maddrs(maddrs: list[str], *, what: str, need_peer_id: bool) -> None:
 
 
 async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChecker, policy: PeerPolicy,
-                    counters: SwarmCounters) -> DHTNode:
+                    counters: SwarmCounters) -> tuple[DHTNode, OriginBook]:
     """Starts p2pd with this identity (and gossipsub, if `cfg.gossip`), joins the DHT through
-    `cfg.peers` (if any), and guards it."""
+    `cfg.peers` (if any), and guards it; also returns the book of its peers' origins."""
+    mode = cfg.reach_mode
+    flags = reach.daemon_flags(mode, relay_service=cfg.relay_service, max_circuits=cfg.relay_max_circuits,
+                               max_reservations=cfg.relay_max_reservations, data_limit=cfg.relay_data_limit,
+                               time_limit=cfg.relay_time_limit)
     try:
-        p2p = await (PubsubP2P if cfg.gossip else P2P).create(
+        p2p = await reach.with_flags(PubsubP2P if cfg.gossip else P2P, flags).create(
             initial_peers=cfg.peers or None,
             host_maddrs=listen_maddrs(cfg.host, cfg.port),
             announce_maddrs=cfg.announce or None,
             identity_path=str(identity_path),
             check_if_identity_free=False,  # the identity lock covers this machine, without a second daemon
-            dht_mode="client" if cfg.client_mode else "server",
-            use_auto_relay=cfg.client_mode,
+            dht_mode="server" if reach.dht_is_server(mode) else "client",
+            use_auto_relay=mode == "relayed",
+            trusted_relays=(cfg.peers or None) if mode == "relayed" else None,  # static relays: the bootstrap peers
             startup_timeout=cfg.join_timeout,
         )
     except P2PDaemonError as exc:
@@ -138,8 +152,8 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
             cache_refresh_before_expiry=0,
             bootstrap_timeout=min(cfg.join_timeout, 5.0),
         )
-        await guard_node(node, cfg, checker=checker, policy=policy, counters=counters)
-        return node
+        origins = await guard_node(node, cfg, checker=checker, policy=policy, counters=counters)
+        return node, origins
     except RuntimeError as exc:
         await p2p.shutdown()
         raise SwarmError(f"none of the --peers answered ({', '.join(cfg.peers)}): {exc}") from exc
@@ -149,8 +163,9 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
 
 
 async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker, policy: PeerPolicy,
-                     counters: SwarmCounters) -> None:
-    """Gives a client-mode DHTNode its guarded storage and, unless `cfg.client_mode`, its guarded handlers."""
+                     counters: SwarmCounters) -> OriginBook:
+    """Gives a client-mode DHTNode its guarded storage and, when its mode serves the DHT, its guarded
+    handlers; returns the book of its peers' network origins, which both use."""
     protocol = node.protocol
     protocol.serializer = BoundedSerializer
     routing = protocol.routing_table
@@ -158,30 +173,42 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
     def is_dht_peer(peer_id: str) -> bool:
         return routing.get(peer_id=PeerID.from_base58(peer_id)) is not None
 
-    protocol.storage = GuardedStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
-                                      max_records=cfg.max_stored_records,
-                                      max_records_per_peer=cfg.max_records_per_peer)
-    if cfg.client_mode:
-        return
+    origins = OriginBook(node.p2p, prefix_v4=cfg.origin_prefix_v4, prefix_v6=cfg.origin_prefix_v6)
+    protocol.storage = OriginQuotaStorage(self_id=node.peer_id.to_base58(), policy=policy, is_dht_peer=is_dht_peer,
+                                          max_records=cfg.max_stored_records,
+                                          max_records_per_peer=cfg.max_records_per_peer,
+                                          max_bytes=cfg.max_stored_bytes,
+                                          max_records_per_origin=cfg.max_records_per_origin)
+    if not reach.dht_is_server(cfg.reach_mode):
+        return origins
     protocol.client_mode = False
     protocol.node_info = dht_pb2.NodeInfo(node_id=node.node_id.to_bytes())
     servicer = DHTServicer(protocol=protocol, storage=protocol.storage, checker=checker, policy=policy,
-                           counters=counters)
+                           counters=counters, origins=origins)
     await protocol.add_p2p_handlers(node.p2p, servicer)
     if cfg.peers:  # now as a server: every peer this lookup visits adds this one to its routing table
         await node.find_nearest_nodes([node.node_id])
+    return origins
 
 
 @dataclasses.dataclass
 class PeerHandle:
-    """A started DHT peer: its identity, event loop thread, node and visible multiaddrs."""
+    """A started DHT peer: its identity (and its puzzle's nonce), event loop thread, node and visible multiaddrs."""
 
     identity: NodeIdentity
+    puzzle: str
     loop: LoopThread
     node: DHTNode
     visible_maddrs: list[str]
     checker: RecordChecker
     counters: SwarmCounters
+    origins: OriginBook
+    cfg: SwarmConfig
+
+    @property
+    def mode(self) -> str:
+        """How peers reach this node: public, relayed or client (swarm/reach.py)."""
+        return self.cfg.reach_mode
 
     @property
     def peer_id(self) -> str:
@@ -198,6 +225,25 @@ class PeerHandle:
             self.identity.close()
 
 
+def _wait_for_relay_slot(loop: LoopThread, node: DHTNode, maddrs: list[str], *, wait: float) -> list[str]:
+    """The node's visible multiaddrs once one is a relay circuit (a slot reserved), or after `wait` seconds.
+
+    A relayed node that published before its slot existed would be unreachable for its first
+    groups, and its peers would back off from it for minutes.
+    """
+    started = time.monotonic()
+    while not any(reach.CIRCUIT in m for m in maddrs) and time.monotonic() - started < wait:
+        time.sleep(RELAY_CHECK_EVERY)
+        maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+    if any(reach.CIRCUIT in m for m in maddrs):
+        logger.info("reserved a relay slot in %.1f s: other NAT'd peers can fetch this node's groups",
+                    time.monotonic() - started)
+    else:
+        logger.warning("no relay slot on the bootstrap peers after %.0f s: only public peers can fetch this node's "
+                       "groups (over the connections it opened)", wait)
+    return maddrs
+
+
 async def _close_node(node: DHTNode) -> None:
     await node.shutdown()
     await node.p2p.shutdown()
@@ -205,22 +251,67 @@ async def _close_node(node: DHTNode) -> None:
 
 def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_ALL,
               counters: Optional[SwarmCounters] = None) -> PeerHandle:
-    """Checks addresses, takes the identity, starts p2pd and the DHT peer, and joins `cfg.peers`.
+    """Checks addresses, takes the identity (solving its puzzle for the run if it has none yet),
+    starts p2pd and the DHT peer, and joins `cfg.peers`.
 
+    With `reachability` auto (and neither `client_mode` nor an empty `peers`) it first asks
+    the `peers` to dial it back (`dialback.py`) from a short-lived client-mode daemon, and
+    starts `public` if one could, else `relayed`. A public peer answers dial-back questions.
     Raises SwarmError (one sentence) for a bad address, a busy identity, or peers that do
     not answer within `cfg.join_timeout`.
     """
     check_maddrs(cfg.peers, what="peer", need_peer_id=True)
     check_maddrs(cfg.announce, what="announce address", need_peer_id=False)
+    if cfg.reachability == "auto" and not cfg.client_mode and cfg.peers:
+        cfg = cfg.model_copy(update={"reachability": _probe_reachability(cfg, thread_name=thread_name)})
+    handle = _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
+    if handle.mode == "public":
+        handle.loop.run(serve_dialback(handle.node.p2p), timeout=10.0)
+    return handle
+
+
+def _probe_reachability(cfg: SwarmConfig, *, thread_name: str) -> str:
+    """`public` when a peer of `cfg.peers` could open a TCP connection to this node's port, else `relayed`
+    (also `public`, with a WARNING, when no peer answered: nothing says this node is unreachable)."""
+    probe = _start_peer(cfg.model_copy(update={"reachability": "client", "gossip": False}),
+                        thread_name=f"{thread_name}-probe", policy=ALLOW_ALL, counters=SwarmCounters())
+    try:
+        ports = [int(Multiaddr(m)["tcp"]) for m in (cfg.announce or probe.visible_maddrs)
+                 if "/tcp/" in m and reach.CIRCUIT not in m]
+        port = cfg.port or (ports[0] if ports else 0)
+        peer_ids = list(dict.fromkeys(Multiaddr(m)["p2p"] for m in cfg.peers))[:MAX_DIALBACK_PEERS]
+        answers = [probe.loop.run(ask_dialback(probe.node.p2p, peer_id, port), timeout=15.0) for peer_id in peer_ids]
+    finally:
+        probe.close()
+    reached = sum(a is True for a in answers)
+    said = sum(a is not None for a in answers)
+    if not said:
+        logger.warning("reachability auto: none of %d peers answered a dial-back of port %d; starting public",
+                       len(peer_ids), port)
+        return "public"
+    mode = "public" if reached else "relayed"
+    logger.info("reachability auto: %d of %d peers dialed back port %d; starting %s", reached, said, port, mode)
+    return mode
+
+
+def _start_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,
+                counters: Optional[SwarmCounters]) -> PeerHandle:
     identity = NodeIdentity(cfg.identity)
+    try:
+        puzzle = load_or_solve(identity.identity.path, identity.identity.public_key, cfg.run_id, cfg.puzzle)
+    except BaseException:
+        identity.close()
+        raise
     counters = counters if counters is not None else SwarmCounters()
     loop = LoopThread(name=thread_name)
     try:
-        checker = RecordChecker(identity.identity.private_key, max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl,
-                                max_clock_skew=cfg.max_clock_skew)
-        node = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
-                                  counters=counters), timeout=cfg.join_timeout + 10.0)
+        checker = RecordChecker(identity.identity.private_key, puzzles=PuzzleVerifier(cfg.puzzle),
+                                max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew)
+        node, origins = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
+                                           counters=counters), timeout=cfg.join_timeout + 10.0)
         maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+        if cfg.reach_mode == "relayed" and cfg.peers:
+            maddrs = _wait_for_relay_slot(loop, node, maddrs, wait=cfg.relay_wait)
     except TimeoutError as exc:
         loop.stop()
         identity.close()
@@ -229,5 +320,5 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
         loop.stop()
         identity.close()
         raise
-    return PeerHandle(identity=identity, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
-                      counters=counters)
+    return PeerHandle(identity=identity, puzzle=puzzle, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
+                      counters=counters, origins=origins, cfg=cfg)

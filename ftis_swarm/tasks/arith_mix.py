@@ -2,7 +2,7 @@
 held-out split is small enough to use whole and hard enough to leave room to learn.
 
 Why a variant: `arith` (sums only) has 22 distinct held-out questions, and the two-digit
-plus one-digit sums the experiment issue first asked for are too hard for the default
+plus one-digit sums the experiment first used are too hard for the default
 model (SmolLM2-135M-Instruct, greedy, 24 tokens: 0.06). On the three single-digit
 operations it scores 0.36 (+), 0.47 (-) and 0.41 (*), 0.44 greedy on the mix and 0.26
 sampled at T = 1: a start in the middle of what GRPO needs. No single-digit task has 300

@@ -1,7 +1,8 @@
 """How rollouts travel between peers: wire format v1 (no torch, no hivemind here).
 
-- group.py        Group: one prompt's G completions with their fp32 generation log-probs
-- codec.py        encode_group / decode_group / WireError: canonical, validated msgpack
+- group.py        Group: one prompt's G completions with their fp32 generation log-probs;
+                  encode_group (its one canonical msgpack encoding), content_id, WireError
+- codec.py        decode_group: the single gate from a peer's bytes (imports group.py)
 - fingerprint.py  tokenizer_fingerprint: a hash of the id-to-token map
 
 Imports below it: config only; msgpack and numpy, never torch, transformers, hivemind or vllm
@@ -9,9 +10,9 @@ Imports below it: config only; msgpack and numpy, never torch, transformers, hiv
 """
 
 from ftis_swarm.config import T_MIN
-from ftis_swarm.wire.codec import T_MAX, WireError, content_id, decode_group, encode_group
+from ftis_swarm.wire.codec import T_MAX, decode_group
 from ftis_swarm.wire.fingerprint import tokenizer_fingerprint
-from ftis_swarm.wire.group import WIRE_VERSION, Group
+from ftis_swarm.wire.group import WIRE_VERSION, Group, WireError, content_id, encode_group
 
 __all__ = [
     "Group",

@@ -1,27 +1,26 @@
-"""Wire format v1: a rollout group as one msgpack map (proto/group_v1.md is the specification).
+"""Wire format v1, read: `decode_group` (proto/group_v1.md is the specification).
 
-Encoding is canonical (fixed key order, fixed types), so one group has exactly one
-encoding and its id, the hash of those bytes, is a hash of the content. The decoder is the
-only gate between a peer's bytes and this node: every way a buffer can be wrong raises
-`WireError`, and nothing else. msgpack runs with limits on every length, no ext types and
-no pickle; arrays are bin fields read as numpy views without a copy.
+The decoder is the only gate between a peer's bytes and this node: every way a buffer can
+be wrong raises `WireError`, and nothing else. msgpack runs with limits on every length, no
+ext types and no pickle; arrays are bin fields read as numpy views without a copy. A buffer
+is accepted only when it is the canonical encoding (`ftis_swarm.wire.group.encode_group`)
+of what it holds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import msgpack
 import numpy as np
 
 from ftis_swarm.config import T_MIN, WireConfig
-from ftis_swarm.wire.group import WIRE_VERSION, Group
+from ftis_swarm.wire.group import WIRE_VERSION, Group, WireError, content_id
 
 _U32 = np.dtype("<u4")
 _F32 = np.dtype("<f4")
 
-# key -> (attribute, kind, max length for str). Order is the canonical order.
+# key -> (attribute, max length). The order of `_KEYS` is the canonical order (`encode_group`).
 _STR_FIELDS = {
     "run": ("run_id", 64),
     "snd": ("sender", 128),
@@ -34,44 +33,6 @@ _KEYS = ("v", "run", "snd", "mdl", "pv", "ts", "tfp", "task", "item", "T", "p", 
 _MAX_POLICY_VERSION = 2**63 - 1
 T_MAX = 10.0
 """Highest temperature a group may carry; the lowest is `ftis_swarm.config.T_MIN` (0.05)."""
-
-
-class WireError(ValueError):
-    """A buffer that is not a valid v1 group; the message says why in one sentence."""
-
-
-def content_id(data: bytes) -> str:
-    """The group id: first 32 hex digits of sha256 over the canonical encoding."""
-    return hashlib.sha256(data).hexdigest()[:32]
-
-
-def encode_group(group: Group) -> bytes:
-    """Canonical msgpack bytes of `group` (little-endian uint32 ids, float32 log-probs)."""
-    if len(group.completion_ids) != len(group.logp_gen):
-        raise WireError(f"{len(group.completion_ids)} completions but {len(group.logp_gen)} log-prob arrays")
-    lengths = np.fromiter((c.shape[0] for c in group.completion_ids), dtype=_U32, count=group.G)
-    for c, lp in zip(group.completion_ids, group.logp_gen):
-        if c.shape != lp.shape:
-            raise WireError(f"a completion has {c.shape[0]} tokens but {lp.shape[0]} log-probs")
-    tok = np.concatenate([np.asarray(c, dtype=_U32) for c in group.completion_ids]) if group.G else np.zeros(0, _U32)
-    lp = np.concatenate([np.asarray(x, dtype=_F32) for x in group.logp_gen]) if group.G else np.zeros(0, _F32)
-    record = {
-        "v": group.version,
-        "run": group.run_id,
-        "snd": group.sender,
-        "mdl": group.model_id,
-        "pv": group.policy_version,
-        "ts": float(group.created_at),
-        "tfp": group.tokenizer_fp,
-        "task": group.task_id,
-        "item": group.item_id,
-        "T": float(group.temperature),
-        "p": memoryview(np.ascontiguousarray(group.prompt_ids, dtype=_U32)).cast("B"),
-        "n": memoryview(lengths).cast("B"),
-        "tok": memoryview(tok).cast("B"),
-        "lp": memoryview(lp).cast("B"),
-    }
-    return msgpack.packb(record, use_bin_type=True, use_single_float=False, strict_types=False)
 
 
 def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None = None,

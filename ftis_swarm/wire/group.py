@@ -1,18 +1,25 @@
-"""The rollout group as it travels: one prompt, G completions from one policy version.
+"""The rollout group as it travels: one prompt, G completions from one policy version, and
+its one encoding.
 
 Token ids are uint32 and log-probs float32 numpy arrays (no torch here: the wire layer is
-imported by peers that may not train). A group is immutable once built; its id is the
-hash of its canonical encoding (`ftis_swarm.wire.codec`).
+imported by peers that may not train). A group is immutable once built. Encoding is
+canonical (fixed key order, fixed types; proto/group_v1.md), so one group has exactly one
+encoding, and its id, the hash of those bytes, is a hash of the content. Reading bytes
+back is `ftis_swarm.wire.codec.decode_group`, which imports this module (never the reverse).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import msgpack
 import numpy as np
 
 WIRE_VERSION = 1
+_U32 = np.dtype("<u4")
+_F32 = np.dtype("<f4")
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,13 +90,43 @@ class Group:
     def group_id(self) -> str:
         """Hex sha256 of the canonical encoding (first 32 hex digits); cached after the first call."""
         if not self._id:
-            from ftis_swarm.wire.codec import content_id, encode_group
-
             self._id.append(content_id(encode_group(self)))
         return self._id[0]
 
-    def same_content(self, other: "Group") -> bool:
-        """True when every field and every array is equal, bit for bit."""
-        from ftis_swarm.wire.codec import encode_group
 
-        return encode_group(self) == encode_group(other)
+class WireError(ValueError):
+    """A buffer that is not a valid v1 group; the message says why in one sentence."""
+
+
+def content_id(data: bytes) -> str:
+    """The group id: first 32 hex digits of sha256 over the canonical encoding."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def encode_group(group: Group) -> bytes:
+    """Canonical msgpack bytes of `group` (little-endian uint32 ids, float32 log-probs)."""
+    if len(group.completion_ids) != len(group.logp_gen):
+        raise WireError(f"{len(group.completion_ids)} completions but {len(group.logp_gen)} log-prob arrays")
+    lengths = np.fromiter((c.shape[0] for c in group.completion_ids), dtype=_U32, count=group.G)
+    for c, lp in zip(group.completion_ids, group.logp_gen):
+        if c.shape != lp.shape:
+            raise WireError(f"a completion has {c.shape[0]} tokens but {lp.shape[0]} log-probs")
+    tok = np.concatenate([np.asarray(c, dtype=_U32) for c in group.completion_ids]) if group.G else np.zeros(0, _U32)
+    lp = np.concatenate([np.asarray(x, dtype=_F32) for x in group.logp_gen]) if group.G else np.zeros(0, _F32)
+    record = {
+        "v": group.version,
+        "run": group.run_id,
+        "snd": group.sender,
+        "mdl": group.model_id,
+        "pv": group.policy_version,
+        "ts": float(group.created_at),
+        "tfp": group.tokenizer_fp,
+        "task": group.task_id,
+        "item": group.item_id,
+        "T": float(group.temperature),
+        "p": memoryview(np.ascontiguousarray(group.prompt_ids, dtype=_U32)).cast("B"),
+        "n": memoryview(lengths).cast("B"),
+        "tok": memoryview(tok).cast("B"),
+        "lp": memoryview(lp).cast("B"),
+    }
+    return msgpack.packb(record, use_bin_type=True, use_single_float=False, strict_types=False)

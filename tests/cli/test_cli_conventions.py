@@ -71,6 +71,13 @@ def test_unknown_keys_and_bad_values_are_one_sentence(args, env, words):
     assert words in one_error(["join", *args, "--print-config"], env)
 
 
+def test_bootstrap_takes_swarm_keys_from_the_environment_and_refuses_bad_ones_in_one_sentence():
+    assert "swarm.puzzle.bits: Input should be less than or equal to 32" in one_error(
+        ["bootstrap", "--host", "127.0.0.1"], {"FTIS_SWARM__PUZZLE__BITS": "99"})
+    assert "did you mean swarm.puzzle.bits?" in one_error(
+        ["bootstrap", "--host", "127.0.0.1"], {"FTIS_SWARM__PUZZLE__BIT": "3"})
+
+
 def test_version_and_log_level():
     from ftis_swarm import __version__
 

@@ -58,6 +58,35 @@ def test_a_round_as_a_log_line_names_no_signal_and_filtered_apart():
     assert "no_signal=0.75" in line and "filtered=0.12" in line and "banned=1" in line
 
 
+def test_reward_and_accuracy_share_a_column_only_where_they_coincide():
+    binary = [record(r, accuracy=r / 100) for r in range(1, 4)]
+    header = cols(next(ln for ln in render(rounds_table("node", binary, max_rows=10)).splitlines() if "round" in ln))
+    assert header[:3] == ["round", "reward=acc", "no signal"] and "accuracy" not in header
+    assert round_line(binary[0]).startswith("round=1  reward_acc=0.010  no_signal=")
+    graded = binary + [record(4, accuracy=1.0)]  # a partial-credit reward: 0.04 against accuracy 1
+    text = render(rounds_table("node", graded, max_rows=10))
+    header = cols(next(ln for ln in text.splitlines() if "round" in ln))
+    assert header[:3] == ["round", "reward", "accuracy"]
+    last = dict(zip(header, cols(next(ln for ln in text.splitlines() if cols(ln)[:1] == ["4"]))))
+    assert last["reward"] == "0.040" and last["accuracy"] == "1.000"
+    nodes = render(nodes_table("testnet", [("a", "m", 4, graded, "running"), ("b", "m", 4, binary, "done")]))
+    assert "accuracy" in nodes  # one node's differ: both columns for every row
+
+
+def test_report_ticks_rounds_at_whole_numbers(tmp_path):
+    from ftis_swarm.ops.report import PANELS, draw_runs
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record(r, accuracy=0.5, time_round=1.0)) + "\n"
+                                                    for r in (1, 2, 3)))
+    fig = draw_runs([tmp_path])
+    drawn = [ax for ax in fig.axes if ax.lines]
+    assert len(drawn) == 4 and len(PANELS) == 6  # reward, accuracy, peer groups, round time
+    for ax in drawn:
+        fig.canvas.draw()
+        ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
 def test_sparkline_scales_rewards_and_marks_missing_ones():
     assert sparkline([0.0, 0.5, 1.0, None]) == "▁▅█ "
     assert len(sparkline([0.5] * 40)) == 16

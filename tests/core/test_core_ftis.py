@@ -192,3 +192,21 @@ def test_extreme_log_ratios_stay_finite(mode, sign):
     assert all(math.isfinite(v) for v in m.values())
     if sign > 0:
         assert m["kl_mean"] > 50  # clamped x = 20 still reads as far off-policy
+
+
+@pytest.mark.parametrize("mode, capped_w", [("ftis", (1.0, 0.5)), ("vis", (1.0, 0.5)), ("nois", (1.0, 1.0))])
+def test_unproven_samples_are_capped_at_weight_one_in_every_mode(mode, capped_w):
+    """s0 (x = [ln 3, ln 0.5]) unproven: its weights become min(weight(x), 1); the others keep theirs."""
+    logp_old, logp_gen, mask, adv, off = hand_batch()
+    logp = logp_old.clone().requires_grad_(True)
+    unproven = torch.tensor([True, False, False])
+    loss, m = ftis_loss(logp, logp_old, logp_gen, adv, mask, off, FTISConfig(mode=mode), unproven=unproven,
+                        source=torch.tensor([7, 9, 0]))
+    free, _ = ftis_loss(logp_old.clone(), logp_old, logp_gen, adv, mask, off, FTISConfig(mode=mode))
+    wbar = {"ftis": W_TIS, "vis": W_VIS, "nois": W_ONE}[mode]
+    kept = (1.0, -1.0 if mode in ("vis", "nois") else 0.0, 0.5)
+    assert loss.item() == pytest.approx(expected_loss((sum(capped_w) / 2, *wbar[1:]), kept), abs=1e-6)
+    lowered = 0 if mode == "nois" else 1  # exp(ln 3) was 2 (ftis) or 3 (vis): lowered to 1; 0.5 stays
+    assert m["frac_capped_unproven"] == pytest.approx(lowered / 5)
+    assert m["frac_capped_unproven@7"] == pytest.approx(lowered / 2) and m["frac_capped_unproven@0"] == 0.0
+    assert (loss.item() != pytest.approx(free.item())) == bool(lowered)

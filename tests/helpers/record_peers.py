@@ -10,13 +10,17 @@ from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils.crypto import RSAPrivateKey
 
+from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.identity import peer_id_from_public_key
+from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 from ftis_swarm.swarm.dht.validators import RecordChecker
 
 SER = DHTProtocol.serializer
 TTL, SKEW, RUN, W = 600.0, 30.0, "run", 7
+PUZZLE = PuzzleConfig(bits=2, log2_n=6, r=1)
+"""The tests' puzzle: a few tries of a tiny scrypt."""
 
 
 class Peer:
@@ -26,7 +30,9 @@ class Peer:
         self.key = RSAPrivateKey()
         self.public_key = self.key.get_public_key().to_bytes()
         self.peer_id = peer_id_from_public_key(self.public_key)
-        self.checker = RecordChecker(self.key, max_record_bytes=4096, ttl=TTL, max_clock_skew=SKEW)
+        self.puzzle, _ = solve(self.public_key, RUN, PUZZLE)
+        self.checker = RecordChecker(self.key, puzzles=PuzzleVerifier(PUZZLE), max_record_bytes=4096, ttl=TTL,
+                                     max_clock_skew=SKEW)
 
     def pointer(self, *, n_groups: int = 1, **changes: object) -> DHTRecord:
         """A round pointer of `n_groups` groups (a random round unless `round` is given); a change
@@ -37,7 +43,7 @@ class Peer:
             groups[0][name] = changes.pop(name)
         number = secrets.randbelow(10 ** 9)
         value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "tokenizer_fp": "tok", "window": W,
-                 "round": number, "groups": groups}
+                 "round": number, "groups": groups, "puzzle": self.puzzle}
         key = changes.pop("key", pointer_key(RUN, self.peer_id, W))
         value.update(changes)
         named = value["round"] if type(value["round"]) is int and value["round"] >= 0 else number
@@ -45,7 +51,7 @@ class Peer:
 
     def member(self, **changes: object) -> DHTRecord:
         value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "window": W, "shards": 4,
-                 "groups": 3, "updated_at": time.time()}
+                 "groups": 3, "updated_at": time.time(), "puzzle": self.puzzle}
         key = changes.pop("key", member_key(RUN, W, member_shard(self.peer_id, 4)))
         return self.sign(key, make_subkey(self.public_key, MEMBER_SUBKEY_NAME), {**value, **changes})
 

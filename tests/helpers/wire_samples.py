@@ -46,3 +46,14 @@ def random_group(rng: np.random.Generator, *, G: int | None = None, length: int 
         completion_ids=[rng.integers(0, vocab, n) for n in lengths],
         logp_gen=[np.minimum(-rng.exponential(2.0, n), 0.0).astype(np.float32) for n in lengths],
     )
+
+
+def groups_from(rng: np.random.Generator, sender_tag: str, n: int, length: int = 5) -> list[Group]:
+    """`n` random groups of G = 2 completions of `length` tokens, sent by `sender_tag`."""
+    out = []
+    for _ in range(n):
+        g = random_group(rng, G=2, length=length)
+        out.append(type(g).build(**{**{f: getattr(g, f) for f in (
+            "run_id", "model_id", "policy_version", "created_at", "tokenizer_fp", "task_id", "item_id",
+            "prompt_ids", "temperature", "completion_ids", "logp_gen")}, "sender": sender_tag}))
+    return out

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from ftis_swarm.lab.experiment.arms import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_spec, parse_arm, pilot_gate, quick_config
+from ftis_swarm.lab.experiment.arms import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_spec, pilot_gate, quick_config
 from ftis_swarm.lab.experiment.report import format_table, summary_rows
 from ftis_swarm.lab.experiment.run import merge_halves
 from ftis_swarm.config import FTISConfig
@@ -28,9 +28,9 @@ def _half(sender: str, item: str, prompt: list[int], comps: list[list[int]], ver
 
 
 def test_arm_names_parse_and_bad_ones_are_refused():
-    assert parse_arm("solo") == ("solo", "ftis")
-    assert parse_arm("vertical-nois") == ("vertical", "nois")
-    assert parse_arm("horizontal-fvis") == ("horizontal", "fvis")
+    assert arm_spec("solo") == ArmSpec("solo", "ftis", prompts_factor=1, staleness=None)
+    assert arm_spec("vertical-nois") == ArmSpec("vertical", "nois", prompts_factor=1, staleness=None)
+    assert arm_spec("horizontal-fvis") == ArmSpec("horizontal", "fvis", prompts_factor=1, staleness=None)
     assert arm_spec("solo-2x") == ArmSpec("solo", "ftis", prompts_factor=2, staleness=None)
     assert arm_spec("vertical-ftis-stale1") == ArmSpec("vertical", "ftis", prompts_factor=1, staleness=1)
     assert arm_spec("vertical-ftis").staleness is None  # the config's max_staleness
@@ -70,7 +70,7 @@ def test_merge_keeps_own_half_first_and_survives_the_codec():
     assert merged.G == 4
     assert [c.tolist() for c in merged.completion_ids] == [[1, 2], [3], [9, 9, 9], [8]]
     assert merged.policy_version == 3 and merged.sender == "A+B"
-    assert decode_group(encode_group(merged)).same_content(merged)
+    assert encode_group(decode_group(encode_group(merged))) == encode_group(merged)
     with pytest.raises(ValueError, match="different prompts"):
         merge_halves(own, _half("B", "arith/v1/s0/2", prompt, [[1], [2]]), sender="A+B")
     with pytest.raises(ValueError, match="different prompts"):

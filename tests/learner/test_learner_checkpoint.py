@@ -76,6 +76,31 @@ def test_keeps_only_the_last_n(tiny_dir, tmp_path):
     assert [p.name for p in mgr.complete()] == ["ckpt-00000004", "ckpt-00000003"]
 
 
+def test_keeps_one_by_default_and_never_fewer_while_the_next_is_written(tiny_dir, tmp_path, monkeypatch):
+    learner = trained_learner(AutoModelForCausalLM.from_pretrained(tiny_dir), LearnerConfig())
+    mgr = CheckpointManager(tmp_path)
+    first = mgr.save(round_idx=1, learner=learner, state={})
+    one = mgr.disk_bytes()
+    second = mgr.save(round_idx=2, learner=learner, state={})
+    assert [p.name for p in mgr.complete()] == [second.name] and not first.exists()
+    assert mgr.disk_bytes() == one  # the same model: one checkpoint's bytes, not two
+
+    # A save killed between its rename and its marker: the previous checkpoint is still there and loads.
+    def killed(self, ckpt):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CheckpointManager, "_mark_complete", killed)
+    with pytest.raises(KeyboardInterrupt):
+        mgr.save(round_idx=3, learner=learner, state={})
+    monkeypatch.undo()
+    assert mgr.latest() == second and (tmp_path / "ckpt-00000003").is_dir()
+    # The next complete save removes both the old checkpoint and the unfinished one.
+    fourth = mgr.save(round_idx=4, learner=learner, state={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fourth.name]
+    with pytest.raises(ValueError, match="at least one"):
+        CheckpointManager(tmp_path, keep=0)
+
+
 def test_lora_checkpoint_loads_with_peft(tiny_dir, tmp_path):
     from peft import PeftModel
 

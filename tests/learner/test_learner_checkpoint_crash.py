@@ -27,7 +27,7 @@ from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
 learner = Learner(model, cfg=LearnerConfig(), pad_id=0)
-mgr = CheckpointManager(sys.argv[2], keep=2)
+mgr = CheckpointManager(sys.argv[2])  # keeps one: the default
 start = int(sys.argv[3])
 print("ready", flush=True)
 for r in range(start, start + 10_000):
@@ -50,7 +50,7 @@ def test_sigkill_at_any_moment_leaves_a_loadable_checkpoint(tmp_path, tiny_dir):
         time.sleep(rng.uniform(0.05, 1.5))  # lands anywhere in a save: weights, optimizer, rename, marker
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        mgr = CheckpointManager(root, keep=2)  # a fresh start: cleans temporary directories
+        mgr = CheckpointManager(root)  # a fresh start: cleans temporary directories
         latest = mgr.latest()
         if latest is None:
             continue

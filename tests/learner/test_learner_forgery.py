@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -89,3 +90,23 @@ def test_honest_samplers_are_never_flagged_and_a_minus_3_forger_at_once(spread):
     forged = sampled_values(rng, V=50, tokens=64, spread=spread, shift=-3.0)
     flags = [det.observe("forger", float(b.sum()), b.size).flagged for b in np.split(forged, 8)]
     assert any(flags[:8]), forged.mean()  # within 8 groups of 8 tokens
+
+
+def test_standing_takes_a_few_hundred_honest_tokens_and_is_lost_by_forging():
+    det = ForgeryDetector(C=C, delta=DELTA, window=4096, margin=0.25)
+    assert not det.has_standing("p") and det.upper_bound("p") == math.inf
+    det.observe("p", 1.0 * 440, 440)  # mean 1, one block: needs n > ln(1e6) / 2 * (2 / 0.25)^2 = 442
+    assert not det.has_standing("p")
+    det = ForgeryDetector(C=C, delta=DELTA, window=4096, margin=0.25)
+    det.observe("p", 1.0 * 445, 445)
+    assert det.has_standing("p") and det.upper_bound("p") == pytest.approx(1 + 2 * math.sqrt(math.log(1e6) / 890))
+    lower = ForgeryDetector(C=C, delta=DELTA, window=4096, margin=0.25)
+    lower.observe("q", 0.7 * 95, 95)  # a heterogeneous honest peer (mean 0.7) gets there sooner
+    assert lower.has_standing("q")
+    # forging after standing at weight 1.3, 20 tokens an update: never flagged, but the bound passes 1 + m
+    for _ in range(3):
+        det.observe("p", 1.3 * 20, 20)
+    assert not det.stat("p").flagged and not det.has_standing("p")
+    again = ForgeryDetector(C=C, delta=DELTA, window=4096, margin=0.25)
+    again.load_state(json.loads(json.dumps(lower.state())))
+    assert again.has_standing("q") and again.upper_bound("q") == lower.upper_bound("q")

@@ -6,6 +6,8 @@ Real arith and champ tasks, the real Qwen tokenizer; two faults are injected by 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
@@ -53,6 +55,8 @@ def test_each_refusal_has_its_reason_and_sender(tok, arith):
     test_item = arith.sample(1, seed=0, split="test")[0]
     champ = get_task("champ").sample(1, seed=0, split="test")[0]
     prompt = arith.render_prompt(tok, train)
+    half = dataclasses.replace(train, prompt=train.question)  # the question without the item's instruction
+    assert train.question in train.prompt and half.prompt != train.prompt
     cases = {
         "tokenizer": group(tok, train, ["7", "8"], fp="0" * 32),
         "task_not_accepted": group(tok, train, ["7", "8"], task_id="gsm_symbolic"),
@@ -62,14 +66,16 @@ def test_each_refusal_has_its_reason_and_sender(tok, arith):
         "item_out_of_range": group(tok, train, ["7", "8"], item_id=f"arith/v1/s0/{10**7}"),
         "not_train_split": group(tok, test_item, ["7", "8"]),
         "prompt_mismatch": group(tok, train, ["7", "8"], prompt_ids=arith.render_prompt(tok, other)),
+        "question_alone": group(tok, train, ["7", "8"], prompt_ids=arith.render_prompt(tok, half)),
         "prompt_too_long": group(tok, train, ["7", "8"], prompt_ids=prompt + [tok.encode(" x")[0]] * 257),
     }
     groups = [rebuilt(g, sender=name) for name, g in cases.items()]
     padded = group(tok, train, ["7", "8"], prompt_ids=prompt + [tok.encode(" x")[0]] * 200, sender="ok")
     out = score_groups(groups + [padded], tok, TaskCache(), admission=ADMIT)
-    assert out.rejected == {name: 1 for name in cases}
-    assert out.rejected_by_peer == {(name, name): 1 for name in cases}
-    assert [g.sender for g in out.groups] == ["ok"]  # within the overhead of 256 tokens, question intact
+    reason = {name: "prompt_mismatch" if name == "question_alone" else name for name in cases}
+    assert out.rejected == {**{name: 1 for name in cases if name != "question_alone"}, "prompt_mismatch": 2}
+    assert out.rejected_by_peer == {(name, reason[name]): 1 for name in cases}
+    assert [g.sender for g in out.groups] == ["ok"]  # within the overhead of 256 tokens, prompt intact
 
 
 def test_without_admission_limits_any_known_task_and_split_is_scored(tok, arith):

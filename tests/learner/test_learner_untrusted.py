@@ -147,8 +147,10 @@ def test_several_epochs_read_the_weights_and_filter_from_logp_old(tiny_dir, tiny
     items = [ScoredGroup.vertical(near, [1, 0, 0, 1], offpolicy=True, source=1, filterable=True)]
     cfg = LearnerConfig(lr=1e-3, epochs=3, ftis=FTISConfig(g=2.0))
     learner = Learner(tiny_model, cfg=cfg, pad_id=0)
+    learner.detector.observe("peer", 600.0, 600)  # standing: its weights e^0.4 are not capped at 1
     m = learner.update(items)
     assert m["loss_last_epoch"] != m["loss"]  # the policy did move between epochs
+    assert m["frac_capped_unproven"] == 0.0
 
     ref_model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
     ref = Learner(ref_model, cfg=cfg, pad_id=0)

@@ -76,11 +76,26 @@ def test_close_peer_samples_with_positive_advantage_are_used(tiny_model):
     near = shift_logp(g, -0.05)  # a slightly different generator: small KL, w = e^0.05
     learner = learner_for(tiny_model, lr=1e-3)
     before = params_snapshot(tiny_model)
+    learner.detector.observe("peer", 600.0, 600)  # 600 honest tokens at mean 1: standing (bound 1.21)
     m = learner.update([ScoredGroup.vertical(near, [1, 0, 0, 0], offpolicy=True, source=7)])
     assert m["offpolicy_used"] == 1.0  # only the A > 0 sample passes the "or" filter
     assert m["frac_filtered@7"] == 0.75
     assert m["mean_weight"] == pytest.approx(np.exp(0.05), rel=1e-3)
+    assert m["frac_capped_unproven"] == 0.0 and m["peers_with_standing"] == 1.0
     assert changed(before, tiny_model)
+    assert learner.peer_earned == {"peer": 0.25}  # one sample of four carried signal past the filter
+
+
+def test_a_peer_without_standing_is_trained_at_weight_one(tiny_model):
+    g = sample_group(tiny_model, PROMPT_B, G=4, length=6, seed=5, sender="peer")
+    near = shift_logp(g, -0.05)  # w = e^0.05 > 1 on every token: all capped at 1
+    learner = learner_for(tiny_model, lr=1e-3)
+    m = learner.update([ScoredGroup.vertical(near, [1, 0, 0, 0], offpolicy=True, source=7)])
+    assert m["mean_weight"] == pytest.approx(1.0, abs=1e-6) and m["max_weight_used@7"] == pytest.approx(1.0)
+    assert m["frac_capped_unproven"] == 1.0 and m["frac_capped_unproven@7"] == 1.0
+    assert m["peers_without_standing"] == 1.0 and m["peers_with_standing"] == 0.0
+    assert learner.detector.tokens("peer") == 24  # the detector still saw the uncapped values
+    assert learner.detector.stat("peer").mean == pytest.approx(np.exp(0.05), rel=1e-3)
 
 
 def test_mixed_generators_are_rejected(tiny_model):

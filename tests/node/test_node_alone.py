@@ -40,7 +40,7 @@ def test_alone_is_on_policy_grpo_and_checkpoints_each_round(tmp_path, tiny_model
     assert "\nftis_reward " in scrape[0] and "\nftis_round_seconds " in scrape[-1]
     assert "\nftis_rounds_total 2.0" in scrape[-1] and "\nftis_groups_publish_failed_total 4.0" in scrape[-1]
     done = sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir())
-    assert done == ["ckpt-00000001", "ckpt-00000002"]
+    assert done == ["ckpt-00000002"]  # one kept (keep_checkpoints' default): round 1's went once 2's was complete
     assert json.loads((cfg.run_dir / "config.json").read_text())["rounds"] == 2
 
 

@@ -1,7 +1,7 @@
 """Churn: 5 tiny nodes, 2 SIGKILLed mid-run; the others keep completing rounds; the killed ones restart
 with their identity, resume from their checkpoints, and are gathered from again within a few rounds.
 
-Real processes on 127.0.0.1: a bootstrap peer and five `ftis-node join` command lines (the
+Real processes on loopback (127.0.N.1 each): a bootstrap peer and five `ftis-node join` command lines (the
 testnet's launcher), each with an identity file.
 """
 

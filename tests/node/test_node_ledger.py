@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ftis_swarm.config import LedgerConfig
-from ftis_swarm.peers.ledger import COSTS, PeerLedger, short_peer
+from ftis_swarm.peers.faults import cost_of
+from ftis_swarm.peers.ledger import PeerLedger, short_peer
 
 A, B = "12D3KooWpeerAaaaaaaaaaaa", "12D3KooWpeerBbbbbbbbbbbb"
 
@@ -24,11 +25,11 @@ def test_credit_and_costs_make_the_score():
     assert ledger.score(A) == 3.0 and ledger.score(B) == 0.0
     ledger.charge(A, "prompt_mismatch")
     ledger.charge(A, "unknown_item", 2)
-    assert ledger.score(A) == 3.0 - COSTS["prompt_mismatch"] - 2 * COSTS["unknown_item"] < 0
+    assert ledger.score(A) == 3.0 - cost_of("prompt_mismatch") - 2 * cost_of("unknown_item") < 0
     ledger.charge(B, "task_not_accepted", 5)  # an honest peer on another task costs nothing
     assert ledger.score(B) == 0.0 and ledger.allows(B)
-    ledger.charge(B, "reason_the_swarm_adds")
-    assert ledger.score(B) == -1.0
+    ledger.charge(B, "reason_the_swarm_adds")  # a reason with no price costs nothing, not a default
+    assert ledger.score(B) == 0.0
 
 
 def test_bans_double_from_a_minute_to_an_hour_and_end():
@@ -69,21 +70,21 @@ def test_round_record_and_state_round_trip():
     clock = Clock()
     ledger = PeerLedger(clock=clock)
     ledger.charge(A, "nonfinite")
-    ledger.charge(B, "unknown_item", 2)
+    ledger.charge(B, "unknown_item", 2)  # another dataset version: counted, free
+    ledger.charge(B, "eval_task")
     ledger.credit(B, 4)
-    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1, "charged_nonfinite": 1,
-                                   "charged_unknown_item": 2}
+    assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1, "charged_eval_task": 1,
+                                   "charged_nonfinite": 1, "charged_unknown_item": 2}
     assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1}  # counts per round; bans persist
     again = PeerLedger(clock=clock)
     again.load_state(ledger.state())
-    assert not again.allows(A) and again.score(B) == pytest.approx(2.0)
+    assert not again.allows(A) and again.score(B) == pytest.approx(4.0 - 5.0)
     assert again.snapshot() == ledger.snapshot()
 
 
 def test_swarm_faults_are_charged_with_their_own_costs_and_ban_the_forger():
     from collections import Counter
 
-    from ftis_swarm.peers.ledger import SWARM_COSTS
     from ftis_swarm.swarm import PeerPolicy
 
     ledger = PeerLedger()
@@ -91,7 +92,7 @@ def test_swarm_faults_are_charged_with_their_own_costs_and_ban_the_forger():
     me = "12D3KooWmeeeeeeeeeeeeeeee"
     ledger.charge_swarm({A: Counter(hash_mismatch=1), B: Counter(run_id=3, stale=2), me: Counter(malformed=9),
                          "<others>": Counter(bad_signature=50)}, me=me)
-    assert ledger.score(A) == -SWARM_COSTS["hash_mismatch"] and ledger.allows(A)
+    assert ledger.score(A) == -cost_of("swarm_hash_mismatch") and ledger.allows(A)
     assert ledger.score(B) == 0.0  # another run, old groups: not faults
     assert ledger.score(me) == 0.0 and ledger.score("<others>") == 0.0  # never charged
     ledger.charge_swarm({A: Counter(hash_mismatch=1)})
@@ -108,17 +109,32 @@ def test_a_peer_that_was_down_is_not_banned_for_it_and_used_groups_pay_its_debt(
     # read asks it in vain, three fetches fail in a row, then all its pending pointers are dropped
     down = Counter(dht_no_reply=300, body_unreachable=3, fetch_failed=60)
     ledger.charge_swarm({A: down})
-    assert ledger.allows(A) and ledger.score(A) == -1.5
+    assert ledger.allows(A) and ledger.score(A) == 0.0  # none of it is signed: it costs nothing
     # back, its old bodies are gone: three more failed attempts, then its new groups are used
     ledger.charge_swarm({A: Counter(body_missing=3, fetch_failed=5)})
     ledger.credit(A, 2)
-    assert ledger.snapshot()[A]["debt"] == 1.0 and ledger.score(A) == -1.0
+    assert ledger.snapshot()[A]["debt"] == 0.0 and ledger.score(A) == 2.0
+    ledger.charge(A, "not_train_split", 3)  # a signed fault, 15 points: its used groups paid 2 back before
+    ledger.credit(A, 2)
+    assert ledger.snapshot()[A]["debt"] == 13.0 and ledger.allows(A)
     for _ in range(30):  # a long run of such restarts, each followed by a few used groups: never a ban
         ledger.charge_swarm({A: Counter(body_unreachable=3, body_missing=3, fetch_failed=40, dht_no_reply=100)})
         ledger.credit(A, 3)
     assert ledger.allows(A) and ledger.snapshot()[A]["bans"] == 0
     ledger.charge(A, "forgery")  # one forged group still bans at once, debt or none
     assert not ledger.allows(A)
-    # a peer whose fetches stall pays per stalled attempt
+    # a peer whose fetches stall loses fetches (the swarm backs off from it), never points
     ledger.charge_swarm({B: Counter(body_stalled=10, stalled=16)})
-    assert not ledger.allows(B)
+    assert ledger.allows(B) and ledger.score(B) == 0.0
+
+
+def test_credit_is_earned_from_signal_and_bounded_per_update():
+    from collections import Counter
+
+    ledger = PeerLedger(LedgerConfig(max_credit_per_update=4.0))
+    # A: 10 groups in the update, 6.5 groups' worth of samples carried signal; B: groups, no signal
+    ledger.settle_update({A: Counter(groups=10), B: Counter(groups=3, nonfinite=1)}, me="self",
+                         earned={A: 6.5, B: 0.0, "self": 9.0})
+    assert ledger.score(A) == 4.0  # bounded
+    assert ledger.score(B) == -20.0  # arriving earns nothing; the non-finite group costs (a signed fault)
+    assert ledger.score("self") == 0.0

@@ -1,12 +1,13 @@
 """SIGKILL a node mid-round and start it again: it resumes from its last complete checkpoint.
 
-Real processes on 127.0.0.1: a bootstrap peer and two nodes on tiny models, started with
+Real processes on loopback (127.0.N.1 each): a bootstrap peer and two nodes on tiny models, started with
 the real `ftis-node join` command line (the testnet's launcher).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -64,10 +65,13 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
         k = int(resumed_from.name.split("-")[1])
         assert k >= 2
 
-        procs[0] = start_node(cmds[0], dirs[0], specs[0])
+        # The first life kept one checkpoint (the default); the second keeps two, for the fallback below.
+        procs[0] = start_node(cmds[0] + ["--set", "keep_checkpoints=2"], dirs[0], specs[0])
         assert procs[0].proc.wait(timeout=900) == 0
         assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 1))  # redone rounds replace the lost ones
         assert f"resumed from {resumed_from.name}" in (dirs[0] / "node.log").read_text()
+        lives = re.findall(r"^peer id (\S+)$", (dirs[0] / "stdout.log").read_text(), flags=re.M)
+        assert len(lives) == 2 and lives[0] == lives[1]  # no --identity: the run directory's key, kept
         second_life = ledger(dirs[0])
         persisted = set().union(*(ids for r, ids in first_life.items() if r <= k))
         redone = set().union(*(ids for r, ids in second_life.items() if r > k))
@@ -78,7 +82,8 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
                 assert not second_life[r] & second_life[q]
         assert CheckpointManager(dirs[0] / "checkpoints").latest().name == f"ckpt-{ROUNDS:08d}"
 
-        # A partial write of the latest checkpoint: the node falls back to the one before.
+        # A latest checkpoint damaged after it was complete (a disk fault, not a kill): with two kept, the
+        # node falls back to the one before.
         latest = CheckpointManager(dirs[0] / "checkpoints").latest()
         weights = next((latest / "model").glob("*.safetensors"))
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])

@@ -33,4 +33,4 @@ def test_rounds_logged_before_any_complete_checkpoint_are_dropped(tmp_path, tiny
     assert [r["round"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [1]
     state = json.loads((cfg.run_dir / "checkpoints" / "ckpt-00000001" / "state.json").read_text())
     # what a resume needs to repeat the run: the generate calls (seeds), the intake, the health count
-    assert state["rollout_calls"] == 1 and state["intake_deferred"] == [] and state["health"]["in_a_row"] == 0
+    assert state["rollout_calls"] == 1 and state["intake"]["deferred"] == [] and state["health"]["in_a_row"] == 0

@@ -1,5 +1,6 @@
 """Which peers' groups an update takes (peers/intake.py): refused peers, dedup against persisted
-updates, context, caps, and the completion-token budget with one round of deferral."""
+updates, context, caps, and the completion-token budget with one round of deferral (peers with
+standing here; the strangers' share and copies: test_node_standing.py)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,12 @@ from ftis_swarm.config import load_node_config
 from ftis_swarm.node.daemon import drop_rounds_after
 from ftis_swarm.peers.intake import Budget, PeerIntake
 
-from wire_samples import random_group
-
-
-def groups_from(rng, sender_tag: str, n: int, length: int = 5):
-    out = []
-    for _ in range(n):
-        g = random_group(rng, G=2, length=length)
-        out.append(type(g).build(**{**{f: getattr(g, f) for f in (
-            "run_id", "model_id", "policy_version", "created_at", "tokenizer_fp", "task_id", "item_id",
-            "prompt_ids", "temperature", "completion_ids", "logp_gen")}, "sender": sender_tag}))
-    return out
+from wire_samples import groups_from
 
 
 def budget(**over) -> Budget:
-    fields = dict(max_groups=4, max_groups_per_peer=2, max_tokens=10**6, max_tokens_per_peer=10**6, context=5000)
+    fields = dict(max_groups=4, max_groups_per_peer=2, max_tokens=10**6, max_tokens_per_peer=10**6, context=5000,
+                  strangers_share=0.0)
     return Budget(**{**fields, **over})
 
 
@@ -38,9 +30,9 @@ def test_caps_dedup_context_and_refused_peers():
     a, b = groups_from(rng, "peer-a", 4), groups_from(rng, "peer-b", 3)
     long, banned = groups_from(rng, "peer-c", 1, length=5000), groups_from(rng, "peer-x", 2)
     consumed = {a[0].group_id: None}
-    taken = PeerIntake(budget()).take(a + b + long + banned, consumed, lambda p: p != "peer-x")
-    assert [g.sender for g in taken.kept] == ["peer-a", "peer-a", "peer-b", "peer-b"]
-    assert taken.kept[0] is a[1] and taken.kept[1] is a[2]  # a[0] was consumed before
+    taken = PeerIntake(budget()).take(a + b + long + banned, consumed, lambda p: p != "peer-x", standing=allow_all)
+    assert [g.sender for g in taken.kept] == ["peer-a", "peer-b", "peer-a", "peer-b"]  # one of each in turn
+    assert taken.kept[0] is a[1] and taken.kept[2] is a[2]  # a[0] was consumed before
     assert taken.counts == {"peer_already_consumed": 1, "peer_over_cap": 2, "peer_too_long": 1, "peer_refused": 2}
     assert taken.by_peer[("peer-x", "peer_refused")] == 2 and taken.by_peer[("peer-c", "peer_too_long")] == 1
 
@@ -51,14 +43,14 @@ def test_token_budget_defers_one_round_then_drops():
     b = groups_from(rng, "peer-b", 2, length=10)
     flood = groups_from(rng, "peer-f", 1, length=400)  # 800 tokens: over the per-peer budget on its own
     intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=60, max_tokens_per_peer=40))
-    first = intake.take(a + b + flood, {}, allow_all)
-    assert [g.group_id for g in first.kept] == [a[0].group_id, a[1].group_id, b[0].group_id]
+    first = intake.take(a + b + flood, {}, allow_all, standing=allow_all)
+    assert [g.group_id for g in first.kept] == [a[0].group_id, b[0].group_id, a[1].group_id]
     assert sum(g.num_completion_tokens for g in first.kept) <= 60
     assert first.counts == {"peer_deferred": 2, "peer_over_budget": 1}  # a[2] over a's 40, b[1] over the 60
-    second = intake.take(groups_from(rng, "peer-b", 2, length=10), {}, allow_all)
-    assert second.kept[:2] == [a[2], b[1]]  # last round's deferred groups come first
+    second = intake.take(groups_from(rng, "peer-b", 2, length=10), {}, allow_all, standing=allow_all)
+    assert second.kept[:2] == [b[1], a[2]]  # last round's deferred groups come first
     assert len(second.kept) == 3 and second.counts == {"peer_deferred": 1}
-    third = intake.take([], {}, allow_all)
+    third = intake.take([], {}, allow_all, standing=allow_all)
     assert len(third.kept) == 1 and third.counts == {}
 
 
@@ -66,14 +58,14 @@ def test_a_deferred_group_that_still_does_not_fit_is_dropped():
     rng = np.random.default_rng(2)
     a = groups_from(rng, "peer-a", 2, length=10)
     intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=20, max_tokens_per_peer=20))
-    assert intake.take(a, {}, allow_all).counts == {"peer_deferred": 1}
+    assert intake.take(a, {}, allow_all, standing=allow_all).counts == {"peer_deferred": 1}
     fresh = groups_from(rng, "peer-a", 1, length=10)
-    nxt = intake.take(fresh, {}, allow_all)
+    nxt = intake.take(fresh, {}, allow_all, standing=allow_all)
     assert nxt.kept == [a[1]] and nxt.counts == {"peer_deferred": 1}
-    assert intake.take([], {}, allow_all).kept == [fresh[0]]
+    assert intake.take([], {}, allow_all, standing=allow_all).kept == [fresh[0]]
     intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=20, max_tokens_per_peer=20))
-    intake.take(a, {}, allow_all)
-    later = intake.take(groups_from(rng, "peer-b", 1, length=10), {}, lambda p: p != "peer-a")
+    intake.take(a, {}, allow_all, standing=allow_all)
+    later = intake.take(groups_from(rng, "peer-b", 1, length=10), {}, lambda p: p != "peer-a", standing=allow_all)
     assert later.counts == {"peer_refused": 1} and len(later.kept) == 1  # deferred, then its peer was banned
 
 
@@ -97,11 +89,11 @@ def test_deferred_groups_survive_a_checkpoint_and_a_regathered_copy_is_taken_onc
     rng = np.random.default_rng(3)
     a = groups_from(rng, "peer-a", 2, length=10)
     intake = PeerIntake(budget(max_groups=10, max_groups_per_peer=10, max_tokens=20, max_tokens_per_peer=20))
-    assert intake.take(a, {}, allow_all).counts == {"peer_deferred": 1}
+    assert intake.take(a, {}, allow_all, standing=allow_all).counts == {"peer_deferred": 1}
     restored = PeerIntake(intake.budget)
     restored.load_state(json.loads(json.dumps(intake.state())))  # through state.json
     # a restarted node's swarm gathers the deferred group again: it is taken once, first
-    again = restored.take([a[1]], {}, allow_all)
+    again = restored.take([a[1]], {}, allow_all, standing=allow_all)
     assert [g.group_id for g in again.kept] == [a[1].group_id]
     assert again.counts == {"peer_duplicate": 1} and again.by_peer == {("peer-a", "peer_duplicate"): 1}
-    assert restored.state() == [] and intake.take([], {}, allow_all).kept[0].group_id == a[1].group_id
+    assert restored.state()["deferred"] == [] and intake.take([], {}, allow_all, standing=allow_all).kept[0].group_id == a[1].group_id

@@ -1,4 +1,4 @@
-"""The main job: `ftis-node testnet` on the embedded default, 3 heterogeneous nodes on 127.0.0.1."""
+"""The main job: `ftis-node testnet` on the embedded default, 3 heterogeneous nodes on loopback (127.0.N.1 each)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Real swarm processes on 127.0.0.1: the bootstrap CLI, honest nodes, a hostile node.
+"""Real swarm processes on loopback: the bootstrap CLI, honest nodes, a hostile node.
+
+Each process listens on an address of its own, 127.0.N.1 (`Swarm.host`): each is its own
+network origin (a /24), as separate machines would be, so the quotas by origin apply to a
+test's swarm as to a real one.
 
 Every process starts in its own session (process group), so its p2pd child goes with it;
 the `swarm` fixture SIGKILLs every group it started when the test ends, pass or fail.
@@ -23,7 +27,7 @@ import pytest
 
 from ftis_swarm.config import SwarmConfig, WireConfig
 
-from record_peers import Peer
+from record_peers import PUZZLE, Peer
 
 HERE = Path(__file__).parent
 LOOPBACK = "127.0.0.1"
@@ -93,8 +97,8 @@ def _group_alive(pgid: int) -> bool:
 class Node(Proc):
     """An honest node (tests/swarm/node_proc.py)."""
 
-    def __init__(self, cfg: SwarmConfig, *, log: Path):
-        super().__init__([sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
+    def __init__(self, cfg: SwarmConfig, *, log: Path, prefix: tuple[str, ...] = ()):
+        super().__init__([*prefix, sys.executable, str(HERE / "node_proc.py"), cfg.model_dump_json()], log=log)
         self.cfg = cfg
         self.peer_id = ""
         self.maddrs: list[str] = []
@@ -137,11 +141,21 @@ class Swarm:
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
         self.procs: list[Proc] = []
+        self._hosts = 0
 
-    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None) -> list[str]:
-        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file)."""
+    def host(self) -> str:
+        """A loopback address no other process of this test listens on: its own origin."""
+        self._hosts += 1
+        return f"127.0.{self._hosts}.1"
+
+    def bootstrap(self, *, ttl: float, max_clock_skew: float, identity: Optional[Path] = None,
+                  host: str = LOOPBACK, prefix: tuple[str, ...] = ()) -> list[str]:
+        """Runs the real `ftis-node bootstrap` CLI and returns its multiaddrs (from --maddrs-file);
+        `prefix` runs it inside something (a network namespace)."""
         maddrs_file = self.tmp_path / f"bootstrap{len(self.procs)}.maddrs"
-        argv = [sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", LOOPBACK,
+        if host == LOOPBACK:  # an address (a network origin) of its own
+            host = self.host()
+        argv = [*prefix, sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", host,
                 "--maddrs-file", str(maddrs_file), "--ttl", str(ttl), "--max-clock-skew", str(max_clock_skew)]
         if identity is not None:
             argv += ["--identity", str(identity)]
@@ -153,13 +167,16 @@ class Swarm:
             assert time.monotonic() < deadline, f"bootstrap did not start: {proc.tail()}"
             time.sleep(0.1)
         maddrs = maddrs_file.read_text().split()
-        assert maddrs and all(m.startswith(f"/ip4/{LOOPBACK}/tcp/") for m in maddrs), maddrs
+        assert maddrs and all(m.startswith(f"/ip4/{host}/tcp/") for m in maddrs), maddrs
         self.bootstrap_proc = proc
         return maddrs
 
-    def node(self, cfg: SwarmConfig) -> Node:
-        """Starts a node (call `.joined()` on it to wait for its hello)."""
-        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log")
+    def node(self, cfg: SwarmConfig, *, prefix: tuple[str, ...] = ()) -> Node:
+        """Starts a node (call `.joined()` on it to wait for its hello), on an address of its own
+        unless `cfg.host` names one other than `LOOPBACK`; `prefix` as for `bootstrap`."""
+        if cfg.host == LOOPBACK:
+            cfg = cfg.model_copy(update={"host": self.host()})
+        node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log", prefix=prefix)
         self.procs.append(node)
         return node
 
@@ -168,7 +185,7 @@ class Swarm:
         settings = dict(peers=peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
                         window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
                         tokenizer_fp=node_proc.TOKENIZER_FP, vocab_size=node_proc.VOCAB_SIZE,
-                        identities=identities)
+                        identities=identities, puzzle=cfg.puzzle.model_dump(), host=self.host())
         proc = Hostile([sys.executable, "-m", "ftis_swarm.lab.hostile.peer", json.dumps(settings)],
                        log=self.tmp_path / f"hostile{len(self.procs)}.log")
         self.procs.append(proc)
@@ -187,7 +204,7 @@ class Swarm:
         """A loopback node config with fast polling and 256 KiB groups at most."""
         fields: dict = dict(host=LOOPBACK, run_id=run_id, peers=peers, ttl=ttl, max_clock_skew=max_clock_skew,
                             window=2.0, poll_interval=0.25, publish_timeout=5.0, fetch_timeout=5.0,
-                            wire=WireConfig(max_bytes=256 * 1024))
+                            wire=WireConfig(max_bytes=256 * 1024), puzzle=PUZZLE)
         fields.update(overrides)
         return SwarmConfig(**fields)
 

@@ -58,7 +58,7 @@ def test_stalled_and_dribbled_bodies_fail_within_their_budget():
         return outcomes
 
     outcomes = asyncio.run(run())
-    assert {kind: reason for kind, (reason, _) in outcomes.items()} == {"stall": "stalled", "dribble": "stalled"}
+    assert {kind: reason for kind, (reason, _) in outcomes.items()} == {"stall": "body_stalled", "dribble": "body_stalled"}
     assert all(seconds < 30.0 for _, seconds in outcomes.values()), outcomes  # not the 60 s timeout: the step
 
 

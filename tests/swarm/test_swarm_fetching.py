@@ -19,7 +19,10 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.peers.policy import ALLOW_ALL
+from ftis_swarm.swarm.origins import RELAYED
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
+
+from record_peers import Scores
 
 BODY = b"b" * 64
 
@@ -45,7 +48,7 @@ class Writer:
 
 
 class StandInP2P:
-    """Answers each stream as its publisher's behaviour says: "good", "hang" or "error"."""
+    """Answers each stream as its publisher's behaviour says: "good", "hang", "error" or "undialable"."""
 
     def __init__(self, behaviour: dict[str, str]):
         self.behaviour = behaviour
@@ -57,6 +60,8 @@ class StandInP2P:
         publisher = peer_id.to_base58()
         reader = asyncio.StreamReader()
         kind = self.behaviour[publisher]
+        if kind == "undialable":  # what p2pd says of a peer behind NAT with no relay slot
+            raise OSError(f"failed to dial {publisher}: no addresses")
         if kind == "good":
             reader.feed_data(b"\x00" + len(BODY).to_bytes(8, "big") + BODY)
         elif kind == "error":
@@ -74,17 +79,21 @@ class StandInP2P:
 def pointer(publisher: str) -> GroupPointer:
     gid = secrets.token_hex(16)
     return GroupPointer(v=RECORD_VERSION, group_id=gid, size=len(BODY), sha256=gid + "0" * 32, publisher=publisher,
-                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0, round_groups=1)
+                        created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0, round_groups=1,
+                        puzzle="0" * 16)
 
 
 class Harness:
-    def __init__(self, behaviour: dict[str, str], **cfg: object):
+    def __init__(self, behaviour: dict[str, str], *, policy=ALLOW_ALL, origins: Optional[dict[str, str]] = None,
+                 **cfg: object):
         self.p2p = StandInP2P(behaviour)
         self.accepted: list[str] = []
         self.rejected: Counter[tuple[str, str]] = Counter()
+        self.counters = SwarmCounters()
         self.scheduler = FetchScheduler(
-            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=ALLOW_ALL, counters=SwarmCounters(),
-            room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject)
+            p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=policy, counters=self.counters,
+            room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject,
+            origin_of=(origins or {}).get)
 
     def _body(self, p: GroupPointer, body: bytes) -> bool:
         self.accepted.append(p.publisher)
@@ -130,6 +139,29 @@ def test_slots_per_publisher_and_for_strangers_leave_room_for_proven_peers():
     assert harness.p2p.most_open[proven] <= 2
 
 
+def test_publishers_of_one_origin_share_its_fetch_slots():
+    crowd = [peer(i) for i in range(10)]  # one machine's identities, all scored (no stranger limit)
+    others = [peer(20), peer(21)]
+    scores = Scores()
+    scores.scores.update({p: 1.0 for p in crowd + others})
+    origins = {**{p: "10.0.0.0/24" for p in crowd}, others[0]: "10.0.1.0/24", others[1]: RELAYED}
+    harness = Harness({**{p: "hang" for p in crowd}, **{p: "good" for p in others}}, policy=scores,
+                      origins=origins, first_byte_timeout=30.0)
+
+    def crowd_open() -> int:
+        return sum(harness.p2p.open[p] for p in crowd)
+
+    async def run() -> None:
+        await harness.until(lambda: crowd_open() == 4, add=[pointer(p) for p in crowd for _ in range(3)])
+        assert crowd_open() == 4  # max_fetches_per_origin, of the 8 slots
+        await harness.until(lambda: len(harness.accepted) == 6, add=[pointer(p) for p in others for _ in range(3)])
+        assert crowd_open() == 4
+        harness.scheduler.cancel()
+
+    asyncio.run(run())
+    assert sorted(harness.accepted) == sorted(others * 3)  # other origins, and the relayed one, came past it
+
+
 def test_a_stalling_publisher_loses_its_slots_and_then_its_pointers():
     staller, good = peer(1), peer(2)
     harness = Harness({staller: "hang", good: "good"}, first_byte_timeout=0.1)
@@ -143,6 +175,23 @@ def test_a_stalling_publisher_loses_its_slots_and_then_its_pointers():
     assert harness.rejected == {(staller, "stalled"): 20}  # all of them, after 3 failed fetches in a row
     assert harness.p2p.opened[staller] == 3  # two at first, then one at a time: never more
     assert sorted(harness.accepted) == [good] * 5
+
+
+def test_an_undialable_publisher_is_said_unreachable_once_and_loses_its_pointers(caplog):
+    home, good = peer(4), peer(5)
+    harness = Harness({home: "undialable", good: "good"}, max_fetch_attempts=2)
+
+    async def run() -> None:
+        await harness.until(lambda: sum(harness.rejected.values()) == 3 and len(harness.accepted) == 2,
+                            add=[pointer(home) for _ in range(3)] + [pointer(good) for _ in range(2)], then=0.3)
+        harness.scheduler.cancel()
+
+    with caplog.at_level("WARNING", logger="ftis_swarm.swarm.fetch.scheduler"):
+        asyncio.run(run())
+    assert harness.rejected == {(home, "fetch_failed"): 3}
+    assert harness.counters.snapshot()["publishers_unreachable"] == 1  # once per series, not per pointer
+    assert [r.getMessage() for r in caplog.records if "cannot fetch the groups of" in r.getMessage()][0].count(home)
+    assert sorted(harness.accepted) == [good] * 2
 
 
 def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_again():

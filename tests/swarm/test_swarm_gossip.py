@@ -8,6 +8,7 @@ import time
 
 import msgpack
 
+from ftis_swarm.config import LedgerConfig
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, decode_message, encode_message
 from ftis_swarm.swarm.keys import pointer_key
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer, RoundPointer
@@ -52,37 +53,37 @@ def test_a_gossiped_pointer_is_checked_like_a_dht_record_and_each_refusal_named(
         "bad_schema": encode_message(alice.pointer(round=-1)),
     }
     assert {name: gate.admit(alice.peer_id, data, now).reason for name, data in refusals.items()} == {
-        name: name for name in refusals}
-    assert gate.admit(bob.peer_id, encode_message(alice.pointer()), now).reason == "not_sender"  # a relayed replay
+        name: "gossip_" + name for name in refusals}
+    assert gate.admit(bob.peer_id, encode_message(alice.pointer()), now).reason == "gossip_not_sender"  # a relayed replay
     policy.denied.add(alice.peer_id)
-    assert gate.admit(alice.peer_id, encode_message(alice.pointer()), now).reason == "denied"
+    assert gate.admit(alice.peer_id, encode_message(alice.pointer()), now).reason == "gossip_denied"
 
 
 def test_each_sender_has_its_rate_and_one_that_goes_on_is_banned_and_disconnected(alice, bob):
     gate = _gate(bob, Scores(), rate=1.0, burst=4)
     junk, t = b"junk", 1000.0
     # a token lets a message through to the next check (here: it does not decode); without one it is dropped
-    assert [gate.admit("flooder", junk, t).reason for _ in range(5)] == ["bad_message"] * 4 + ["rate"]
-    assert gate.admit("flooder", junk, t + 1.0).reason == "bad_message"  # one token a second
-    assert gate.admit("honest", junk, t + 1.0).reason == "bad_message"  # every sender has its own bucket
+    assert [gate.admit("flooder", junk, t).reason for _ in range(5)] == ["gossip_bad_message"] * 4 + ["gossip_rate"]
+    assert gate.admit("flooder", junk, t + 1.0).reason == "gossip_bad_message"  # one token a second
+    assert gate.admit("honest", junk, t + 1.0).reason == "gossip_bad_message"  # every sender has its own bucket
     drops = [gate.admit("flooder", junk, t + 1.0) for _ in range(4)]
-    assert [(a.reason, a.disconnect) for a in drops] == [("rate", False)] * 3 + [("rate", True)]  # 5 > burst
+    assert [(a.reason, a.disconnect) for a in drops] == [("gossip_rate", False)] * 3 + [("gossip_rate", True)]  # 5 > burst
     assert (gate.admit("flooder", junk, t + 2.0).reason, gate.admit("flooder", junk, t + 3.0).disconnect) == (
-        "banned", False)
+        "gossip_banned", False)
     assert gate.admit("flooder", junk, t + 7.0).disconnect  # again while it sends, every 5 s at most
-    assert gate.admit("honest", junk, t + 7.0).reason == "bad_message"
-    assert gate.admit("flooder", junk, t + 32.0).reason == "bad_message"  # the first ban lasts 30 s
+    assert gate.admit("honest", junk, t + 7.0).reason == "gossip_bad_message"
+    assert gate.admit("flooder", junk, t + 32.0).reason == "gossip_bad_message"  # the first ban lasts 30 s
     for _ in range(3 + 5):  # its 3 tokens left, then 5 drops: more than its burst again
         last = gate.admit("flooder", junk, t + 32.0)
-    assert last.disconnect and gate.admit("flooder", junk, t + 32.0 + 59.0).reason == "banned"  # the second: 60 s
-    assert gate.admit("flooder", junk, t + 32.0 + 61.0).reason == "bad_message"
+    assert last.disconnect and gate.admit("flooder", junk, t + 32.0 + 59.0).reason == "gossip_banned"  # the second: 60 s
+    assert gate.admit("flooder", junk, t + 32.0 + 61.0).reason == "gossip_bad_message"
 
 
 def _pointer(publisher: str, *, round: int, groups: int, created_at: float) -> GroupPointer:
     gid = secrets.token_hex(16)
     return GroupPointer(v=RECORD_VERSION, group_id=gid, size=100, sha256=gid + "0" * 32, publisher=publisher,
                         created_at=created_at, run_id=RUN, tokenizer_fp="tok", window=W, round=round,
-                        round_groups=groups)
+                        round_groups=groups, puzzle="0" * 16)
 
 
 def test_a_gather_is_owed_each_live_proven_peers_next_round(alice, bob):
@@ -119,3 +120,18 @@ def test_a_gather_is_owed_each_live_proven_peers_next_round(alice, bob):
     assert bob.peer_id not in owed()  # its signed creation time says it is not live
     tracker.forget(now=now + TTL + 10, ttl=TTL)
     assert owed(now + TTL + 10, scored=lambda peer: True) == []
+
+
+def test_the_gates_ban_reads_its_length_from_the_ledger_config(alice, bob):
+    bans = LedgerConfig(gossip_ban_seconds=4.0, max_ban_seconds=6.0)
+    gate = GossipGate(checker=bob.checker, policy=Scores(), rate=1.0, burst=2, ttl=TTL,
+                      ban_seconds=bans.gossip_ban_seconds, max_ban_seconds=bans.max_ban_seconds)
+    junk, t = b"junk", 1000.0
+    for _ in range(2 + 3):  # its 2 tokens, then 3 drops: more than its burst
+        gate.admit("flooder", junk, t)
+    assert gate.admit("flooder", junk, t + 3.9).reason == "gossip_banned"
+    assert gate.admit("flooder", junk, t + 4.1).reason == "gossip_bad_message"  # 4 s, not the default 30 s
+    for _ in range(3 + 3):
+        gate.admit("flooder", junk, t + 4.1)
+    assert gate.admit("flooder", junk, t + 4.1 + 5.9).reason == "gossip_banned"
+    assert gate.admit("flooder", junk, t + 4.1 + 6.1).reason == "gossip_bad_message"  # 8 s, capped at 6

@@ -53,7 +53,7 @@ def test_hostile_records_and_bodies_are_refused(swarm):
     assert len(attack["asked"]) == 2
     answers = attack["answers"]
     assert answers.pop("valid_control") == [[True]] * 2  # the same peers take a well-formed record
-    assert len(answers) == 14
+    assert len(answers) == 15
     for name, per_peer in answers.items():
         assert len(per_peer) == 2 and all(a is None or a == [False] for a in per_peer), (name, per_peer)
 

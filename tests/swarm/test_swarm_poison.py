@@ -57,9 +57,10 @@ def test_poisoned_groups_are_refused_and_never_reach_an_update(swarm, tmp_path):
     assert all(per_peer == [[True]] for per_peer in published["stored"]), published["stored"]  # the bootstrap took each
 
     config = tmp_path / "node.toml"
-    # room for every attack group in one update: only the flood is over the token budget
+    # room for every attack group in one update: only the flood is over the token budget (the hostile
+    # peer has no standing: the whole budget is the strangers' share here)
     config.write_text("[ledger]\nban_threshold = 100000.0\n[learner]\nmax_peer_tokens = 20000\n"
-                      "max_peer_tokens_per_peer = 10000\n")
+                      "max_peer_tokens_per_peer = 10000\nstrangers_share = 1.0\n")
     nodes = []
     try:
         for i, spec in enumerate(pre.specs):

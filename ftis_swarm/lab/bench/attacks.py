@@ -1,9 +1,11 @@
 """`ftis-node bench attacks`: what of each attack reaches an update, and how fast forgers are caught.
 
 **The attack table.** One receiving node (SmolLM2-135M; the honest peer runs the same
-model, so some of its groups carry signal), in process, runs its rounds on the product's
-own parts: the wire decoder (with its token bound), `PeerIntake`, the scorer's
-`Admission`, the `Learner` and the `PeerLedger`. Each round it trains on its own groups,
+model, so some of its groups carry signal), a real `Node` in process on the loopback
+transport (`peers.loopback`), runs its own rounds: the honest and hostile peers post
+their groups' bytes to its hub between its publish half and its learn half, so they take
+the node's one path (the transport's checks after decode, the intake, the scorer, the
+update, the ledger). Each round it trains on its own groups,
 an honest peer's and one group of each attack (`attacks.py`), each attack from its own
 sender so that what reaches the update (samples with a non-zero effective advantage, and
 their largest weight) is told apart per attack. Bans carry over between rounds.
@@ -17,6 +19,9 @@ peer and from one that was honest until then. Pairs: the testnet's three models 
 full, the same with a fresh LoRA r16, which computes the same function until it trains,
 and the 24-layer sibling), and a divergent pair, SmolLM2 against itself with layers 26-27
 dropped.
+
+**Standing** (`standing.py`): 20 fresh identities, short forgeries, a turncoat, a copier
+and an honest newcomer against two earned peers, over `standing_rounds` rounds.
 """
 
 from __future__ import annotations
@@ -26,22 +31,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ftis_swarm.config import LearnerConfig, LoRAConfig, SamplingConfig, WireConfig
+from ftis_swarm.config import LearnerConfig, LoRAConfig, NodeConfig, SamplingConfig, SwarmConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.node.scoring import Admission, TaskCache
 from ftis_swarm.models import load_model
+from ftis_swarm.lab.bench.standing import StandingFigures, format_standing, run_standing_bench
 from ftis_swarm.lab.hostile.groups import ATTACKS, FORGERY_SHIFT, attack_groups, prompts_for, rebuilt
-from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
-from ftis_swarm.node.health import UpdateHealth
-from ftis_swarm.node.learning import Learning, learn_round
-from ftis_swarm.peers.ledger import PeerLedger
-from ftis_swarm.node.serving import Serving
+from ftis_swarm.node.daemon import Node
+from ftis_swarm.peers.intake import within_vocab
+from ftis_swarm.peers.ledger import SWARM_PREFIX
+from ftis_swarm.peers.loopback import LoopbackHub
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import get_task
-from ftis_swarm.wire import WireError, decode_group, encode_group, tokenizer_fingerprint
+from ftis_swarm.wire import encode_group
 
 SAMPLING = SamplingConfig(temperature=0.7, max_new_tokens=24, group_size=4, seed=0)
+RUN_ID = "bench"
 DIVERGENT_DROP = (26, 27)
 
 
@@ -82,6 +87,8 @@ class AttackFigures:
     banned: list[str]
     """Senders banned at least once."""
     seconds: float
+    standing: StandingFigures | None = None
+    strangers_share: float = 0.25
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,21 +107,27 @@ class Models:
 
 
 def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_groups: int = 24,
-                     forged_groups: int = 8, threads: int = 1,
+                     forged_groups: int = 8, threads: int = 1, standing_rounds: int = 6,
                      progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
-    """The attack table over `rounds` rounds, then the detector on `honest_groups` and `forged_groups` per pair."""
-    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1:
-        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1")
+    """The attack table over `rounds` rounds, the detector on `honest_groups` and `forged_groups` per pair,
+    then the standing part over `standing_rounds` rounds (0: none)."""
+    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1 or standing_rounds < 0:
+        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1, standing_rounds 0 or more")
     import torch
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     models = _models(preset, workdir)
     progress("attack table")
-    rows, finite, banned = _attack_table(models, rounds=rounds, progress=progress)
+    rows, finite, banned = _attack_table(models, rounds=rounds, workdir=workdir, progress=progress)
     progress("detector")
     det = _detector(models, honest_groups=honest_groups, forged_groups=forged_groups, progress=progress)
-    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0)
+    standing = None
+    if standing_rounds:
+        progress("standing")
+        standing = run_standing_bench(load_model(models.receiver), load_model(models.honest)[0],
+                                      rounds=standing_rounds, progress=progress)
+    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0, standing)
 
 
 def _models(preset: str, workdir: Path) -> Models:
@@ -148,59 +161,67 @@ def _divergent_sibling() -> Path:
 
 
 def _backend(model: Any, tokenizer: Any, sender: str) -> TransformersBackend:
-    return TransformersBackend(model=model, tokenizer=tokenizer, header=GroupHeader("bench", sender, "bench"))
+    return TransformersBackend(model=model, tokenizer=tokenizer, header=GroupHeader(RUN_ID, sender, "bench"))
 
 
-def _attack_table(m: Models, *, rounds: int, progress: Callable[[str], None]) -> tuple[list[AttackRow], bool, list[str]]:
-    model, tok = load_model(m.receiver)
-    honest_model, _ = load_model(m.honest)
-    hostile_model, _ = load_model(m.hostile)
-    fp = tokenizer_fingerprint(tok)
-    bound = min(len(tok), model.get_input_embeddings().num_embeddings)
-    cfg = LearnerConfig(lr=2e-6)
-    learner = Learner(model, cfg=cfg, pad_id=tok.pad_token_id or 0, tokenizer_fp=fp)
-    own, honest, hostile = (_backend(x, tok, s) for x, s in ((model, "self"), (honest_model, "honest"),
-                                                               (hostile_model, "hostile")))
-    own_tokens = 2 * SAMPLING.group_size * SAMPLING.max_new_tokens
-    intake = PeerIntake(Budget(max_groups=64, max_groups_per_peer=16, max_tokens=4 * own_tokens,
-                               max_tokens_per_peer=2 * own_tokens, context=model.config.max_position_embeddings))
-    ledger = PeerLedger()
-    learning = Learning(me="self", learner=learner, tokenizer=tok, tasks=TaskCache(),
-                        admission=Admission(tokenizer_fp=fp, accept_tasks=frozenset({"arith"})),
-                        serving=Serving(learner, own, shares_model=True), peer_ledger=ledger,
-                        health=UpdateHealth(rounds + 1))
+def _attack_table(m: Models, *, rounds: int, workdir: Path,
+                  progress: Callable[[str], None]) -> tuple[list[AttackRow], bool, list[str]]:
+    """The receiver is a real `Node` on a loopback hub; the honest and hostile peers post their bytes to the hub.
+
+    So every group takes the node's own path: the transport's checks after decode (the
+    wire decoder with the node's token bound, sender and run), the intake (`Budget.of` this
+    config: 4x and 2x the node's own completion tokens), the scorer, the update and the
+    ledger, whose counts per sender are the table's `stopped_by` (a transport reason as
+    `wire`; `peer_refused` when the transport no longer reads a banned sender).
+    """
+    cfg = NodeConfig(model=m.receiver, task="arith", rounds=rounds, prompts_per_round=2, sampling=SAMPLING,
+                     # every attack comes from an identity without standing: the whole budget is theirs here, so
+                     # that each attack meets its own check (the strangers' share is the standing part's to measure)
+                     learner=LearnerConfig(lr=2e-6, strangers_share=1.0), max_failed_updates=rounds + 1,
+                     swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "receiver")
+    hub = LoopbackHub()
+    node = Node(cfg, swarm=hub.member("self"))
+    try:
+        return _attack_rounds(node, hub, m, rounds=rounds, progress=progress)
+    finally:
+        node.close()
+
+
+def _attack_rounds(node: Node, hub: LoopbackHub, m: Models, *, rounds: int,
+                   progress: Callable[[str], None]) -> tuple[list[AttackRow], bool, list[str]]:
+    p = node.parts
+    tok, bound, ledger = p.tokenizer, p.token_bound, p.peer_ledger
+    honest, hostile = (_backend(load_model(name)[0], tok, sender) for name, sender in ((m.honest, "honest"),
+                                                                                     (m.hostile, "hostile")))
     rows = {name: AttackRow(name) for name in ("honest", *ATTACKS)}
     arith = get_task("arith")
-    for r in range(rounds):
-        progress(f"round {r + 1} of {rounds}")
-        mine = own.generate(prompts_for(arith.sample(2, seed=100 + r), tok), 4, SAMPLING)
-        peers = [g for g in honest.generate(prompts_for(arith.sample(2, seed=200 + r), tok), 4, SAMPLING)
+    for r in range(1, rounds + 1):
+        progress(f"round {r} of {rounds}")
+        mine = node.publish_round(r)
+        peers = [g for g in honest.generate(prompts_for(arith.sample(2, seed=200 + r - 1), tok), 4, SAMPLING)
                  if within_vocab(g, bound)]  # what an honest node publishes
-        attacks = attack_groups(hostile, tok, seed=r, token_bound=bound, max_new_tokens=8)
+        attacks = attack_groups(hostile, tok, seed=r - 1, token_bound=bound, max_new_tokens=8)
         peers += [rebuilt(g, sender=f"hostile-{name}") for name, g in attacks.items()]
-        arrived = []
         for g in peers:
             rows[_row(g.sender)].sent += 1
-            try:
-                arrived.append(decode_group(encode_group(g), vocab_size=bound, limits=WireConfig()))
-            except WireError:
-                rows[_row(g.sender)].stopped_by["wire"] = rows[_row(g.sender)].stopped_by.get("wire", 0) + 1
-        taken = intake.take(arrived, {}, ledger.allows)
-        ledger.charge_counts(taken.by_peer, me="self")
-        learned = learn_round(learning, r + 1, mine, taken.kept)  # the node's own learning half
-        for (sender, reason), n in (taken.by_peer + learned.rejected_by_peer).items():
-            _stop(rows[_row(sender)], reason, n)
-        for sender, report in learner.peer_report.items():
-            for reason, n in report.items():
-                if reason != "groups" and sender != "self":
-                    _stop(rows[_row(sender)], reason, n)
-        for sender, src in learning.sources.items():
+            hub.inject(g.sender, encode_group(g))
+        node.learn_published(mine)
+        learned = node.last_learning
+        assert learned is not None
+        for sender, src in node.learning.sources.items():
             if f"used@{src}" in learned.metrics:
                 row = rows[_row(sender)]
                 row.reached += int(learned.metrics[f"used@{src}"])
                 row.max_weight = max(row.max_weight, learned.metrics[f"max_weight_used@{src}"])
-    finite = all(bool(p.isfinite().all()) for p in learner.model.parameters())
-    return list(rows.values()), finite, sorted(p for p, rec in ledger.snapshot().items() if rec["bans"])
+    accounts = ledger.snapshot()
+    refused = p.swarm.counters().get("refused_by_peer", {})
+    for sender in set(accounts) | set(refused):
+        row = rows[_row(sender)]
+        for reason, n in accounts.get(sender, {}).get("counts", {}).items():
+            _stop(row, "wire" if reason.startswith(SWARM_PREFIX) else reason, n)
+        _stop(row, "peer_refused", refused.get(sender, 0))
+    finite = all(bool(x.isfinite().all()) for x in p.learner.model.parameters())
+    return list(rows.values()), finite, sorted(peer for peer, rec in accounts.items() if rec["bans"])
 
 
 def _row(sender: str) -> str:
@@ -208,7 +229,8 @@ def _row(sender: str) -> str:
 
 
 def _stop(row: AttackRow, reason: str, n: int) -> None:
-    row.stopped_by[reason] = row.stopped_by.get(reason, 0) + n
+    if n:
+        row.stopped_by[reason] = row.stopped_by.get(reason, 0) + n
 
 
 def _detector(m: Models, *, honest_groups: int, forged_groups: int,
@@ -272,6 +294,8 @@ def format_attacks(f: AttackFigures) -> str:
         lines.append(f"{d.learner:<12}{d.generator:<12}{d.honest_mean:>12.3f}{d.honest_tokens:>8}"
                      f"{f'{d.false_alarms}/{d.checks}':>14}{d.forged_mean:>12.3f}{_n(d.delay_fresh):>7}"
                      f"{_n(d.delay_turncoat):>10}")
+    if f.standing is not None:
+        lines += ["", format_standing(f.standing, share=f.strangers_share)]
     lines.append(f"wall time {f.seconds:.0f} s")
     return "\n".join(lines)
 

@@ -15,8 +15,8 @@ updates:
   what sharding divides.
 
 The parent starts the processes one after the other (never at once, so they do not share the
-cores they are timed on) and prints the ratios: the issue's goal is a peak per rank of at
-most 0.6 x the one process's.
+cores they are timed on) and prints the ratios: the goal is a peak per rank of at most 0.6 x
+the one process's.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import IO, Optional
 
 import numpy as np
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import LedgerConfig, SwarmConfig
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,11 @@ class SwarmBenchRow:
 class JsonProcess:
     """A child process speaking JSON lines; killed with its children (its own process group) by `kill`."""
 
-    def __init__(self, argv: list[str], *, log: Path):
+    def __init__(self, argv: list[str], *, log: Path, env: Optional[dict[str, str]] = None):
         self.log = log
         with open(log, "w") as stderr:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                         text=True, start_new_session=True)
+                                         text=True, start_new_session=True, env=env)
         self.peer_id = ""
         self.maddrs: list[str] = []
 
@@ -103,9 +103,11 @@ class JsonProcess:
         self.proc.wait()
 
 
-def start_worker(cfg: SwarmConfig, *, log: Path) -> JsonProcess:
-    """A `swarm_worker` node process (call `.joined()` on it to wait for its hello)."""
-    return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker", cfg.model_dump_json()], log=log)
+def start_worker(cfg: SwarmConfig, *, log: Path, ledger: Optional[LedgerConfig] = None) -> JsonProcess:
+    """A `swarm_worker` node process (call `.joined()` on it to wait for its hello); with `ledger`, it keeps one."""
+    extra = [ledger.model_dump_json()] if ledger is not None else []
+    return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker", cfg.model_dump_json(), *extra],
+                       log=log)
 
 
 def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[JsonProcess]:

@@ -1,4 +1,9 @@
-"""One benchmark node in its own process: `python -m ftis_swarm.lab.bench.swarm_worker '<SwarmConfig json>'`.
+"""One benchmark node in its own process: `python -m ftis_swarm.lab.bench.swarm_worker '<SwarmConfig json>'
+['<LedgerConfig json>']`.
+
+With a ledger config, the node keeps a `PeerLedger` as a real node does: it is the swarm's
+policy, every `exchange` charges what the swarm drained and credits each gathered group's
+sender (a used group), and `ledger` / `ban` read and change it.
 
 It speaks JSON lines: it writes `{"peer_id", "maddrs"}` once joined, then answers each
 command read from stdin with one line.
@@ -12,8 +17,12 @@ command read from stdin with one line.
         accepted}, "traffic": {counter: increase over the round}}
     {"op": "exchange", "size": bytes, "count": k, "deadline": s}
         one node round: publishes k groups, then gathers once with `deadline`; answers
-        {"published": [[group id, ok]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
+        {"published": [[group id, ok, reason]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
     {"op": "counters"}  the client's counters
+    {"op": "stored"}  records held for others: {"held": n, "by_origin": {origin: n}}
+    {"op": "ledger"}  {peer id: {"bans", "ban_reason", "cost", "charged", "allowed"}} for every peer the ledger
+        knows ("charged": reasons counted against it, free ones too)
+    {"op": "ban", "peer": id}  charges the peer one forged group (a ban by any cause) -> the same as "ledger"
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 """
 
@@ -26,7 +35,9 @@ import time
 
 import numpy as np
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import LedgerConfig, SwarmConfig
+from ftis_swarm.peers import faults
+from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.wire import Group, encode_group
 
@@ -80,22 +91,38 @@ def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> di
             "traffic": {name: after[name] - before[name] for name in TRAFFIC}}
 
 
-def _exchange(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> dict:
+def _exchange(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int, ledger: PeerLedger | None) -> dict:
     started = time.monotonic()
     groups = [synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
               for i in range(cmd["count"])]
-    ok = client.publish_round(groups).ok
-    published = [[group.group_id, ok] for group in groups]
+    result = client.publish_round(groups)
+    published = [[group.group_id, result.ok, result.reason] for group in groups]
     gather_started = time.monotonic()
-    received = [[group.group_id, group.sender] for group in client.gather(cmd["deadline"])]
+    gathered = client.gather(cmd["deadline"])
     ended = time.monotonic()
+    received = [[group.group_id, group.sender] for group in gathered]
+    if ledger is not None:
+        ledger.charge_swarm(client.drain_peer_faults(), me=client.peer_id)
+        for group in gathered:
+            if ledger.allows(group.sender):
+                ledger.credit(group.sender)
     return {"published": published, "received": received, "round_s": ended - started,
             "gather_s": ended - gather_started}
 
 
+def _ledger_view(ledger: PeerLedger | None) -> dict:
+    if ledger is None:
+        return {}
+    return {peer: {"bans": rec["bans"], "ban_reason": rec["ban_reason"], "cost": rec["cost"],
+                   "charged": sum(rec["counts"].values()), "allowed": rec["allowed"]}
+            for peer, rec in ledger.snapshot().items()}
+
+
 def main() -> None:
     cfg = SwarmConfig.model_validate_json(sys.argv[1])
-    client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE)
+    ledger = PeerLedger(LedgerConfig.model_validate_json(sys.argv[2])) if len(sys.argv) > 2 else None
+    client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE,
+                               **({"policy": ledger, "bans": ledger.cfg} if ledger is not None else {}))
     _send({"peer_id": client.peer_id, "maddrs": client.visible_maddrs})
     seed_base = 0
     try:
@@ -106,8 +133,15 @@ def main() -> None:
             seed_base += 1000
             if cmd["op"] == "counters":
                 _send(client.counters())
+            elif cmd["op"] == "stored":
+                _send({"held": client.counters()["stored_records"], "by_origin": client.stored_by_origin()})
             elif cmd["op"] == "exchange":
-                _send(_exchange(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
+                _send(_exchange(client, cmd, run_id=cfg.run_id, seed_base=seed_base, ledger=ledger))
+            elif cmd["op"] == "ledger":
+                _send(_ledger_view(ledger))
+            elif cmd["op"] == "ban":
+                ledger.charge(cmd["peer"], faults.FORGERY)
+                _send(_ledger_view(ledger))
             else:
                 _send(_round(client, cmd, run_id=cfg.run_id, seed_base=seed_base))
     finally:

@@ -1,13 +1,13 @@
 """The experiment (`ftis-node experiment`): two heterogeneous learners, alone and together (docs/experiment.md).
 
 - arms.py          ExperimentConfig, the arms and their specs, the runs of a grid (a fresh process per run)
-- run.py           one run: one arm, one seed, two learners, each the learning half of a node
+- run.py           one run: one arm, one seed, two learners, each a real node on a loopback hub
 - heldout.py       the one held-out evaluator: greedy pass@1 and sampled accuracy per item
 - stats.py         the fixed paired statistics, claims and their verdicts
 - paired_tests.py  paired tests over seeds: t-test, exact sign-flip, bootstrap interval, MDE
 - report.py        the table and the plots of a grid
 - pilot.py         the pilot gate: is a candidate learner B far enough from A for the correction to matter
 
-The experiment trains with the node's own round (`node.rollouts`, `node.learning`); it
-never copies it.
+The experiment trains with the node's own round (`node.daemon.Node`, its publish and learn
+halves, on the `peers.loopback` transport); it never copies it.
 """

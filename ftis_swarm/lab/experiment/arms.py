@@ -15,9 +15,9 @@ tokenizer work). Each run is one *arm* and one seed:
   each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
   group; the learner is called with `allow_mixed=True` (an experiment-only setting).
 
-Each learner is a node's learning half (`experiment_run.learner_config`: the `NodeConfig` of
-learner i under seed s has node seed `s + 1000000 i`), trained by the node's own round
-(`node.learning.learn_round`), so `solo` is exactly a lone node. Every arm sees the same
+Each learner is a real node (`run.learner_config`: the `NodeConfig` of learner i under seed
+s has node seed `s + 1000000 i`; `run.start_node`: a `Node` on the in-process loopback
+transport), trained by the node's own round, so `solo` is exactly a lone node. Every arm sees the same
 prompt schedule for the same seed, the node's (`node.rollouts.round_items`): in `solo` and
 `vertical` learner i draws its own P prompts of round r; in `horizontal` both learners take the union of those
 2P prompts and generate G/2 completions each, so each learner samples P x G completions and
@@ -26,10 +26,7 @@ set of the task's test items, the same for every arm; it is measured once for th
 weights (identical in every run: the same checkpoint, and a fresh LoRA adapter changes
 nothing until its first step), then after the rounds in `eval_rounds` (by default the last) of each run.
 
-Files: experiment.py (this: settings, plan, the pool that runs it), experiment_run.py (one
-run), experiment_eval.py (held-out accuracy), experiment_report.py (table and plots),
-experiment_stats.py and paired_tests.py (the statistics fixed before the run: paired tests over
-seeds, bootstrap over seeds and items, the claims' verdicts).
+Files: the package's `__init__.py` has the map (this file: settings, plan, the pool that runs it).
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ log = logging.getLogger(__name__)
 
 MODES = tuple(LOSS_MODES)
 FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
-"""The issue's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
+"""The full experiment's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
 corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
 QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
 
@@ -84,12 +81,6 @@ def arm_spec(arm: str) -> ArmSpec:
         raise ValueError(f"arm {arm!r} is not solo, solo-2x, vertical-<mode>[-stale<k>] or horizontal-<mode> "
                          f"with a mode of {', '.join(MODES)}")
     return ArmSpec(kind, mode, staleness=staleness)
-
-
-def parse_arm(arm: str) -> tuple[str, str]:
-    """`(kind, mode)` of an arm name (`arm_spec` has the rest)."""
-    spec = arm_spec(arm)
-    return spec.kind, spec.mode
 
 
 class LearnerSpec(BaseModel):
@@ -143,9 +134,8 @@ class ExperimentConfig(BaseModel):
     eval_rounds: list[int] = Field(default_factory=list)
     """Rounds after which held-out accuracy is measured; empty: the last only."""
     max_staleness: int = Field(0, ge=0, le=8)
-    """Vertical arms without a `-stale<k>` suffix: each learner's own groups of round r + k are generated
-    before round r learns, as a node with `max_staleness` k generates them (node/pipeline.py; the same
-    schedule, in sequence)."""
+    """Vertical arms without a `-stale<k>` suffix: each learner's node runs with `max_staleness` k, so its
+    own groups of round r + k are generated while round r learns (node/pipeline.py)."""
 
     @field_validator("arms")
     @classmethod

@@ -1,7 +1,7 @@
 """Paired tests over seeds: one-sided t-test, exact sign-flip test, bootstrap interval, minimum detectable effect.
 
 Pure functions of per-seed differences `d` (arm minus base, one value per seed), used by the
-experiment's fixed statistics (`experiment_stats.py`, which states the rules):
+experiment's fixed statistics (`stats.py`, which states the rules):
 
 - `t_test_p`: one-sided one-sample t-test of `mean(d) > 0` (or `< 0`), scipy's; equal to
   `scipy.stats.ttest_rel(arm, base)` on the same pairs;

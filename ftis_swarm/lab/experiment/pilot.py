@@ -1,6 +1,6 @@
 """The experiment's pilot gate: is a candidate learner B far enough from A for the correction to matter?
 
-The experiment (issue 14) can only show an effect of the F-TIS correction when the peer's
+The experiment can only show an effect of the F-TIS correction when the peer's
 samples are really off-policy for the learner, and only show learning when both learners
 solve some items but not all. Before any arm runs, the pilot measures, on every held-out
 item of the task (each distinct question once):
@@ -46,7 +46,7 @@ CANDIDATES = ("smollm2-slim", "smollm2-slim27", "smollm2-slim26")
 
 @dataclass(frozen=True)
 class Gate:
-    """The pilot's thresholds (issue 14), fixed before the run."""
+    """The pilot's thresholds, fixed before the run."""
 
     a_min: float = 0.25
     a_max: float = 0.7

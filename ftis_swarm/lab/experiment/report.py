@@ -5,10 +5,10 @@ rounds), held-out greedy pass@1 at the start, (middle) and end, sampled accuracy
 start and end when the evaluations carry it, and the off-policy samples' filter and weight
 metrics (docs/method.md's keys for source 1, the peer, averaged over rounds). Spread: mean +-
 sample standard deviation over seeds (`n` seeds). The paired tests and claims are
-`experiment_stats.py`'s.
+`stats.py`'s.
 
 Plots draw every seed as a thin line in its arm's colour and the arm's mean over seeds as a
-thick line: no bands, no error bars (issue 14), so a single divergent seed stays visible.
+thick line: no bands, no error bars (fixed before the run), so a single divergent seed stays visible.
 """
 
 from __future__ import annotations

@@ -1,27 +1,27 @@
-"""One run of the experiment: one arm, one seed, two learners in this process, each a node's.
+"""One run of the experiment: one arm, one seed, two real nodes in this process on a loopback hub.
 
-Each learner is the learning half of a node built from a `NodeConfig` (`learner_config`):
-the node's own learner (`node.components.build_learner`, seeded by the node's seed), its
-prompt schedule and sampling seeds (`node.rollouts`), its round (`node.learning.learn_round`:
-admission, scoring, labels, update, ledger, health, and the version guard that serves the
-new weights only when a step was taken). Only the swarm is replaced: the groups cross
-through the wire codec here (encoded once by the sender, decoded and fingerprint-checked
-by the receiver, bytes counted). Learner `i` of seed `s` is the node with seed
-`learner_seed(s, i)`, so the `solo` arm of learner A with seed `s` trains exactly as a lone
-`ftis-node join --seed s` with the same config (a test holds this). A round is synchronous:
-both learners generate with the policy they serve (or, in the vertical arms with
-`max_staleness` k, the one k rounds back: `own_groups`), then each learns on its own groups plus
-what it received. The horizontal arm, which a node refuses, mixes each group's halves and
-runs the node's `score` and `update_and_serve` with `allow_mixed`. The functions here run
-in pool processes, so they take the config as JSON and return plain dicts.
+Each learner is a `Node` (`node.daemon`) built from the `NodeConfig` `learner_config`
+derives, with the in-process transport (`peers.loopback`) in place of the hivemind swarm:
+everything else is the node's, its learner (seeded by the node's seed), prompt schedule
+and sampling seeds, publish (the vocabulary check), the transport's checks after decode,
+the intake (caps, budget, duplicates), the learning half (`node.learning.learn_round`),
+its record, and with `max_staleness` k its pipeline (`node.pipeline`, with `fresh_enough`).
+Learner `i` of seed `s` is the node with seed `learner_seed(s, i)`, so the `solo` arm of
+learner A with seed `s` trains exactly as a lone `ftis-node join --seed s` with the same
+config (a test holds this). A round runs both nodes in lockstep (`lockstep_round`): each
+node's publish half, then each node's learn half, so each learns on its own groups plus
+the other's of the same round, whose bytes crossed the wire codec. The horizontal arm,
+which a node refuses, mixes each group's halves (both halves cross the hub) and runs the
+node's `score` and `update_and_serve` with `allow_mixed`. The functions here run in pool
+processes, so they take the config as JSON and return plain dicts.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,18 +33,14 @@ from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items
 from ftis_swarm.lab.experiment.heldout import sample_groups, sampled_rewards
 from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig, NodeConfig, SamplingConfig, SwarmConfig, WireConfig
 from ftis_swarm.learner.batch import ScoredGroup
-from ftis_swarm.learner.learner import Learner
-from ftis_swarm.node.scoring import TaskCache
 from ftis_swarm.models import load_model
-from ftis_swarm.node.components import build_learner
-from ftis_swarm.node.health import UpdateHealth
-from ftis_swarm.node.learning import Learning, RoundLearning, learn_round, node_admission, score, update_and_serve
-from ftis_swarm.peers.ledger import PeerLedger
-from ftis_swarm.node.rollouts import generate_groups, generate_own, group_header, node_sampling, render_prompts, round_items
-from ftis_swarm.node.serving import Serving
+from ftis_swarm.node.daemon import Node
+from ftis_swarm.node.learning import score, update_and_serve
+from ftis_swarm.node.rollouts import generate_groups, node_sampling, render_prompts, round_items
+from ftis_swarm.peers.loopback import LoopbackHub
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import Task, get_task
-from ftis_swarm.wire import Group, decode_group, encode_group, tokenizer_fingerprint
+from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
 RUN_ID = "experiment"
@@ -73,54 +69,18 @@ def learner_config(cfg: ExperimentConfig, index: int, seed: int, mode: str, *, p
     )
 
 
-@dataclass
-class Peer:
-    """One learner: a node's learning half, its rollout backend (sharing its model object) and its config."""
-
-    name: str
-    cfg: NodeConfig
-    backend: TransformersBackend
-    learning: Learning
-    staleness: int = 0
-    """The arm's `max_staleness` k (vertical rounds)."""
-    ahead: dict[int, tuple[list[Group], Counter]] = field(default_factory=dict)
-    """With `max_staleness` k: own groups (and their counts) generated before their round, by round."""
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.learning.tokenizer
-
-    @property
-    def learner(self) -> Learner:
-        return self.learning.learner
-
-    @property
-    def generator(self) -> str:
-        return f"{self.name}@{self.backend.policy_version}"
-
-    def receive(self, data: bytes) -> Group:
-        """A peer's encoded group, decoded and checked as a node would (vocabulary, tokenizer)."""
-        group = decode_group(data, vocab_size=self.backend.vocab_size, limits=self.cfg.swarm.wire)
-        if group.tokenizer_fp != self.backend.tokenizer_fp:
-            raise ValueError(f"{self.name} got a group with another tokenizer fingerprint ({group.tokenizer_fp})")
-        return group
-
-
 def learner_device(index: int) -> str:
     """Learner `index`'s device: GPU `index` modulo the GPUs present (one GPU: both share it), else the CPU."""
     n = torch.cuda.device_count()
     return f"cuda:{index % n}" if n else "cpu"
 
 
-def node_learner(name: str, cfg: NodeConfig, *, device: str) -> Peer:
-    """The node's learning half for `cfg`, without a swarm: `name` stands for its peer id."""
-    model, tokenizer, learner = build_learner(cfg, device=device)
-    backend = TransformersBackend(model=learner.model, tokenizer=tokenizer, header=group_header(cfg, name))
-    learning = Learning(me=name, learner=learner, tokenizer=tokenizer, tasks=TaskCache(),
-                        admission=node_admission(cfg, tokenizer_fingerprint(tokenizer)),
-                        serving=Serving(learner, backend, shares_model=True),
-                        peer_ledger=PeerLedger(cfg.ledger), health=UpdateHealth(cfg.max_failed_updates))
-    return Peer(name, cfg, backend, learning)
+def start_node(name: str, cfg: NodeConfig, hub: LoopbackHub, run_dir: Path) -> Node:
+    """A real node for `cfg`, in this process, on `hub` as peer `name` (its files under `run_dir/name`).
+
+    The rounds are driven from here (`lockstep_round`), so it writes no checkpoint.
+    """
+    return Node(cfg.model_copy(update={"run_dir": run_dir / name}), swarm=hub.member(name))
 
 
 def eval_items(cfg: ExperimentConfig, task: Task) -> list:
@@ -179,44 +139,61 @@ def start_evaluation(cfg_json: str) -> dict[str, Any]:
 def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] = None) -> dict[str, Any]:
     """Trains both learners for `cfg.rounds` rounds under `arm`; returns per-round records and evals.
 
-    Each record carries `optimizer_step` (1 when the learner's policy version advanced that round).
-    With `weights_dir`, each learner's final weights (or adapter) are written to
-    `weights_dir/<name>/model` (or `adapter`), as a node's checkpoint holds them.
+    Each learner is a real `Node` on a loopback hub (`peers.loopback`): one hub each in
+    `solo`, both on one in the other arms. Each record carries `optimizer_step` (1 when the
+    learner's policy version advanced that round). With `weights_dir`, each learner's final
+    weights (or adapter) are written to `weights_dir/<name>/model` (or `adapter`), as a
+    node's checkpoint holds them.
     """
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     spec = arm_spec(arm)
     t0 = time.perf_counter()
+    staleness = cfg.max_staleness if spec.staleness is None else spec.staleness
+    shared = LoopbackHub()
+    with tempfile.TemporaryDirectory(prefix="ftis-experiment-") as tmp:
+        nodes = []
+        for i, name in enumerate(cfg.learner_names):
+            node_cfg = learner_config(cfg, i, seed, spec.mode, prompts_factor=spec.prompts_factor)
+            if spec.kind == "vertical":
+                node_cfg = node_cfg.model_copy(update={"max_staleness": staleness})
+            nodes.append(start_node(name, node_cfg, LoopbackHub() if spec.kind == "solo" else shared, Path(tmp)))
+        try:
+            out = _rounds(nodes, cfg, spec.kind)
+            if weights_dir is not None:
+                for name, node in zip(cfg.learner_names, nodes):
+                    learner = node.parts.learner
+                    learner.save_weights(Path(weights_dir) / name / ("adapter" if learner.is_lora else "model"))
+        finally:
+            for node in nodes:
+                node.close()
+    return {"arm": arm, "kind": spec.kind, "mode": spec.mode, "seed": seed, **out,
+            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0}
+
+
+def _rounds(nodes: list[Node], cfg: ExperimentConfig, kind: str) -> dict[str, Any]:
     task = get_task(cfg.task)
-    peers = [node_learner(name, learner_config(cfg, i, seed, spec.mode, prompts_factor=spec.prompts_factor),
-                          device=learner_device(i))
-             for i, name in enumerate(cfg.learner_names)]
-    for p in peers:
-        p.staleness = cfg.max_staleness if spec.staleness is None else spec.staleness
     eval_task = get_task(cfg.eval_task) if cfg.eval_task else task
     eval_set = eval_items(cfg, eval_task)
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
-    step = {"solo": solo_round, "vertical": vertical_round, "horizontal": horizontal_round}[spec.kind]
-    versions = {p.name: p.learner.policy_version for p in peers}
+    versions = {node.parts.swarm.peer_id: node.parts.learner.policy_version for node in nodes}
     for r in range(1, cfg.rounds + 1):
-        records = step(peers, task, cfg, r)
+        records = horizontal_round(nodes, task, cfg, r) if kind == "horizontal" else lockstep_round(nodes, r)
         for x in records:
             x["optimizer_step"] = int(x["policy_version"] > versions[x["learner"]])
             versions[x["learner"]] = x["policy_version"]
         rounds.extend(records)
-        log.info("%s seed %d round %d: %s", arm, seed, r,
+        log.info("%s round %d: %s", kind, r,
                  ", ".join(f"{x['learner']} reward {_fmt(x['reward'])}" for x in records))
         if r in cfg.eval_rounds:
             ev: dict[str, Any] = {"round": r}
-            for p in peers:
-                ev[p.name] = evaluate(p.backend.model, p.tokenizer, eval_task, eval_set, cfg,
-                                      eos_ids=p.backend.eos_ids, pad_id=p.backend.pad_id, sender=p.name)
+            for node in nodes:
+                p = node.parts
+                ev[p.swarm.peer_id] = evaluate(p.backend.model, p.tokenizer, eval_task, eval_set, cfg,
+                                               eos_ids=p.backend.eos_ids, pad_id=p.backend.pad_id,
+                                               sender=p.swarm.peer_id)
             evals.append(ev)
-    if weights_dir is not None:
-        for p in peers:
-            p.learner.save_weights(Path(weights_dir) / p.name / ("adapter" if p.learner.is_lora else "model"))
-    return {"arm": arm, "kind": spec.kind, "mode": spec.mode, "seed": seed, "rounds": rounds, "evals": evals,
-            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0}
+    return {"rounds": rounds, "evals": evals}
 
 
 def _fmt(x: Optional[float]) -> str:
@@ -227,83 +204,40 @@ def _mean(xs: list) -> Optional[float]:
     return float(np.mean(xs)) if len(xs) else None
 
 
-def _record(peer: Peer, r: int, items: list[ScoredGroup], metrics: dict[str, float], **extra: Any) -> dict[str, Any]:
-    own = [float(x) for it in items for x in it.rewards[~it.offpolicy]]
-    peer_r = [float(x) for it in items for x in it.rewards[it.offpolicy]]
+def _columns(name: str, policy_version: int, items: list[ScoredGroup]) -> dict[str, Any]:
+    """The experiment's columns of a learner's round: what its update was given, by group."""
     generators = [len(set(it.generators)) for it in items] or [0]
     return {
-        "round": r,
-        "learner": peer.name,
-        "policy_version": peer.learner.policy_version,
-        "reward": _mean(own),
-        "peer_reward": _mean(peer_r),
+        "learner": name,
+        "policy_version": policy_version,
         "groups": len(items),
         "mixed_reward_groups": int(sum(float(np.std(it.rewards)) > 0 for it in items)),
         "generators_min": min(generators),
         "generators_max": max(generators),
         "completion_tokens": int(sum(g.group.num_completion_tokens for g in items)),
-        **extra,
-        **metrics,
     }
 
 
-def _learned_record(peer: Peer, r: int, learned: RoundLearning, generated: Counter, **extra: Any) -> dict[str, Any]:
-    """The round's record: `generated` counts generation's refusals, `learned` the scorer's and the health check's."""
-    record = _record(peer, r, learned.items, learned.metrics,
-                     **{**generated, **learned.counts, **learned.health, **extra})
-    record.update(reward=_mean(learned.own_rewards), peer_reward=_mean(learned.peer_rewards))  # stale own is own
-    return record
+def lockstep_round(nodes: list[Node], r: int) -> list[dict[str, Any]]:
+    """Round `r` of every node: each one's publish half, then each one's learn half (`node.daemon`).
 
-
-def solo_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
-    """Each learner's round as a lone node's: its own groups, then the node's learning half."""
-    out = []
-    for p in peers:
-        counts: Counter = Counter()
-        t0 = time.perf_counter()
-        own = generate_own(p.backend, task, p.tokenizer, p.cfg, r, counts)
-        t_gen = time.perf_counter()
-        learned = learn_round(p.learning, r, own, [])
-        out.append(_learned_record(p, r, learned, counts, bytes_sent=0, bytes_received=0, time_generate=t_gen - t0,
-                                   time_learn=time.perf_counter() - t_gen))
-    return out
-
-
-def own_groups(p: Peer, task: Task, cfg: ExperimentConfig, r: int, counts: Counter) -> list[Group]:
-    """Round `r`'s own groups; with `max_staleness` k, round r + k's are generated now, before round r learns.
-
-    The node's pipeline (node/pipeline.py) in sequence: round j's groups come from the weights
-    after round j - k - 1's update (the first k rounds are generated when they start), with the
-    same generate calls in the same order, so they lag the learner by up to k versions.
+    The record is the node's (its line of metrics.jsonl) with the learner's per-source
+    metrics keyed by source index (`@0` itself, `@1` its peer) and the experiment's columns;
+    `bytes_sent` / `bytes_received` are the wire bytes the hub carried this round.
     """
-    k = p.staleness
-    groups, made = p.ahead.pop(r, (None, Counter()))
-    if groups is None:
-        groups = generate_own(p.backend, task, p.tokenizer, p.cfg, r, made)
-    counts.update(made)
-    if k and r + k <= cfg.rounds and r + k not in p.ahead:
-        later: Counter = Counter()
-        p.ahead[r + k] = (generate_own(p.backend, task, p.tokenizer, p.cfg, r + k, later), later)
-    return groups
-
-
-def vertical_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
-    """Both learners generate, their groups cross the codec, then each learns as a node with one peer."""
-    own, counts, t_gen = [], [], []
-    for p in peers:
-        counts.append(Counter())
-        t0 = time.perf_counter()
-        own.append(own_groups(p, task, cfg, r, counts[-1]))
-        t_gen.append(time.perf_counter() - t0)
-    sent = [[encode_group(g) for g in groups] for groups in own]
+    published = [node.publish_round(r) for node in nodes]
+    before = [node.parts.swarm.counters() for node in nodes]
+    results = [node.learn_published(half) for node, half in zip(nodes, published)]
     out = []
-    for i, p in enumerate(peers):
-        received = [p.receive(b) for b in sent[1 - i]]
-        t0 = time.perf_counter()
-        learned = learn_round(p.learning, r, own[i], received)
-        out.append(_learned_record(p, r, learned, counts[i], bytes_sent=sum(map(len, sent[i])),
-                                   bytes_received=sum(map(len, sent[1 - i])), time_generate=t_gen[i],
-                                   time_learn=time.perf_counter() - t0))
+    for node, res, was in zip(nodes, results, before):
+        learned, now = node.last_learning, node.parts.swarm.counters()
+        assert learned is not None
+        record = {k: v for k, v in res.record.items() if "@" not in k}
+        record.update(learned.metrics)
+        record.update(_columns(node.parts.swarm.peer_id, node.parts.learner.policy_version, learned.items))
+        record.update(bytes_sent=now["served_bytes"] - was["served_bytes"],
+                      bytes_received=now["fetched_bytes"] - was["fetched_bytes"])
+        out.append(record)
     return out
 
 
@@ -320,35 +254,47 @@ def merge_halves(own: Group, peer: Group, sender: str) -> Group:
     )
 
 
-def horizontal_round(peers: list[Peer], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
-    """Both learners take the union of their round's prompts and generate G/2 each; each group mixes the halves."""
-    shared = [it for p in peers for it in round_items(task, p.cfg, r)]
+def horizontal_round(nodes: list[Node], task: Task, cfg: ExperimentConfig, r: int) -> list[dict[str, Any]]:
+    """Both learners take the union of their round's prompts and generate G/2 each; each group mixes the halves.
+
+    The halves cross the hub as any group does; the mixed groups, which a node refuses, are
+    scored and learned by the node's `score` and `update_and_serve` with `allow_mixed`.
+    """
+    shared = [it for node in nodes for it in round_items(task, node.cfg, r)]
     half = cfg.group_size // 2
-    gens = [p.generator for p in peers]  # the policies that generate this round
-    own, sent, t_gen = [], [], []
-    for p in peers:
-        t0 = time.perf_counter()
-        groups = generate_groups(p.backend, render_prompts(task, p.tokenizer, shared), half, node_sampling(p.cfg),
+    names = [node.parts.swarm.peer_id for node in nodes]
+    gens = [f"{name}@{node.parts.backend.policy_version}" for name, node in zip(names, nodes)]  # this round's policies
+    own, t_gen = [], []
+    before = [node.parts.swarm.counters() for node in nodes]
+    for node in nodes:
+        p, t0 = node.parts, time.perf_counter()
+        groups = generate_groups(p.backend, render_prompts(task, p.tokenizer, shared), half, node_sampling(node.cfg),
                                  Counter(), r=r)
         t_gen.append(time.perf_counter() - t0)
         own.append(groups)
-        sent.append([encode_group(g) for g in groups])
+        p.swarm.publish_round(groups, round=r)
     out = []
-    for i, p in enumerate(peers):
-        other = peers[1 - i]
-        received = [p.receive(b) for b in sent[1 - i]]
-        merged = [merge_halves(a, b, sender=f"{p.name}+{other.name}") for a, b in zip(own[i], received)]
+    for i, node in enumerate(nodes):
+        p, learning = node.parts, node.learning
+        received = p.swarm.gather(0.0, round=r)
+        merged = [merge_halves(a, b, sender=f"{names[i]}+{names[1 - i]}") for a, b in zip(own[i], received)]
         t0 = time.perf_counter()
         counts: Counter = Counter()
-        scored = score(p.learning, merged, counts)
+        scored = score(learning, merged, counts)
         items = [
             ScoredGroup(group=g, rewards=rw, offpolicy=np.repeat([False, True], half),
-                        source=np.repeat([0, p.learning.source(other.name)], half).astype(np.int64),
+                        source=np.repeat([0, learning.source(names[1 - i])], half).astype(np.int64),
                         generators=(gens[i],) * half + (gens[1 - i],) * half)
             for g, rw in zip(scored.groups, scored.rewards)
         ]
-        metrics, health = update_and_serve(p.learning, r, items, own_groups=len(items), allow_mixed=True)
-        out.append(_record(p, r, items, metrics, **{**counts, **health}, bytes_sent=sum(map(len, sent[i])),
-                           bytes_received=sum(map(len, sent[1 - i])), time_generate=t_gen[i],
-                           time_learn=time.perf_counter() - t0))
+        metrics, health = update_and_serve(learning, r, items, own_groups=len(items), allow_mixed=True)
+        own_r = [float(x) for it in items for x in it.rewards[~it.offpolicy]]
+        peer_r = [float(x) for it in items for x in it.rewards[it.offpolicy]]
+        out.append({"round": r, "reward": _mean(own_r), "peer_reward": _mean(peer_r), **counts, **health,
+                    "time_generate": t_gen[i], "time_learn": time.perf_counter() - t0, **metrics,
+                    **_columns(names[i], p.learner.policy_version, items)})
+    for record, node, was in zip(out, nodes, before):
+        now = node.parts.swarm.counters()
+        record.update(bytes_sent=now["served_bytes"] - was["served_bytes"],
+                      bytes_received=now["fetched_bytes"] - was["fetched_bytes"])
     return out

@@ -1,4 +1,4 @@
-"""The experiment's statistics, fixed before the run (issue 14): paired tests, claims and verdicts.
+"""The experiment's statistics, fixed before the run: paired tests, claims and verdicts.
 
 The statistic is held-out greedy pass@1 after the last round (each run's last evaluation, the
 node's own greedy decoder), per learner; sampled accuracy (`correct / samples` per item) is
@@ -228,7 +228,7 @@ def comparisons(result: dict[str, Any], base: str = MAIN_BASE, metric: Metric = 
 
 
 def staleness(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each `<arm>-stale<k>` with runs against `<arm>` (issue 13: learning is not hurt): per learner,
+    """Each `<arm>-stale<k>` with runs against `<arm>` (the claim: stale own samples do not hurt learning): per learner,
     a non-inferiority test of `stale - fresh > -NONINFERIORITY_MARGIN`, with its verdict."""
     have = arms_with_runs(result)
     out = []

@@ -11,6 +11,11 @@
   random bytes without end).
 - `replays`: every honest record it can read, stored again n times as it was.
 - `gossip`: pointers pushed on the run's topic (`hostile_gossip`).
+- `fill`: n valid pointers of the hostile's own key, stored by its own daemon on every
+  honest peer (owner = requester: the rank of an honest peer storing its own records),
+  spread over consecutive windows' keys (900 a key, below a key's 1 MiB), each window's
+  membership record claiming them. Run by several hostile processes at once (`bench
+  hostile`'s fill), it fills every peer's storage with records that break no rule.
 """
 
 from __future__ import annotations
@@ -50,13 +55,15 @@ SER = DHTProtocol.serializer
 BODY_KINDS = ("stall", "silence", "dribble", "endless")
 BODY_SIZE = 4096
 _CHUNK = 256
+_FILL_PER_KEY = 900
 
 
 def round_value(*, publisher: str, run_id: str, tokenizer_fp: str, window: int, round: int,
-                groups: list[dict]) -> dict:
-    """A round pointer's value as an honest publisher signs it (`records.RoundPointer`), unchecked."""
+                groups: list[dict], puzzle: str) -> dict:
+    """A round pointer's value as an honest publisher signs it (`records.RoundPointer`), unchecked;
+    `puzzle` is the signer's nonce."""
     return {"v": RECORD_VERSION, "publisher": publisher, "run_id": run_id, "tokenizer_fp": tokenizer_fp,
-            "window": window, "round": round, "groups": groups}
+            "window": window, "round": round, "groups": groups, "puzzle": puzzle}
 
 
 def pointed_group(body: bytes, *, created_at: float, tokens: int) -> dict:
@@ -102,10 +109,10 @@ class Floods:
         for kind in BODY_KINDS:
             path = Path(tempfile.mkdtemp(prefix=f"hostile-{kind}-")) / "id.key"
             P2P.generate_identity(str(path))
-            p2p = await P2P.create(initial_peers=self.h.s["peers"], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+            p2p = await P2P.create(initial_peers=self.h.s["peers"], host_maddrs=[f"/ip4/{self.h.host}/tcp/0"],
                                    identity_path=str(path), check_if_identity_free=False)
             await p2p.add_binary_stream_handler(BODY_PROTOCOL, _bad_server(kind))
-            self.body_peers[kind] = (p2p, Signer(load_identity(path).private_key))
+            self.body_peers[kind] = (p2p, Signer(load_identity(path).private_key, self.h.s))
 
     def launch(self, name: str, n: int, **params: object) -> None:
         """Starts flood `name` in the background; `gossip` takes `burst` and `targets` (peer ids)."""
@@ -113,7 +120,7 @@ class Floods:
             self._tasks[name] = asyncio.create_task(GossipFlood(self.h, self.signers).run(n, **params))
             return
         attack = {"pointers": self.pointers, "random_keys": self.random_keys, "dictionary": self.dictionary,
-                  "bodies": self.bodies, "replays": self.replays}[name]
+                  "bodies": self.bodies, "replays": self.replays, "fill": self.fill}[name]
         self._tasks[name] = asyncio.create_task(attack(n))
 
     async def results(self) -> dict:
@@ -139,7 +146,7 @@ class Floods:
         """Stores `signer`'s membership record of window `w`, claiming `groups` pointers."""
         s, now = self.h.s, time.time()
         member = {"v": RECORD_VERSION, "publisher": signer.peer_id, "run_id": s["run_id"], "window": w,
-                  "shards": s["member_shards"], "groups": groups, "updated_at": now}
+                  "shards": s["member_shards"], "groups": groups, "updated_at": now, "puzzle": signer.puzzle}
         kid = key_id(member_key(s["run_id"], w, member_shard(signer.peer_id, s["member_shards"])))
         subkey = make_subkey(signer.public_key, MEMBER_SUBKEY_NAME)
         return await self._store(kid, [(subkey, signer.sign(kid, subkey, SER.dumps(member), now + s["ttl"]),
@@ -153,6 +160,15 @@ class Floods:
             _add(accepted, await self._publish(signer, w, per, size=BODY_SIZE))
             _add(accepted, await self.announce(signer, w, per))
         return {"sent": per * len(self.signers) + len(self.signers), "accepted": accepted}
+
+    async def fill(self, n: int) -> dict:
+        me, accepted = self.h.me, {}
+        w = window_of(time.time(), self.h.s["window"])
+        for i, start in enumerate(range(0, n, _FILL_PER_KEY)):
+            count = min(_FILL_PER_KEY, n - start)
+            _add(accepted, await self._publish(me, w + i, count, size=BODY_SIZE))
+            _add(accepted, await self.announce(me, w + i, count))
+        return {"sent": n + -(-n // _FILL_PER_KEY), "accepted": accepted}
 
     async def bodies(self, n: int) -> dict:
         accepted: dict[str, int] = {}
@@ -219,7 +235,7 @@ class Floods:
         s, number = self.h.s, secrets.randbelow(10 ** 9)
         return round_name(number), round_value(
             publisher=signer.peer_id, run_id=s["run_id"], tokenizer_fp=s["tokenizer_fp"], window=w, round=number,
-            groups=[{"sha256": secrets.token_bytes(32), "size": size, "created_at": time.time(), "tokens": 64}])
+            puzzle=signer.puzzle, groups=[{"sha256": secrets.token_bytes(32), "size": size, "created_at": time.time(), "tokens": 64}])
 
     async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]

@@ -1,7 +1,7 @@
 """The attacks a hostile peer can make with validly signed groups, built from honest ones.
 
-Each worked against a 3-node testnet before this project treated groups as untrusted
-(issue 9); `tests/swarm/test_swarm_poison.py` sends them to a real testnet and `ftis-node
+Each worked against a 3-node testnet before this project treated groups as untrusted;
+`tests/swarm/test_swarm_poison.py` sends them to a real testnet and `ftis-node
 bench attacks` (`lab/bench/attacks.py`) measures what reaches an update. Every attack starts
 from a group an honest backend generated, so everything the attack does not change is
 right: signature, tokenizer, run id, wire limits.

@@ -3,15 +3,18 @@
     python -m ftis_swarm.lab.hostile.peer '<json settings>'
 
 Settings: `peers`, `run_id`, `ttl`, `max_clock_skew`, `window`, `member_shards`, `max_bytes`,
-`tokenizer_fp`, `vocab_size`, `identities` (keys that only sign, made at start). Besides
-its own identity it runs one libp2p daemon per kind of bad body server (`hostile_bodies`).
-It writes {"peer_id", "maddrs", "identities", "body_peers"} once joined, then answers one
+`tokenizer_fp`, `vocab_size`, `identities` (keys that only sign, made at start, each with
+its puzzle solved at `puzzle`, the run's `PuzzleConfig` as a dict; default: the default
+one), `host` (the loopback address all its daemons listen on: one origin; default
+127.0.0.1), `body_servers` (default true). Besides its own identity it runs one libp2p
+daemon per kind of bad body server (`hostile_bodies`) unless `body_servers` is false.
+It writes {"peer_id", "maddrs", "identities", "body_peers", "identity_costs"} once joined, then answers one
 JSON line per command:
 
     {"op": "attack_records", "victim": peer id, "group_id": g}
         raw stores against the victim's pointer of group g (overwrite, forged signature,
-        replays, far expiry, oversize, malformed, schema, owner, subkey, regular value,
-        whole dictionary) and a well-formed control of its own
+        replays, far expiry, oversize, malformed, schema, old version, owner, subkey, regular
+        value, whole dictionary) and a well-formed control of its own
         -> {"asked": [peer ids], "answers": {attack: [store_ok or null per peer]}, "key": key}
     {"op": "inspect", "key": k, "group_id": g}
         -> {peer id: {"records": n, "invalid": n, "honest": [value b64, expiry] or null}}
@@ -27,6 +30,7 @@ JSON line per command:
         dictionary: one whole-dictionary store holding n unknown msgpack extension types
         bodies: n pointers per bad body server (stall, header then silence, dribble, endless)
         replays: n re-sends of every honest record it can read (old and current versions)
+        fill: n valid pointers of its own key, stored by its own daemon, over consecutive windows
         gossip: pushed on the run's topic, n per identity and kind (`hostile_gossip`), with
             "params": {"burst": the nodes' gossip_burst, "targets": [peer ids]}
     {"op": "results"}  waits for the floods -> {name: {"sent": n, "accepted": {peer id: n}}}
@@ -58,7 +62,9 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 
+from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
+from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
 from ftis_swarm.lab.hostile.floods import Floods, make_group, names_group, pointed_group, round_value
 from ftis_swarm.swarm.identity import create_identity, peer_id_from_public_key
 from ftis_swarm.swarm.keys import key_id, pointer_key, window_of
@@ -70,12 +76,14 @@ SER = DHTProtocol.serializer
 
 
 class Signer:
-    """One RSA identity that signs records (its peer id derived from its public key)."""
+    """One RSA identity that signs records (its peer id derived from its public key), its puzzle
+    solved for the run as an honest node solves it (`settings["puzzle"]`, the run's `PuzzleConfig`)."""
 
-    def __init__(self, key: RSAPrivateKey):
+    def __init__(self, key: RSAPrivateKey, settings: dict):
         self.key, self._rsa = key, RSASignatureValidator(key)
         self.public_key = key.get_public_key().to_bytes()
         self.peer_id = peer_id_from_public_key(self.public_key)
+        self.puzzle, self.tries = solve(self.public_key, settings["run_id"], PuzzleConfig(**settings.get("puzzle", {})))
 
     def sign(self, kid: DHTID, subkey: bytes, value: bytes, expiration: float) -> bytes:
         """Signs with this key, whoever the subkey names as owner."""
@@ -87,18 +95,35 @@ class Hostile:
     def __init__(self, settings: dict):
         self.s = settings
         self.identity = create_identity(Path(tempfile.mkdtemp(prefix="hostile-")) / "id.key")
-        self.me = Signer(self.identity.private_key)
+        self.me = Signer(self.identity.private_key, settings)
+        self.host = settings.get("host", "127.0.0.1")
+        """The loopback address of all its daemons: one machine, one network origin."""
         self.served: dict[str, bytes] = {}  # group id -> raw bytes sent after the status byte
 
+    def make_signers(self, n: int) -> list[Signer]:
+        """`n` identities that only sign, each with its puzzle solved; their costs in `identity_costs`
+        (CPU seconds of this process: the RSA key, then the puzzle, and the puzzle's tries)."""
+        signers = []
+        for _ in range(n):
+            started = time.process_time()
+            key = RSAPrivateKey()
+            keyed = time.process_time()
+            signers.append(Signer(key, self.s))
+            self.identity_costs.append({"rsa_cpu_s": keyed - started, "puzzle_cpu_s": time.process_time() - keyed,
+                                        "tries": signers[-1].tries})
+        return signers
+
     async def start(self) -> None:
-        self.p2p = await P2P.create(initial_peers=self.s["peers"], host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        self.identity_costs: list[dict] = []
+        signers = self.make_signers(self.s.get("identities", 50))  # before the daemons: a blocked loop drops none
+        self.p2p = await P2P.create(initial_peers=self.s["peers"], host_maddrs=[f"/ip4/{self.host}/tcp/0"],
                                     identity_path=str(self.identity.path), check_if_identity_free=False)
         self.node = await DHTNode.create(p2p=self.p2p, initial_peers=self.s["peers"], record_validator=None,
                                          cache_nearest=0)
         await self.p2p.add_binary_stream_handler(BODY_PROTOCOL, self._serve)
-        signers = [Signer(RSAPrivateKey()) for _ in range(self.s.get("identities", 50))]
         self.floods = Floods(self, signers)
-        await self.floods.start_body_peers()
+        if self.s.get("body_servers", True):
+            await self.floods.start_body_peers()
 
     async def _serve(self, info, reader, writer) -> None:
         gid = (await reader.readexactly(32)).decode()
@@ -142,7 +167,7 @@ class Hostile:
         quiet = pointer["window"] // 2  # a window no reader reads: the control is stored, never fetched
         my_key = key_id(pointer_key(self.s["run_id"], self.me.peer_id, quiet))
         my_pointer = {**pointer, "round": mine_round, "groups": [{**junk, "sha256": hashlib.sha256(b"hostile").digest()}],
-                      "publisher": self.me.peer_id, "window": quiet}
+                      "publisher": self.me.peer_id, "window": quiet, "puzzle": self.me.puzzle}
         later, now = exp + 5.0, time.time()
         ttl, skew = self.s["ttl"], self.s["max_clock_skew"]
 
@@ -164,6 +189,7 @@ class Hostile:
                                                                for g in my_pointer["groups"]]}),
             "extra_field": mine({**my_pointer, "extra": 1}),
             "publisher_not_owner": mine({**my_pointer, "publisher": pointer["publisher"]}),
+            "old_version": mine({**my_pointer, "v": 3}),
             "subkey_without_owner": mine(my_pointer, later, b"plain-subkey"),
             "regular_value": (my_key, [SER.dumps(my_pointer)], [later], [None]),
         }
@@ -180,8 +206,9 @@ class Hostile:
 
     async def inspect(self, key: str, group_id: str) -> dict:
         kid = key_id(key)
-        honest = RecordChecker(self.identity.private_key, max_record_bytes=4096, ttl=self.s["ttl"],
-                               max_clock_skew=self.s["max_clock_skew"])
+        puzzles = PuzzleVerifier(PuzzleConfig(**self.s.get("puzzle", {})))
+        honest = RecordChecker(self.identity.private_key, puzzles=puzzles,
+                               max_record_bytes=4096, ttl=self.s["ttl"], max_clock_skew=self.s["max_clock_skew"])
         out = {}
         for peer in await self.honest_peers(kid):
             found = await self.node.protocol.call_find(peer, [kid])
@@ -234,7 +261,7 @@ class Hostile:
             pointed = {**pointed_group(body, created_at=described.created_at, tokens=described.num_completion_tokens),
                        **{k: v for k, v in fields.items() if k in ("created_at", "size")}}
             pointer = {**round_value(publisher=me, run_id=run_id, tokenizer_fp=described.tokenizer_fp, window=w,
-                                     round=number, groups=[pointed]),
+                                     round=number, groups=[pointed], puzzle=self.me.puzzle),
                        **{k: v for k, v in fields.items() if k not in ("created_at", "size")}}
             kid = key_id(pointer_key(run_id, me, w))  # another run's pointer here is refused as `unbound_key`
             served = body if served is None else served
@@ -265,7 +292,7 @@ class Hostile:
         rec = msgpack.unpackb(bodies[0], raw=False)
         number = secrets.randbelow(10 ** 9)
         pointer = round_value(publisher=me, run_id=rec["run"], tokenizer_fp=rec["tfp"], window=w, round=number,
-                              groups=pointed)  # one round, as an honest publisher's
+                              groups=pointed, puzzle=self.me.puzzle)  # one round, as an honest publisher's
         subkey = make_subkey(self.me.public_key, round_name(number))
         value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
         stored = [await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey])]
@@ -287,7 +314,7 @@ async def amain() -> None:
     await hostile.start()
     maddrs = [str(m) for m in await hostile.p2p.get_visible_maddrs()]
     _send({"peer_id": hostile.me.peer_id, "maddrs": maddrs, "identities": hostile.floods.identities(),
-           "body_peers": hostile.floods.body_peer_ids()})
+           "body_peers": hostile.floods.body_peer_ids(), "identity_costs": hostile.identity_costs})
     loop = asyncio.get_running_loop()
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)

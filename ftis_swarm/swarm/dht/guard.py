@@ -11,7 +11,8 @@ difference) in this order, each record on its own:
    whole-dictionary store (hivemind's replication push) is decoded strictly
    (`dhtcodec`), refused whole at its first item of another form (`bad_encoding`);
 2. `RecordChecker.examine` (size, expiry, signature, schema, key binding);
-3. `GuardedStorage.admit` (quotas, rank-ordered eviction).
+3. `GuardedStorage.admit` (quotas, rank-ordered eviction), with the requester's network
+   origin (`origins.OriginBook`) when the storage also counts by origin (`origin_quota`).
 
 Refusals are counted per requesting peer as faults and logged at most once per peer per
 10 s (`ThrottledLog`), never once per item. `rpc_find` answers at most `MAX_FIND_KEYS`
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from typing import Optional
 
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
@@ -35,22 +37,24 @@ from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.swarm.dht.codec import NotPointerForm, value_items
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.storage import GuardedStorage
-from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of
+from ftis_swarm.swarm.dht.validators import NOT_A_FAULT, RecordChecker, owner_of
+from ftis_swarm.swarm.origins import OriginBook
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_FIND_KEYS = 64
 MAX_REPLY_BYTES = 5 << 19
 """2.5 MiB: two full keys (1 MiB each) always fit, and no reply nears p2pd's 4 MiB."""
-_HARMLESS = frozenset({"not_newer", "expired"})
+_HARMLESS = frozenset({faults.NOT_NEWER, faults.EXPIRED})
 
 
 class DHTServicer:
     """Answers `rpc_ping`, `rpc_store` and `rpc_find` for one peer (see the module docstring)."""
 
     def __init__(self, *, protocol: DHTProtocol, storage: GuardedStorage, checker: RecordChecker,
-                 policy: PeerPolicy, counters: SwarmCounters):
-        self._protocol, self._storage, self._checker = protocol, storage, checker
+                 policy: PeerPolicy, counters: SwarmCounters, origins: Optional[OriginBook] = None):
+        self._protocol, self._storage, self._checker, self._origins = protocol, storage, checker, origins
         self._policy, self._counters = policy, counters
         self._log = ThrottledLog(logger, "refused DHT requests")
 
@@ -65,29 +69,30 @@ class DHTServicer:
         try:
             if not (len(request.subkeys) == len(request.values) == len(request.expiration_time)
                     == len(request.in_cache) == n):
-                refused["malformed_request"] += 1
+                refused[faults.MALFORMED_REQUEST] += 1
             elif not self._policy.allows(requester):
-                refused["denied"] += n
+                refused[faults.DENIED] += n
             else:
                 if request.peer and request.peer.node_id:
                     asyncio.create_task(self._protocol.rpc_ping(dht_pb2.PingRequest(peer=request.peer), context))
+                origin = await self._origins.lookup(requester) if self._origins is not None else None
                 for i in range(n):
-                    store_ok[i] = self._store_item(request, i, requester, refused)
+                    store_ok[i] = self._store_item(request, i, requester, origin, refused)
         except Exception:  # a bug here must cost the requester one refusal, never this peer's handler
             logger.exception("a store request from %s failed", requester)
-            refused["store_error"] += 1
+            refused[faults.STORE_ERROR] += 1
         self._count(requester, refused)
         return dht_pb2.StoreResponse(store_ok=store_ok, peer=self._protocol.node_info)
 
     async def rpc_find(self, request: dht_pb2.FindRequest, context: P2PContext) -> dht_pb2.FindResponse:
         requester = context.remote_id.to_base58()
         if not self._policy.allows(requester):
-            self._count(requester, Counter(denied=1))
+            self._count(requester, Counter({faults.DENIED: 1}))
             return dht_pb2.FindResponse(results=[dht_pb2.FindResult() for _ in request.keys],
                                         peer=self._protocol.node_info)
         extra = max(0, len(request.keys) - MAX_FIND_KEYS)
         if extra:
-            self._count(requester, Counter(oversized_request=1))
+            self._count(requester, Counter({faults.OVERSIZED_REQUEST: 1}))
             request = dht_pb2.FindRequest(keys=request.keys[:MAX_FIND_KEYS], peer=request.peer)
         response = await self._protocol.rpc_find(request, context)
         budget = MAX_REPLY_BYTES
@@ -100,38 +105,43 @@ class DHTServicer:
         response.results.extend(dht_pb2.FindResult() for _ in range(extra))
         return response
 
-    def _store_item(self, request: dht_pb2.StoreRequest, i: int, requester: str, refused: Counter[str]) -> bool:
+    def _store_item(self, request: dht_pb2.StoreRequest, i: int, requester: str, origin: Optional[str],
+                    refused: Counter[str]) -> bool:
         key, tag, value, expiration = request.keys[i], request.subkeys[i], request.values[i], request.expiration_time[i]
         if request.in_cache[i]:
-            refused["cache_store"] += 1
+            refused[faults.CACHE_STORE] += 1
             return False
         if tag == DHTProtocol.IS_REGULAR_VALUE:
-            refused["regular_value"] += 1
+            refused[faults.REGULAR_VALUE] += 1
             return False
         if tag == DHTProtocol.IS_DICTIONARY:
             try:
                 items = value_items(value)
             except NotPointerForm:
-                refused["bad_encoding"] += 1
+                refused[faults.BAD_ENCODING] += 1
                 return False
             if any(owner_of(subkey) is None for subkey, _, _ in items):
-                refused["not_pointer_form"] += 1
+                refused[faults.NOT_POINTER_FORM] += 1
                 return False
-            return all([self._admit(key, subkey, item_value, item_expiration, requester, refused)
+            return all([self._admit(key, subkey, item_value, item_expiration, requester, origin, refused)
                         for subkey, item_value, item_expiration in items])
         if owner_of(tag) is None:
-            refused["not_pointer_form"] += 1
+            refused[faults.NOT_POINTER_FORM] += 1
             return False
-        return self._admit(key, tag, value, expiration, requester, refused)
+        return self._admit(key, tag, value, expiration, requester, origin, refused)
 
     def _admit(self, key: bytes, subkey: bytes, value: bytes, expiration: float, requester: str,
-               refused: Counter[str]) -> bool:
+               origin: Optional[str], refused: Counter[str]) -> bool:
         verdict = self._checker.examine(DHTRecord(key, subkey, value, expiration))
+        if verdict.reason in NOT_A_FAULT:
+            self._counters.add(verdict.reason)
+            return False
         if verdict.reason:
             refused[verdict.reason] += 1
             return False
+        by_origin = {} if origin is None else {"origin": origin}  # only `OriginQuotaStorage` counts origins
         reason = self._storage.admit(DHTID.from_bytes(key), DHTProtocol.serializer.loads(subkey), value, expiration,
-                                     owner=verdict.owner.peer_id, requester=requester)
+                                     owner=verdict.owner.peer_id, requester=requester, **by_origin)
         if reason and reason not in _HARMLESS:
             refused[reason] += 1
         return not reason

@@ -32,7 +32,8 @@ from hivemind.utils.timed_storage import get_dht_time
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import Item, NotPointerForm, value_items
 from ftis_swarm.swarm.keys import key_id
-from ftis_swarm.swarm.dht.validators import Content, RecordChecker
+from ftis_swarm.swarm.dht.validators import NOT_A_FAULT, Content, RecordChecker
+from ftis_swarm.peers import faults as fault_names
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +100,14 @@ class KeyReader:
             self._counters.add("dht_bytes", response.ByteSize())
         except Exception as exc:  # p2pd and hivemind raise assorted types for a peer that does not answer
             logger.debug("no find reply from %s: %r", peer, exc)
-            self._counters.fault(peer.to_base58(), Counter(dht_no_reply=1))
+            self._counters.fault(peer.to_base58(), Counter({fault_names.DHT_NO_REPLY: 1}))
             asyncio.create_task(self._protocol.update_routing_table(None, peer, responded=False))
             return nothing
         try:
             out = self._parse(peer, response, queries, found, faults, node_to_peer)
         except Exception as exc:  # whatever a peer's reply makes fail (DHTID.from_bytes asserts its range) is its fault
             logger.debug("a bad find reply from %s: %r", peer, exc, exc_info=True)
-            faults["bad_reply"] += 1
+            faults[fault_names.BAD_REPLY] += 1
             out = nothing
         if faults:
             self._counters.fault(peer.to_base58(), faults)
@@ -131,9 +132,9 @@ class KeyReader:
                 try:
                     self._merge(found[query], query, value_items(result.value), faults)
                 except NotPointerForm:
-                    faults["bad_encoding"] += 1
+                    faults[fault_names.BAD_ENCODING] += 1
             elif result.type == dht_pb2.FOUND_REGULAR:
-                faults["regular_value"] += 1
+                faults[fault_names.REGULAR_VALUE] += 1
         return out
 
     def _merge(self, records: dict[bytes, FoundRecord], kid: DHTID, items: list[Item], faults: Counter[str]) -> None:
@@ -142,9 +143,12 @@ class KeyReader:
             if expiration < now:
                 continue
             if len(records) >= MAX_RECORDS_PER_KEY and subkey not in records:
-                faults["oversized_reply"] += 1
+                faults[fault_names.OVERSIZED_REPLY] += 1
                 return
             verdict = self._checker.examine(DHTRecord(kid.to_bytes(), subkey, value, expiration))
+            if verdict.reason in NOT_A_FAULT:
+                self._counters.add(verdict.reason)
+                continue
             if verdict.reason:
                 faults[verdict.reason] += 1
                 continue

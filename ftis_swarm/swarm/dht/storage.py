@@ -7,7 +7,12 @@ admits a record (already checked by `validators.RecordChecker`) only while:
   below p2pd's 4 MiB message, whatever one asks for (two keys per request at most);
 - its owner (the key that signed it) and the peer that sent it each have fewer than
   `max_records_per_peer` records here;
-- the peer holds fewer than `max_stored_records` records in all.
+- the peer holds fewer than `max_stored_records` records, and at most `max_stored_bytes`
+  bytes, in all. A record is charged what it takes in this process's memory:
+  `len(subkey) + len(value) + RECORD_OVERHEAD`, the overhead measured (hivemind's
+  dictionary entry, this module's indexes, the key and subkey objects: ~1 KB beside a
+  pointer's ~1 KB of subkey and value; `docs/swarm.md`). So records near
+  `max_record_bytes` fill it in fewer slots, and its memory is bounded whatever they hold.
 
 When a key or the whole storage is full, a newcomer may evict a record of a lower rank,
 newest first; otherwise it is refused. Ranks: 3 this peer's own records; 2 an owner the
@@ -17,8 +22,10 @@ stored through a third peer). So a stranger never evicts a scored peer's record,
 identities that only sign cannot crowd out peers that store their own records. A record
 already held is replaced only by one with a later expiry (hivemind's rule).
 
-Refusal reasons (`REFUSALS`), counted per requesting peer as faults: `owner_quota`,
+Refusal reasons (`REFUSALS`), counted per requesting peer: `owner_quota`,
 `requester_quota`, `key_full`, `storage_full`, `denied` (the policy refuses the owner).
+None costs the requester anything (`peers/faults.py`): each says what this peer has room
+for, not what the requester signed.
 Runs on the swarm's event loop thread only.
 """
 
@@ -35,12 +42,15 @@ from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.peers.policy import PeerPolicy
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_KEY_BYTES = 1 << 20
 """Subkey and value bytes under one key: about 1,000 records of ~1 KB."""
-REFUSALS = ("owner_quota", "requester_quota", "key_full", "storage_full", "denied")
+REFUSALS = (faults.OWNER_QUOTA, faults.REQUESTER_QUOTA, faults.KEY_FULL, faults.STORAGE_FULL, faults.DENIED)
+RECORD_OVERHEAD = 1024
+"""Bytes of memory a stored record takes beyond its subkey and value (measured: `docs/swarm.md`)."""
 _SELF, _SCORED, _DIRECT, _STRANGER = 3, 2, 1, 0
 
 _Slot = tuple[DHTID, bytes]  # (key, subkey)
@@ -59,10 +69,12 @@ class GuardedStorage(DHTLocalStorage):
     """hivemind's local storage with quotas and rank-ordered eviction (see the module docstring)."""
 
     def __init__(self, *, self_id: str, policy: PeerPolicy, is_dht_peer: Callable[[str], bool],
-                 max_records: int, max_records_per_peer: int, max_key_bytes: int = MAX_KEY_BYTES):
+                 max_records: int, max_records_per_peer: int, max_key_bytes: int = MAX_KEY_BYTES,
+                 max_bytes: int = 1 << 62):
         super().__init__()
         self._self_id, self._policy, self._is_dht_peer = self_id, policy, is_dht_peer
         self._max_records, self._max_per_peer, self._max_key_bytes = max_records, max_records_per_peer, max_key_bytes
+        self._max_bytes, self._bytes = max_bytes, 0
         self._entries: dict[_Slot, _Entry] = {}
         self._key_bytes: Counter[DHTID] = Counter()
         self._by_owner: Counter[str] = Counter()
@@ -82,24 +94,26 @@ class GuardedStorage(DHTLocalStorage):
         held, rank = self._entries.get(slot), self._rank(owner, requester)
         if held is not None:  # a newer version of a record held: same owner, same place
             if expiration <= held.expiration:
-                return "not_newer"
+                return faults.NOT_NEWER
             if held.rank != _SELF and self._key_bytes[key_id] + size - held.size > self._max_key_bytes:
-                return "key_full"
+                return faults.KEY_FULL
         else:
             if not self._policy.allows(owner):
-                return "denied"
+                return faults.DENIED
             reason = self._make_room(key_id, size, owner, requester, rank)
             if reason:
                 return reason
         if not DHTLocalStorage.store_subkey(self, key_id, subkey, value, expiration):
-            return "not_newer" if held is not None else "expired"
+            return faults.NOT_NEWER if held is not None else faults.EXPIRED
         if held is not None:
             self._key_bytes[key_id] += size - held.size
+            self._bytes += size - held.size
             held.size, held.expiration = size, expiration
         else:
             entry = _Entry(owner=owner, requester=requester, size=size, expiration=expiration, rank=rank)
             self._entries[slot] = entry
             self._key_bytes[key_id] += size
+            self._bytes += size + RECORD_OVERHEAD
             self._by_owner[owner] += 1
             self._by_requester[requester] += 1
             self._place(slot, entry.rank)
@@ -121,6 +135,11 @@ class GuardedStorage(DHTLocalStorage):
         """Records held now (expired ones included until the next store purges them); safe from any thread."""
         return len(self._entries)
 
+    @property
+    def held_bytes(self) -> int:
+        """What the records held now are charged (`RECORD_OVERHEAD` each beside their bytes)."""
+        return self._bytes
+
     def _rank(self, owner: str, requester: str) -> int:
         if owner == self._self_id:
             return _SELF
@@ -134,15 +153,15 @@ class GuardedStorage(DHTLocalStorage):
         if rank == _SELF:
             return ""
         if self._by_owner[owner] >= self._max_per_peer:
-            return "owner_quota"
+            return faults.OWNER_QUOTA
         if requester != self._self_id and self._by_requester[requester] >= self._max_per_peer:
-            return "requester_quota"
+            return faults.REQUESTER_QUOTA
         while self._key_bytes[key_id] + size > self._max_key_bytes:
             if not self._evict(rank, key_id):
-                return "key_full"
-        while len(self._entries) >= self._max_records:
+                return faults.KEY_FULL
+        while len(self._entries) >= self._max_records or self._bytes + size + RECORD_OVERHEAD > self._max_bytes:
             if not self._evict(rank, None):
-                return "storage_full"
+                return faults.STORAGE_FULL
         return ""
 
     def _evict(self, below: int, key_id: DHTID | None) -> bool:
@@ -174,6 +193,7 @@ class GuardedStorage(DHTLocalStorage):
     def _drop(self, slot: _Slot) -> None:
         entry = self._entries.pop(slot)
         self._key_bytes[slot[0]] -= entry.size
+        self._bytes -= entry.size + RECORD_OVERHEAD
         if self._key_bytes[slot[0]] <= 0:
             del self._key_bytes[slot[0]]
         self._unplace(slot, entry.rank)

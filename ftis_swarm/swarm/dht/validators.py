@@ -6,16 +6,20 @@
    expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
    squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/r<round>`
    or `[owner:<rsa key>]/member` (`not_pointer_form`).
-2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`)
-   and names the run, window (and shard count) whose key, for this owner, is the one the
-   record is stored under (`unbound_key`, see `keys`). A flood under random keys is
-   refused here, before any RSA work.
+2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`),
+   is of this version (`old_version` for an integer `v` below `RECORD_VERSION`), and names
+   the run, window (and shard count) whose key, for this owner, is the one the record is
+   stored under (`unbound_key`, see `keys`). A flood under random keys is refused here,
+   before any RSA work.
 3. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
    (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
    a forged signature and a replay with a changed expiry fail here.
 4. content: the value is a `RoundPointer` or `MemberRecord` (strict schema, no coercion,
    no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose round
    is the subkey's (`owner_mismatch`).
+5. the owner's identity puzzle for the record's run (`puzzle.PuzzleVerifier`): one scrypt
+   per new (key, run, nonce), remembered; `bad_puzzle`, or `puzzle_busy` while new
+   identities come faster than the verifier's rate (`NOT_A_FAULT`: nobody is blamed for it).
 
 The checker remembers the verdicts on the records it accepted (by a length-prefixed
 sha256), so records read again at every poll cost one hash. Only acceptances are
@@ -42,12 +46,16 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
-from ftis_swarm.swarm.records import MemberRecord, RoundPointer, parse_subkey, round_name
+from ftis_swarm.swarm.puzzle import PuzzleVerifier
+from ftis_swarm.swarm.records import RECORD_VERSION, MemberRecord, RoundPointer, parse_subkey, round_name
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEY_BYTES = 2048
 Content = Union[RoundPointer, MemberRecord]
+NOT_A_FAULT = frozenset({faults.PUZZLE_BUSY})
+"""Refusals that say nothing about the sender: counted, never charged to a peer."""
 
 
 def unpack_strict(data: bytes, *, max_bytes: int) -> object:
@@ -93,8 +101,9 @@ class Verdict:
 class RecordChecker(RecordValidatorBase):
     """The swarm's whole record check (see the module docstring); `private_key` signs this peer's records."""
 
-    def __init__(self, private_key: RSAPrivateKey, *, max_record_bytes: int, ttl: float, max_clock_skew: float,
-                 capacity: int = 1 << 14):
+    def __init__(self, private_key: RSAPrivateKey, *, puzzles: PuzzleVerifier, max_record_bytes: int, ttl: float,
+                 max_clock_skew: float, capacity: int = 1 << 14):
+        self.puzzles = puzzles
         self.max_record_bytes = max_record_bytes
         self.max_lifetime = ttl + max_clock_skew
         self._rsa = RSASignatureValidator(private_key)
@@ -117,32 +126,38 @@ class RecordChecker(RecordValidatorBase):
 
     def _check(self, record: DHTRecord) -> Verdict:
         if len(record.value) > self.max_record_bytes:
-            return Verdict("oversize_record")
+            return Verdict(faults.OVERSIZE_RECORD)
         if record.expiration_time > get_dht_time() + self.max_lifetime:
-            return Verdict("far_expiry")
+            return Verdict(faults.FAR_EXPIRY)
         owner = owner_of(record.subkey)
         if owner is None:
-            return Verdict("not_pointer_form")
+            return Verdict(faults.NOT_POINTER_FORM)
         try:
             value = unpack_strict(self._rsa.strip_value(record), max_bytes=self.max_record_bytes)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             logger.debug("refused a record that does not decode: %s", exc)
-            return Verdict("bad_schema", owner)
+            return Verdict(faults.BAD_SCHEMA, owner)
+        version = value.get("v") if isinstance(value, dict) else None
+        if type(version) is int and version < RECORD_VERSION:
+            return Verdict(faults.OLD_VERSION, owner)
         key = _bound_key(value, owner)  # before the signature: a record under a key not its own costs no RSA
         if key is None:
-            return Verdict("bad_schema", owner)
+            return Verdict(faults.BAD_SCHEMA, owner)
         if key_id(key).to_bytes() != record.key:
-            return Verdict("unbound_key", owner)
+            return Verdict(faults.UNBOUND_KEY, owner)
         if not self._rsa.validate(record):
-            return Verdict("bad_signature", owner)
+            return Verdict(faults.BAD_SIGNATURE, owner)
         try:
             content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else RoundPointer).parse_strict(value)
         except ValueError as exc:
             logger.debug("refused a record that is not a pointer or membership record: %s", exc)
-            return Verdict("bad_schema", owner)
+            return Verdict(faults.BAD_SCHEMA, owner)
         if content.publisher != owner.peer_id or (
                 isinstance(content, RoundPointer) and round_name(content.round) != owner.name):
-            return Verdict("owner_mismatch", owner)
+            return Verdict(faults.OWNER_MISMATCH, owner)
+        reason = self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # last: the dearest check
+        if reason:
+            return Verdict(reason, owner)
         return Verdict("", owner, content)
 
     def validate(self, record: DHTRecord) -> bool:

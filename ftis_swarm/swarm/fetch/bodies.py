@@ -30,6 +30,7 @@ from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.peers.policy import PeerPolicy
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ class BodyUnavailable(Exception):
     def __init__(self, reason: str, detail: str):
         super().__init__(detail)
         self.reason = reason
-        """`unreachable`, `missing`, `broken`, `busy` (no fault: the publisher is serving others) or `stalled`."""
+        """`body_unreachable`, `body_missing`, `body_broken`, `body_busy` (not counted: the publisher is serving
+        others) or `body_stalled` (`peers/faults.py`)."""
 
 
 class BodyRefused(Exception):
@@ -106,7 +108,7 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float,
             if not policy.allows(peer):
                 return
             if active[peer] >= max_streams_per_peer or sum(active.values()) >= MAX_SERVING_STREAMS:
-                fault = "too_many_streams"
+                fault = faults.TOO_MANY_STREAMS
                 writer.write(_BUSY)
                 await asyncio.wait_for(writer.drain(), first_byte_timeout)
                 return
@@ -119,10 +121,10 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float,
                 if active[peer] <= 0:
                     del active[peer]
         except (asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
-            fault = fault or "broken_request"
+            fault = fault or faults.BROKEN_REQUEST
             logger.debug("body request from %s ended early: %r", peer, exc)
         except Exception:  # nothing a requester sends may take the handler down
-            fault = "serve_error"
+            fault = faults.SERVE_ERROR
             logger.exception("serving a body to %s failed", peer)
         finally:
             writer.close()
@@ -139,11 +141,11 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, st
     try:
         raw = await asyncio.wait_for(reader.readexactly(_ID_LEN), first_byte_timeout)
     except asyncio.TimeoutError:
-        return "slow_request"
+        return faults.SLOW_REQUEST
     try:
         group_id = raw.decode("ascii")
     except UnicodeDecodeError:
-        return "bad_request"
+        return faults.BAD_REQUEST
     body = store.get(group_id)
     if body is None:
         writer.write(_MISSING)
@@ -154,7 +156,7 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, st
     try:
         await asyncio.wait_for(writer.drain(), first_byte_timeout + len(body) / min_rate)
     except asyncio.TimeoutError:
-        return "slow_reader"
+        return faults.SLOW_READER
     on_served(len(body))
     return ""
 
@@ -169,7 +171,7 @@ async def fetch_body(p2p: P2P, publisher: str, group_id: str, *, size: int, time
     try:
         return await asyncio.wait_for(_fetch(p2p, publisher, group_id, size, first_byte_timeout), budget)
     except asyncio.TimeoutError:
-        raise BodyUnavailable("stalled", f"{size} bytes from {publisher} took over {budget:.1f} s") from None
+        raise BodyUnavailable(faults.BODY_STALLED, f"{size} bytes from {publisher} took over {budget:.1f} s") from None
 
 
 async def _fetch(p2p: P2P, publisher: str, group_id: str, size: int, step: float) -> bytes:
@@ -177,34 +179,34 @@ async def _fetch(p2p: P2P, publisher: str, group_id: str, size: int, step: float
         _, reader, writer = await asyncio.wait_for(
             p2p.call_binary_stream_handler(PeerID.from_base58(publisher), BODY_PROTOCOL), step)
     except asyncio.TimeoutError:
-        raise BodyUnavailable("unreachable", f"no stream to {publisher} within {step:.1f} s") from None
+        raise BodyUnavailable(faults.BODY_UNREACHABLE, f"no stream to {publisher} within {step:.1f} s") from None
     except Exception as exc:  # p2pd reports dial failures as ControlFailure, P2PDaemonError or OSError
-        raise BodyUnavailable("unreachable", f"cannot open a stream to {publisher}: {exc}") from exc
+        raise BodyUnavailable(faults.BODY_UNREACHABLE, f"cannot open a stream to {publisher}: {exc}") from exc
     try:
         writer.write(group_id.encode("ascii"))
         await asyncio.wait_for(writer.drain(), step)
         status = await asyncio.wait_for(reader.readexactly(1), step)
         if status == _MISSING:
-            raise BodyUnavailable("missing", f"{publisher} does not have group {group_id}")
+            raise BodyUnavailable(faults.BODY_MISSING, f"{publisher} does not have group {group_id}")
         if status == _BUSY:
-            raise BodyUnavailable("busy", f"{publisher} is serving as many streams as it allows")
+            raise BodyUnavailable(faults.BODY_BUSY, f"{publisher} is serving as many streams as it allows")
         if status != _FOUND:
-            raise BodyRefused("malformed", f"{publisher} answered with status byte {status!r}")
+            raise BodyRefused(faults.BODY_BAD_STATUS, f"{publisher} answered with status byte {status!r}")
         length = int.from_bytes(await asyncio.wait_for(reader.readexactly(_LEN_BYTES), step), "big")
         if length != size:
-            raise BodyRefused("size_mismatch", f"{publisher} offers {length} bytes, the pointer says {size}")
+            raise BodyRefused(faults.SIZE_MISMATCH, f"{publisher} offers {length} bytes, the pointer says {size}")
         chunks, got = [], 0
         while got < size:
             chunk = await asyncio.wait_for(reader.read(min(_CHUNK, size - got)), step)
             if not chunk:
-                raise BodyUnavailable("broken", f"the stream from {publisher} ended after {got} of {size} bytes")
+                raise BodyUnavailable(faults.BODY_BROKEN, f"the stream from {publisher} ended after {got} of {size} bytes")
             chunks.append(chunk)
             got += len(chunk)
         return b"".join(chunks)
     except asyncio.TimeoutError:
-        raise BodyUnavailable("stalled", f"{publisher} sent nothing for {step:.1f} s") from None
+        raise BodyUnavailable(faults.BODY_STALLED, f"{publisher} sent nothing for {step:.1f} s") from None
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
-        raise BodyUnavailable("broken", f"stream from {publisher} broke: {exc!r}") from exc
+        raise BodyUnavailable(faults.BODY_BROKEN, f"stream from {publisher} broke: {exc!r}") from exc
     finally:
         writer.close()
 

@@ -56,7 +56,9 @@ from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
 from ftis_swarm.swarm.records import GroupPointer, MemberRecord, RoundPointer, check_body, screen_pointer
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
+from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.wire import Group
+from ftis_swarm.peers import faults
 
 if TYPE_CHECKING:
     from ftis_swarm.swarm.gossip.channel import GossipChannel
@@ -84,7 +86,8 @@ class Gatherer:
     """Polls membership and pointers, fetches bodies in the background; `drain` hands the accepted groups out."""
 
     def __init__(self, *, reader: KeyReader, p2p: P2P, cfg: SwarmConfig, peer_id: str, tokenizer_fp: str,
-                 vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy):
+                 vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy,
+                 origins: Optional[OriginBook] = None):
         self._reader, self._cfg, self._peer_id, self._policy = reader, cfg, peer_id, policy
         self._tokenizer_fp, self._vocab_size, self._counters = tokenizer_fp, vocab_size, counters
         self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
@@ -104,8 +107,10 @@ class Gatherer:
         self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
+        self._origins = origins
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
-                                         on_body=self._accept_body, on_reject=self._reject)
+                                         on_body=self._accept_body, on_reject=self._reject,
+                                         origin_of=origins.origin_of if origins is not None else lambda peer: None)
         self._selection: Optional[Selection] = None
         self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
         self._horizon = 2 * cfg.poll_interval
@@ -187,6 +192,8 @@ class Gatherer:
 
     async def poll_once(self) -> None:
         cfg = self._cfg
+        if self._origins is not None:
+            await self._origins.refresh()  # the publishers' origins, for the fetch slots
         now = get_dht_time()
         if time.monotonic() >= self._next_member_read:
             await self._read_members(now)
@@ -260,7 +267,7 @@ class Gatherer:
         fresh = []
         for group, accepted_at in groups:
             if now - group.created_at > self._cfg.ttl:
-                self._counters.reject(group.sender, "stale")
+                self._counters.reject(group.sender, faults.STALE)
             else:
                 fresh.append((group, accepted_at))
         self._counters.add("gathered", len(fresh))
@@ -299,7 +306,7 @@ class Gatherer:
             state.next_read = now + self._cfg.poll_interval * 2 ** min(state.rereads, 6)
             if state.rereads >= MAX_REREADS:  # claims more than it stored: believe it again when it claims more
                 state.have = state.claimed
-                self._counters.fault(member[0], Counter(member_overclaim=1))
+                self._counters.fault(member[0], Counter({faults.MEMBER_OVERCLAIM: 1}))
 
     def _consider(self, pointer: GroupPointer, *, source: str) -> None:
         """Hands a pointer to the scheduler, unless it is known already; counts where it came from first."""
@@ -312,14 +319,14 @@ class Gatherer:
         cfg, now = self._cfg, get_dht_time()
         reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
                                 ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew, max_bytes=cfg.wire.max_bytes)
-        if reason not in ("future", "stale"):  # a pointer outside the TTL is no part of a round, and never forgotten
+        if reason not in (faults.FUTURE, faults.STALE):  # a pointer outside the TTL is no part of a round, and never forgotten
             self.rounds.note(pointer, now=now)
             self.changed.set()
         if accepted is not None:  # the body names its sender, who is not this publisher
-            self._reject(pointer, "sender_mismatch", "re-announces a group accepted from its sender")
+            self._reject(pointer, faults.SENDER_MISMATCH, "re-announces a group accepted from its sender")
             return
         if not reason and not self._policy.allows(pointer.publisher):
-            reason = "denied"
+            reason = faults.DENIED
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
         elif self._selection is not None:
@@ -336,7 +343,7 @@ class Gatherer:
             group, reason, detail = check_body(body, pointer, vocab_size=self._vocab_size, limits=self._cfg.wire)
         except Exception as exc:  # the wire decoder's contract is WireError; anything else is a bug, contained
             logger.exception("checking group %s from %s failed unexpectedly", pointer.group_id, pointer.publisher)
-            group, reason, detail = None, "fetch_error", repr(exc)
+            group, reason, detail = None, faults.FETCH_ERROR, repr(exc)
         if group is None:
             self._reject(pointer, reason, detail)
             return False
@@ -385,5 +392,5 @@ class Gatherer:
         self.rounds.forget(now=now, ttl=cfg.ttl)
         for pointer in self._scheduler.pending():  # pending pointers that went stale while they waited
             if now - pointer.created_at > cfg.ttl:
-                self._reject(pointer, "stale", "went stale while pending")
+                self._reject(pointer, faults.STALE, "went stale while pending")
         self._scheduler.forget_idle(now)

@@ -1,8 +1,10 @@
 """Which pending bodies to fetch, from whom, and what a failing publisher loses.
 
 Slots: at most `max_concurrent_fetches` fetches at once, at most `max_fetches_per_peer`
-of them from one publisher (below the slot count), and at most half of them from
-strangers (publishers with no body accepted yet and no positive policy score). A fetch
+of them from one publisher (below the slot count), at most `max_fetches_per_origin` from
+the publishers of one network origin (`origin_of`, see `swarm.origins`; relayed ones as
+one origin, publishers of no known origin by identity only), and at most half of them
+from strangers (publishers with no body accepted yet and no positive policy score). A fetch
 starts only when a slot is free, so its whole time (dial, header, body) runs inside its
 own timeouts (`bodies.fetch_body`). Publishers take turns: scored ones first, then proven
 ones, then strangers, each in the order it last had a turn; each publisher's least-tried,
@@ -17,7 +19,8 @@ is tried again unless it failed `max_fetch_attempts` times; once the publisher h
 that many times in a row, all its pending pointers are rejected with the failure's reason
 (`stalled`, else `fetch_failed`). A body that cannot match its pointer halves the
 allowance too. A success gives back one slot and resets the count. `busy` costs a short
-wait only. Each failed attempt is a fault of the publisher (`body_<reason>`).
+wait only. Each failed attempt is counted against the publisher (`body_<reason>`, priced 0 in
+`peers/faults.py`: load, links and restarts cause them; the back-off above is all it loses).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import Counter
-from typing import Callable
+from typing import Callable, Optional
 
 from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
@@ -36,6 +39,7 @@ from ftis_swarm.swarm.fetch.bodies import BodyRefused, BodyUnavailable, fetch_bo
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.records import GroupPointer
+from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +62,11 @@ class FetchScheduler:
 
     def __init__(self, *, p2p: P2P, cfg: SwarmConfig, policy: PeerPolicy, counters: SwarmCounters,
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
-                 on_reject: Callable[[GroupPointer, str, str], None]):
+                 on_reject: Callable[[GroupPointer, str, str], None],
+                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None):
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
+        self._origin_of = origin_of
+        self._origin_in_flight: Counter[str] = Counter()
         self._room, self._on_body, self._on_reject = room, on_body, on_reject
         self._publishers: dict[str, _Publisher] = {}
         self._deferred: set[tuple[str, str]] = set()
@@ -111,9 +118,12 @@ class FetchScheduler:
                 stranger = not state.proven and self._policy.score(publisher) <= 0
                 if stranger and self._strangers_in_flight >= half:
                     continue
+                origin = self._origin_of(publisher)
+                if origin is not None and self._origin_in_flight[origin] >= self._cfg.max_fetches_per_origin:
+                    continue
                 pointer = min(state.pending.values(),
                               key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
-                self._start(pointer, state, stranger)
+                self._start(pointer, state, stranger, origin)
                 started = True
                 if self._in_flight >= self._cfg.max_concurrent_fetches:
                     return
@@ -134,18 +144,20 @@ class FetchScheduler:
                 self._deferred.add((publisher, group_id))
                 self._counters.add("deferred")
 
-    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool) -> None:
+    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str]) -> None:
         del state.pending[pointer.group_id]
         state.fetching.add(pointer.group_id)
         state.in_flight += 1
         state.turn = self._turns = self._turns + 1
         self._in_flight += 1
         self._strangers_in_flight += stranger
-        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger))
+        if origin is not None:
+            self._origin_in_flight[origin] += 1
+        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger, origin))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool) -> None:
+    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str]) -> None:
         cfg = self._cfg
         body, error = b"", None
         try:
@@ -162,6 +174,8 @@ class FetchScheduler:
             state.in_flight -= 1
             self._in_flight -= 1
             self._strangers_in_flight -= stranger
+            if origin is not None:
+                self._origin_in_flight[origin] -= 1
         if error is None and self._on_body(pointer, body):
             state.failures, state.proven = 0, True
             state.allowance = min(cfg.max_fetches_per_peer, state.allowance + 1)
@@ -173,25 +187,31 @@ class FetchScheduler:
             state.allowance = max(1, state.allowance // 2)
             self._on_reject(pointer, error.reason, str(error))
         else:
-            self._on_reject(pointer, "fetch_error", repr(error))
+            self._on_reject(pointer, faults.FETCH_ERROR, repr(error))
         self.schedule()
 
     def _unavailable(self, pointer: GroupPointer, state: _Publisher, exc: BodyUnavailable) -> None:
         cfg, now = self._cfg, get_dht_time()
-        if exc.reason == "busy":
+        if exc.reason == faults.BODY_BUSY:
             state.pending[pointer.group_id] = pointer
             state.resume_at = max(state.resume_at, now + cfg.poll_interval)
             return
         self._counters.add("fetch_retries")
-        self._counters.fault(pointer.publisher, Counter({f"body_{exc.reason}": 1}))
+        self._counters.fault(pointer.publisher, Counter({exc.reason: 1}))
         state.failures += 1
         state.allowance = max(1, state.allowance // 2)
         state.resume_at = now + min(cfg.ttl / 4, cfg.poll_interval * 2 ** (state.failures - 1))
         state.attempts[pointer.group_id] += 1
-        final = "stalled" if exc.reason == "stalled" else "fetch_failed"
+        final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         if state.failures >= cfg.max_fetch_attempts:
-            logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
-                        state.failures, exc, len(state.pending) + 1)
+            if exc.reason == faults.BODY_UNREACHABLE and state.failures == cfg.max_fetch_attempts:  # once per series
+                self._counters.add("publishers_unreachable")
+                logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
+                               "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
+                               state.failures, exc, len(state.pending) + 1)
+            else:
+                logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
+                            state.failures, exc, len(state.pending) + 1)
             for other in list(state.pending.values()):
                 self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
             self._on_reject(pointer, final, str(exc))

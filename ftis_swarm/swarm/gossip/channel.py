@@ -3,7 +3,7 @@
 `GossipChannel` subscribes to `keys.gossip_topic(run_id)` on the peer's p2pd (`pubsub`),
 publishes each of this node's signed pointers there the moment it is signed, and hands
 every message of another peer to `GossipGate.admit`; an admitted pointer goes to
-`on_pointer` (the gatherer), a refused one is a fault of its sender (`gossip_<reason>`,
+`on_pointer` (the gatherer), a refused one is counted against its sender (`gossip_<reason>`, priced in `peers/faults.py`,
 logged at most once per sender per 10 s), and a sender the gate bans is disconnected.
 
 gossipsub only reaches peers this one is connected to. `keep_connected` is called with
@@ -31,6 +31,7 @@ from ftis_swarm.swarm.gossip import pubsub
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.swarm.gossip.gate import GossipGate, encode_message
 from ftis_swarm.swarm.dht.reading import FoundRecord
+from ftis_swarm.swarm.dht.validators import NOT_A_FAULT
 
 logger = logging.getLogger(__name__)
 
@@ -115,16 +116,18 @@ class GossipChannel:
     def _receive(self, message: pubsub.TopicMessage) -> None:
         self._counters.add("gossip_received")
         self._counters.add("gossip_bytes", len(message.data))
-        admission = self._gate.admit(message.sender, message.data, get_dht_time())
-        if admission.disconnect:
+        verdict = self._gate.admit(message.sender, message.data, get_dht_time())
+        if verdict.disconnect:
             asyncio.get_running_loop().create_task(self._disconnect(message.sender))
-        if admission.reason:
-            fault = Counter({f"gossip_{admission.reason}": 1})
+        if verdict.reason in NOT_A_FAULT:
+            self._counters.add(verdict.reason)
+        elif verdict.reason:
+            fault = Counter({verdict.reason: 1})
             self._counters.fault(message.sender, fault)
             self._log.note(message.sender, fault)
             return
         try:
-            self._on_pointer(admission.record)
+            self._on_pointer(verdict.record)
         except Exception:  # a bug in handling one pointer must not end the subscription
             logger.exception("handling a gossiped pointer from %s failed", message.sender)
 

@@ -15,16 +15,20 @@ that fails:
 1. `banned` (the sender went on flooding, below), `denied` (the node's policy refuses it);
 2. `rate`: each sender has a token bucket of `burst` messages refilled at `rate` a
    second; a message without a token is dropped. A sender whose drops since its last ban
-   exceed `burst` is banned for `BAN_SECONDS * 2^k` (k earlier bans; at most a quarter of
-   the TTL) and disconnected, again at most every `DISCONNECT_EVERY` s while it sends;
+   exceed `burst` is banned for `LedgerConfig.gossip_ban_seconds * 2^k` (k earlier bans;
+   at most `max_ban_seconds` and a quarter of the TTL) and disconnected, again at most every `DISCONNECT_EVERY` s while it sends;
 3. `oversize` (more than `MAX_MESSAGE_BYTES`), `bad_message` (not the form above);
 4. `not_pointer_form`, `not_pointer` (a membership record: only pointers are gossiped),
    `not_sender` (the record's owner is not the sender: nobody gossips another's pointer);
 5. `replayed` (a record this gate admitted before), then every refusal of
    `RecordChecker.examine` under its own name (`bad_signature`, `far_expiry`, ...).
 
-The channel counts each refusal as a fault of the sender, `gossip_<reason>`, for the
-node's ledger. Runs on the swarm's event loop thread only.
+Each refusal is named `gossip_<reason>` (`peers/faults.py`), and the channel counts it
+against the sender for the node's ledger. What the sender signed costs what its DHT
+twin costs (`faults.gossip_twin`: a forged signature as much as in a store); `banned`,
+`denied`, `rate` and `replayed` cost nothing (the ban is this gate's own answer to a
+flood; the ledger never bans again for what a banned peer keeps sending). Runs on the
+swarm's event loop thread only.
 """
 
 from __future__ import annotations
@@ -42,11 +46,13 @@ from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord
 from ftis_swarm.swarm.records import RoundPointer
 from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of, record_digest
+from ftis_swarm.peers import faults
 
 GOSSIP_VERSION = 1
 MAX_MESSAGE_BYTES = 8192
 """A round pointer message is at most ~3.4 KB (32 groups); p2pd itself would carry up to 1 MiB."""
 BAN_SECONDS = 30.0
+"""The default of `LedgerConfig.gossip_ban_seconds`, which the swarm passes in."""
 DISCONNECT_EVERY = 5.0
 MAX_SENDERS = 4096
 MAX_REMEMBERED = 1 << 14
@@ -74,7 +80,7 @@ def decode_message(data: bytes) -> DHTRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class Admission:
+class MessageVerdict:
     """What to do with one message: act on `record` when `reason` is empty; else drop it."""
 
     reason: str
@@ -96,53 +102,57 @@ class _Sender:
 class GossipGate:
     """Admits gossiped pointers (see the module docstring for the order of the checks)."""
 
-    def __init__(self, *, checker: RecordChecker, policy: PeerPolicy, rate: float, burst: int, ttl: float):
+    def __init__(self, *, checker: RecordChecker, policy: PeerPolicy, rate: float, burst: int, ttl: float,
+                 ban_seconds: float = BAN_SECONDS, max_ban_seconds: float = math.inf):
         self._checker, self._policy = checker, policy
-        self._rate, self._burst, self._max_ban = rate, burst, ttl / 4
+        self._rate, self._burst = rate, burst
+        self._ban_seconds, self._max_ban = ban_seconds, min(max_ban_seconds, ttl / 4)
         self._senders: OrderedDict[str, _Sender] = OrderedDict()
         self._admitted: OrderedDict[bytes, None] = OrderedDict()
 
-    def admit(self, sender: str, data: bytes, now: float) -> Admission:
+    def admit(self, sender: str, data: bytes, now: float) -> MessageVerdict:
         state = self._sender(sender, now)
         if now < state.banned_until:
-            return Admission("banned", disconnect=self._disconnect_due(state, now))
+            return MessageVerdict(faults.GOSSIP_BANNED, disconnect=self._disconnect_due(state, now))
         if not self._policy.allows(sender):
-            return Admission("denied")
+            return MessageVerdict(faults.GOSSIP_DENIED)
         state.tokens = min(self._burst, state.tokens + (now - state.updated) * self._rate)
         state.updated = now
         if state.tokens < 1:
             state.dropped += 1
             if state.dropped <= self._burst:
-                return Admission("rate")
+                return MessageVerdict(faults.GOSSIP_RATE)
             state.dropped, state.bans = 0, state.bans + 1
-            state.banned_until = now + min(self._max_ban, BAN_SECONDS * 2 ** (state.bans - 1))
-            return Admission("rate", disconnect=self._disconnect_due(state, now))
+            state.banned_until = now + min(self._max_ban, self._ban_seconds * 2 ** (state.bans - 1))
+            return MessageVerdict(faults.GOSSIP_RATE, disconnect=self._disconnect_due(state, now))
         state.tokens -= 1
         if len(data) > MAX_MESSAGE_BYTES:
-            return Admission("oversize")
+            return MessageVerdict(faults.GOSSIP_OVERSIZE)
         try:
             record = decode_message(data)
         except ValueError:
-            return Admission("bad_message")
+            return MessageVerdict(faults.GOSSIP_BAD_MESSAGE)
         owner = owner_of(record.subkey)
         if owner is None:
-            return Admission("not_pointer_form")
+            return MessageVerdict(faults.gossip_twin(faults.NOT_POINTER_FORM))
         if owner.name == MEMBER_SUBKEY_NAME:
-            return Admission("not_pointer")
+            return MessageVerdict(faults.GOSSIP_NOT_POINTER)
         if owner.peer_id != sender:
-            return Admission("not_sender")
+            return MessageVerdict(faults.GOSSIP_NOT_SENDER)
         digest = record_digest(record)
         if digest in self._admitted:
-            return Admission("replayed")
+            return MessageVerdict(faults.GOSSIP_REPLAYED)
         verdict = self._checker.examine(record)
+        if verdict.reason == faults.PUZZLE_BUSY:  # this node's verifier is busy: no one's fault, not remembered
+            return MessageVerdict(faults.PUZZLE_BUSY)
         if verdict.reason:
-            return Admission(verdict.reason)
+            return MessageVerdict(faults.gossip_twin(verdict.reason))
         if not isinstance(verdict.content, RoundPointer):
-            return Admission("not_pointer")
+            return MessageVerdict(faults.GOSSIP_NOT_POINTER)
         self._admitted[digest] = None
         if len(self._admitted) > MAX_REMEMBERED:
             self._admitted.popitem(last=False)
-        return Admission("", FoundRecord(owner=owner.peer_id, content=verdict.content,
+        return MessageVerdict("", FoundRecord(owner=owner.peer_id, content=verdict.content,
                                          expiration=record.expiration_time))
 
     def _sender(self, sender: str, now: float) -> _Sender:

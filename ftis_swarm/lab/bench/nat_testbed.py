@@ -1,0 +1,189 @@
+"""A testbed on real NAT: Linux network namespaces, veth pairs and MASQUERADE routers.
+
+    with NatTestbed.create() as bed:           # needs root, `ip` and `iptables`
+        bed.tcp_reachable("boot", "home1")     # False: the public side cannot dial in
+        argv = bed.wrap("home1", [sys.executable, ...])        # a process inside home1's namespace
+
+The layout, every namespace named `<prefix>-<role>` with a prefix unique to the run:
+
+    core    a bridge (no address) that is the public segment; nothing else
+    boot    11.0.0.2 on the bridge: the bootstrap
+    pub     11.0.0.3 on the bridge: a public node
+    r1, r2  routers: 11.0.0.11 / .12 on the bridge, 12.0.1.1 / 12.0.2.1 on their home LAN;
+            MASQUERADE out of the bridge side (r2 with --random-fully, so its mappings cannot
+            be guessed); r1's uplink limited to `uplink_rate` by tbf
+    home1   12.0.1.2 behind r1;   home2   12.0.2.2 behind r2
+
+Every namespace is linked only to the others (the veth pairs are created inside them, never
+in the host's namespace), none has a route to the host's network, and the addresses look
+public (libp2p's autorelay advertises only relays with public addresses; 10/8, 172.16/12,
+192.168/16, 100.64/10 and the documentation ranges do not count) but exist only inside
+these namespaces. `close` kills what runs inside them and deletes them by their recorded
+names; it runs on any failure of `create`, on `__exit__`, and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+PUBLIC_NET = "11.0.0"
+PUBLIC_HOSTS = {"boot": 2, "pub": 3}
+HOMES = {"home1": ("r1", 1), "home2": ("r2", 2)}
+"""home namespace -> (its router, the x of its LAN 12.0.x.0/24 and of its router's 11.0.0.1x)."""
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be built here (one sentence: what is missing)."""
+
+
+def unavailable_reason() -> str:
+    """Why namespaces cannot be built on this machine, or "" when they can."""
+    if os.geteuid() != 0:
+        return "the NAT testbed needs root (network namespaces and iptables), and this process is not root"
+    for tool in ("ip", "iptables", "tc"):
+        if shutil.which(tool) is None:
+            return f"the NAT testbed needs `{tool}`, which is not installed (apt-get install -y iptables iproute2)"
+    return ""
+
+
+@dataclass
+class NatTestbed:
+    """A built testbed; `close` is idempotent."""
+
+    prefix: str
+    uplink_rate: str = "10mbit"
+    namespaces: list[str] = field(default_factory=list)
+    """The names created so far, in creation order: exactly what `close` deletes."""
+
+    @classmethod
+    def create(cls, *, uplink_rate: str = "10mbit") -> "NatTestbed":
+        """Builds the layout above; raises TestbedError (why) when it cannot, leaving nothing behind."""
+        reason = unavailable_reason()
+        if reason:
+            raise TestbedError(reason)
+        bed = cls(prefix=f"ftr{secrets.token_hex(3)}", uplink_rate=uplink_rate)
+        atexit.register(bed.close)
+        try:
+            bed._build()
+        except BaseException:
+            bed.close()
+            raise
+        return bed
+
+    def ns(self, role: str) -> str:
+        return f"{self.prefix}-{role}"
+
+    def addr(self, role: str) -> str:
+        """The address peers reach `role` at (a home's own LAN address: nobody outside can reach it)."""
+        if role in PUBLIC_HOSTS:
+            return f"{PUBLIC_NET}.{PUBLIC_HOSTS[role]}"
+        if role in HOMES:
+            return f"12.0.{HOMES[role][1]}.2"
+        raise KeyError(f"no host {role!r} in the testbed")
+
+    def wrap(self, role: str, argv: list[str]) -> list[str]:
+        """`argv` to run inside `role`'s namespace."""
+        return ["ip", "netns", "exec", self.ns(role), *argv]
+
+    def run(self, role: str, argv: list[str], *, check: bool = True,
+            timeout: float = 20.0) -> subprocess.CompletedProcess:
+        return _sh(self.wrap(role, argv), check=check, timeout=timeout)
+
+    def tcp_reachable(self, src: str, dst: str, *, port: int = 7411, timeout: float = 2.0) -> bool:
+        """Whether a TCP connection from `src` reaches a listener on `dst`'s address."""
+        server = subprocess.Popen(self.wrap(dst, [sys.executable, "-c", _LISTEN, self.addr(dst), str(port)]),
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None and server.stdout.readline().strip() == "ready", "listener failed"
+            started = time.monotonic()
+            done = self.run(src, [sys.executable, "-c", _CONNECT, self.addr(dst), str(port), str(timeout)],
+                            check=False, timeout=timeout + 10.0)
+            return done.returncode == 0 and time.monotonic() - started < timeout + 10.0
+        finally:
+            server.kill()
+            server.wait()
+
+    def _add_ns(self, role: str) -> str:
+        name = self.ns(role)
+        _sh(["ip", "netns", "add", name])
+        self.namespaces.append(name)
+        self.run(role, ["ip", "link", "set", "lo", "up"])
+        return name
+
+    def _veth(self, a_role: str, a_dev: str, b_role: str, b_dev: str) -> None:
+        _sh(["ip", "link", "add", "name", a_dev, "netns", self.ns(a_role), "type", "veth",
+             "peer", "name", b_dev, "netns", self.ns(b_role)])
+        self.run(a_role, ["ip", "link", "set", a_dev, "up"])
+        self.run(b_role, ["ip", "link", "set", b_dev, "up"])
+
+    def _on_bridge(self, role: str, host: int, index: int) -> None:
+        self._veth("core", f"p{index}", role, "wan")
+        self.run("core", ["ip", "link", "set", f"p{index}", "master", "br0"])
+        self.run(role, ["ip", "addr", "add", f"{PUBLIC_NET}.{host}/24", "dev", "wan"])
+
+    def _build(self) -> None:
+        self._add_ns("core")
+        self.run("core", ["ip", "link", "add", "br0", "type", "bridge"])
+        self.run("core", ["ip", "link", "set", "br0", "up"])
+        index = 0
+        for role, host in PUBLIC_HOSTS.items():
+            self._add_ns(role)
+            self._on_bridge(role, host, index)
+            index += 1
+        for home, (router, x) in HOMES.items():
+            self._add_ns(router)
+            self._add_ns(home)
+            self._on_bridge(router, 10 + x, index)
+            index += 1
+            self._veth(router, "lan", home, "eth0")
+            self.run(router, ["ip", "addr", "add", f"12.0.{x}.1/24", "dev", "lan"])
+            self.run(home, ["ip", "addr", "add", f"12.0.{x}.2/24", "dev", "eth0"])
+            self.run(home, ["ip", "route", "add", "default", "via", f"12.0.{x}.1"])
+            self.run(router, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            masquerade = ["iptables", "-t", "nat", "-A", "POSTROUTING", "-s", f"12.0.{x}.0/24", "-o", "wan",
+                          "-j", "MASQUERADE"]
+            self.run(router, masquerade + (["--random-fully"] if x == 2 else []))
+            if x == 1 and self.uplink_rate:
+                self.run(router, ["tc", "qdisc", "add", "dev", "wan", "root", "tbf", "rate", self.uplink_rate,
+                                  "burst", "64kb", "latency", "100ms"])
+
+    def close(self) -> None:
+        """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""
+        while self.namespaces:
+            name = self.namespaces.pop()
+            pids = _sh(["ip", "netns", "pids", name], check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass  # gone already
+            _sh(["ip", "netns", "del", name], check=False)
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "NatTestbed":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_LISTEN = ("import socket, sys; s = socket.create_server((sys.argv[1], int(sys.argv[2]))); print('ready', flush=True);"
+           " c, _ = s.accept(); c.sendall(b'hi')")
+_CONNECT = ("import socket, sys; c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]));"
+            " assert c.recv(2) == b'hi'")
+
+
+def _sh(argv: list[str], *, check: bool = True, timeout: Optional[float] = 20.0) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise TestbedError(f"`{' '.join(argv)}` failed ({done.returncode}): {done.stderr.strip()}")
+    return done

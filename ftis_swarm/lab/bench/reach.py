@@ -1,0 +1,206 @@
+"""`ftis-node bench reach`: groups between home nodes behind real NAT, relayed against client mode.
+
+On the NAT testbed (nat_testbed.py: the bootstrap and a public node P on a public segment,
+home1 and home2 each behind its own MASQUERADE router), every node runs a `swarm_worker`
+and publishes `groups` synthetic groups per round for `rounds` rounds. Two arms in the
+same run: the baseline `client` (home nodes accept no connection and hold no relay slot:
+what `--client-mode` did before) and `relayed` (a slot on the bootstrap's relay).
+
+Figures per arm: for each (publisher, consumer) pair the share of the publisher's groups
+that reached the consumer within the round's deadline; publish-to-visible p50 per pair
+kind; the seconds from a home node's start to the first of its groups accepted by the
+other home node; and the bytes the bootstrap's interface carried per round (its DHT
+traffic plus the relayed bodies) against P's (the DHT traffic alone, no relay clients).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.lab.bench.nat_testbed import NatTestbed
+from ftis_swarm.lab.bench.swarm import JsonProcess
+from ftis_swarm.swarm.reach import CIRCUIT
+
+ROLES = ("pub", "home1", "home2")
+ARMS = ("client", "relayed")
+"""Home nodes' reachability in each arm; P is public in both. `client` is the baseline."""
+
+
+@dataclasses.dataclass
+class ReachArm:
+    """One arm's figures."""
+
+    mode: str
+    share: dict[str, float]
+    """{"publisher->consumer": share of the publisher's groups accepted within the round deadline}."""
+    p50_ms: dict[str, Optional[float]]
+    """{"public->home" | "home->public" | "home->home": publish-to-visible median, ms (None: nothing arrived)}."""
+    joined_s: dict[str, float]
+    """{node: seconds from its process start to its hello (a relayed node says hello once its relay slot is
+    reserved, or `relay_wait` passed)}."""
+    first_fetchable_s: dict[str, Optional[float]]
+    """{home: seconds from its start to its first group accepted by the other home (None: never); the
+    first publish waits for every node's hello}."""
+    relay_slot: dict[str, bool]
+    """{node: whether its hello's multiaddrs held a relay circuit (a reserved slot)}."""
+    faults: dict[str, dict[str, int]]
+    """{node: its counters' faults and rejections by reason at the end (why groups did not arrive)}."""
+    boot_bytes_per_round: float
+    """Bytes in and out of the bootstrap's interface per round (DHT and relayed traffic)."""
+    pub_bytes_per_round: float
+    """The same for P, a public node that relays for nobody: the baseline."""
+
+
+@dataclasses.dataclass
+class ReachBench:
+    rounds: int
+    groups: int
+    size: int
+    arms: list[ReachArm]
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _iface_bytes(bed: NatTestbed, role: str) -> int:
+    stats = json.loads(bed.run(role, ["ip", "-s", "-j", "link", "show", "wan"]).stdout)[0]["stats64"]
+    return int(stats["rx"]["bytes"]) + int(stats["tx"]["bytes"])
+
+
+def _start_bootstrap(bed: NatTestbed, logs: Path, *, name: str) -> tuple[subprocess.Popen, list[str]]:
+    maddrs_file, log_file = logs / f"{name}.maddrs", logs / f"{name}.log"
+    maddrs_file.unlink(missing_ok=True)
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen(bed.wrap("boot", [sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host",
+                                                  bed.addr("boot"), "--maddrs-file", str(maddrs_file)]),
+                                stdout=log, stderr=log, start_new_session=True)
+    stop_at = time.monotonic() + 90.0
+    while not maddrs_file.exists():
+        if proc.poll() is not None or time.monotonic() > stop_at:
+            raise RuntimeError(f"the bootstrap did not start: {log_file.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc, maddrs_file.read_text().split()
+
+
+def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, logs: Path) -> ReachArm:
+    with NatTestbed.create() as bed:
+        boot, peers = _start_bootstrap(bed, logs, name=f"{mode}-boot")
+        workers: dict[str, JsonProcess] = {}
+        started: dict[str, float] = {}
+        try:
+            for role in ROLES:
+                cfg = SwarmConfig(peers=peers, host=bed.addr(role), run_id="reach", window=5.0, poll_interval=0.25,
+                                  reachability="public" if role == "pub" else mode)
+                started[role] = time.time()
+                workers[role] = JsonProcess(bed.wrap(role, [sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker",
+                                                            cfg.model_dump_json()]), log=logs / f"{mode}-{role}.log")
+            joined = {}
+            for role, worker in workers.items():
+                worker.joined()
+                joined[role] = time.time() - started[role]
+            slots = {role: any(CIRCUIT in m for m in worker.maddrs) for role, worker in workers.items()}
+            before = {role: _iface_bytes(bed, role) for role in ("boot", "pub")}
+            answers: list[dict[str, dict]] = []
+            for number in range(rounds):
+                start_at = time.time() + 0.5
+                for worker in workers.values():
+                    worker.send({"op": "round", "round": number, "size": size, "count": groups,
+                                 "expect": groups * (len(ROLES) - 1), "start_at": start_at, "timeout": deadline,
+                                 "min_seconds": 0.0})
+                answers.append({role: worker.read() for role, worker in workers.items()})
+            after = {role: _iface_bytes(bed, role) for role in ("boot", "pub")}
+            faults = {}
+            for role, worker in workers.items():
+                counters = worker.request({"op": "counters"})
+                faults[role] = {**counters["faults"], **counters["rejected"]}
+        finally:
+            for worker in workers.values():
+                worker.kill()
+            boot.kill()
+            boot.wait()
+    return _figures(mode, answers, started, joined, faults, slots, rounds=rounds, per_round={r: (after[r] - before[r]) / rounds
+                                                                        for r in before})
+
+
+def _kind(role: str) -> str:
+    return "public" if role == "pub" else "home"
+
+
+def _figures(mode: str, answers: list[dict[str, dict]], started: dict[str, float], joined: dict[str, float],
+             faults: dict[str, dict[str, int]], slots: dict[str, bool], *,
+             rounds: int,
+             per_round: dict[str, float]) -> ReachArm:
+    sent: dict[str, list[tuple[str, float]]] = {r: [] for r in ROLES}  # publisher -> [(group id, publish start)]
+    for answer in answers:
+        for role, reply in answer.items():
+            sent[role] += [(gid, start) for gid, start, ok, *_ in reply["published"] if ok]
+    arrivals = {role: {} for role in ROLES}
+    for answer in answers:
+        for role, reply in answer.items():
+            arrivals[role].update(reply["arrivals"])
+    share, latencies = {}, {"public->home": [], "home->public": [], "home->home": []}
+    first: dict[str, Optional[float]] = {}
+    for pub in ROLES:
+        for con in ROLES:
+            if pub == con:
+                continue
+            got = [(arrivals[con][gid] - start) for gid, start in sent[pub] if gid in arrivals[con]]
+            share[f"{pub}->{con}"] = len(got) / max(1, len(sent[pub]))
+            latencies[f"{_kind(pub)}->{_kind(con)}"] += got
+            if pub != "pub" and con != "pub":
+                times = [arrivals[con][gid] for gid, _ in sent[pub] if gid in arrivals[con]]
+                first[pub] = min(times) - started[pub] if times else None
+    p50 = {k: (float(np.median(v)) * 1000 if v else None) for k, v in latencies.items()}
+    return ReachArm(mode=mode, share=share, p50_ms=p50, joined_s=joined, first_fetchable_s=first, faults=faults,
+                    relay_slot=slots,
+                    boot_bytes_per_round=per_round["boot"], pub_bytes_per_round=per_round["pub"])
+
+
+def run_reach_bench(*, rounds: int, groups: int, size: int, deadline: float,
+                    progress: Callable[[str], None]) -> ReachBench:
+    arms = []
+    with tempfile.TemporaryDirectory(prefix="ftis-reach-") as tmp:
+        for mode in ARMS:
+            progress(f"home nodes in {mode} mode: {rounds} rounds")
+            arms.append(_arm(mode, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=Path(tmp)))
+    return ReachBench(rounds=rounds, groups=groups, size=size, arms=arms)
+
+
+def format_reach(bench: ReachBench) -> str:
+    lines = [f"reach on real NAT: {bench.rounds} rounds, {bench.groups} groups of {bench.size // 1024} KiB per node "
+             f"per round (baseline: client)"]
+    pairs = list(bench.arms[0].share)
+    lines.append(f"{'pair':<14}" + "".join(f"{arm.mode:>10}" for arm in bench.arms))
+    for pair in pairs:
+        lines.append(f"{pair:<14}" + "".join(f"{arm.share[pair]:>10.0%}" for arm in bench.arms))
+    for kind in bench.arms[0].p50_ms:
+        cells = [arm.p50_ms[kind] for arm in bench.arms]
+        lines.append(f"{'p50 ' + kind:<14}" + "".join(f"{c:>8.0f}ms" if c is not None else f"{'-':>10}"
+                                                      for c in cells))
+    for role in ROLES:
+        lines.append(f"{role + ' joined':<14}" + "".join(f"{arm.joined_s[role]:>9.1f}s" for arm in bench.arms))
+        lines.append(f"{role + ' slot':<14}" + "".join(f"{'yes' if arm.relay_slot[role] else 'no':>10}"
+                                                       for arm in bench.arms))
+    for home in bench.arms[0].first_fetchable_s:
+        cells = [arm.first_fetchable_s.get(home) for arm in bench.arms]
+        lines.append(f"{home + ' first':<14}" + "".join(f"{c:>9.1f}s" if c is not None else f"{'never':>10}"
+                                                        for c in cells))
+    for arm in bench.arms:
+        lines.append(f"{arm.mode}: faults " + "; ".join(f"{role} {dict(sorted(f.items()))}"
+                                                         for role, f in arm.faults.items() if f))
+    base = bench.arms[0]
+    for arm in bench.arms:
+        lines.append(f"{arm.mode}: bootstrap {arm.boot_bytes_per_round / 1024:.0f} KiB/round "
+                     f"({arm.boot_bytes_per_round / max(1.0, base.boot_bytes_per_round):.2f}x the baseline's), "
+                     f"P {arm.pub_bytes_per_round / 1024:.0f} KiB/round")
+    return "\n".join(lines)

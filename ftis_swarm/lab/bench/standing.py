@@ -1,0 +1,210 @@
+"""`ftis-node bench attacks`, the standing part: a crowd of fresh identities against earned peers.
+
+One receiving node, in process, runs its rounds on the product's own parts (`PeerIntake`
+with the learner's standing and the ledger's score, the scorer, `learn_round`, the ledger).
+First a warm-up: two honest peers and a would-be turncoat send honest groups until each has
+standing (docs/node.md, "Standing"). Then every round offers, in this order:
+
+- 20 fresh identities, one honest group each (8 new tokens): the crowd;
+- short forgeries of arith answers (one-token and two-token answers, two right and two
+  wrong, so the group carries signal): `logp_gen` 3 below the forger's own log-probs, 0.5
+  below, and a group claiming `T_MIN` whose `logp_gen` are the log-probs at T = 1; each
+  kind from one identity and split over 10 identities, one group each;
+- a newcomer: one honest group (24 new tokens);
+- the two earned peers: two honest groups each; the turncoat: two groups forged at -0.5;
+- a copier: the first earned peer's groups, re-signed.
+
+Figures: the crowd's and all strangers' share of the peers' tokens in each update (the cap
+is `strangers_share`); per forgery kind, samples trained at a weight above 1 while the
+identity had no standing (the goal is 0) and after it had standing (the turncoat); the
+newcomer's first used group and its tokens to standing; copies refused.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ftis_swarm.config import T_MIN, LearnerConfig, SamplingConfig
+from ftis_swarm.core.logprobs import token_logprobs
+from ftis_swarm.lab.hostile.groups import prompts_for, rebuilt
+from ftis_swarm.learner.learner import Learner
+from ftis_swarm.node.health import UpdateHealth
+from ftis_swarm.node.learning import Learning, learn_round
+from ftis_swarm.node.scoring import Admission, TaskCache
+from ftis_swarm.node.serving import Serving
+from ftis_swarm.peers import faults
+from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.rollout import GroupHeader, TransformersBackend
+from ftis_swarm.tasks import get_task
+from ftis_swarm.wire import Group, tokenizer_fingerprint
+
+SAMPLING = SamplingConfig(temperature=0.7, max_new_tokens=24, group_size=4, seed=0)
+CROWD_SAMPLING = SamplingConfig(temperature=0.7, max_new_tokens=8, group_size=4, seed=1)
+CROWD, SPLIT = 20, 10
+FORGERIES = {"minus_3": -3.0, "minus_0.5": -0.5, "t_min": 0.0}
+"""Forgery kind -> shift of `logp_gen` (`t_min` claims T_MIN and the log-probs at T = 1 instead)."""
+EARNED = ("earned-1", "earned-2")
+
+
+@dataclass
+class StandingFigures:
+    warmup_rounds: int
+    """Rounds until both earned peers and the turncoat had standing."""
+    rounds: int
+    strangers_share: list[float]
+    """Per round: the peers' tokens in the update from identities without standing / the peers' token budget."""
+    crowd_share: list[float]
+    """Per round: the same for the 20 fresh identities alone."""
+    strangers_of_used: list[float]
+    """Per round: the strangers' tokens / all peers' tokens in the update."""
+    over_1_before: dict[str, int] = field(default_factory=dict)
+    """Forger -> its samples trained at a weight above 1 while it had no standing."""
+    over_1_after: dict[str, int] = field(default_factory=dict)
+    """Forger -> its samples trained at a weight above 1 once it had standing."""
+    forged_trained: dict[str, int] = field(default_factory=dict)
+    """Forger -> its samples trained at all (weight at most 1 without standing)."""
+    forgers_flagged: dict[str, int] = field(default_factory=dict)
+    """Forger kind -> its groups withheld as forged (the ledger's `forgery` charges)."""
+    newcomer_first_used: int | None = None
+    """The round (of the main rounds) in which the newcomer's first group went into an update."""
+    newcomer_standing_round: int | None = None
+    newcomer_standing_tokens: int | None = None
+    copies_sent: int = 0
+    copies_refused: int = 0
+    """Refused as `copied_group`."""
+    copier_refused: int = 0
+    """Refused because the copier was banned (its copies' cost)."""
+    copies_used: int = 0
+
+
+def forgers() -> list[tuple[str, str]]:
+    """(identity, kind): one identity per kind, and the kind split over `SPLIT` identities."""
+    out = [(f"forge-{k}", k) for k in FORGERIES]
+    return out + [(f"forge-{k}-{i}", k) for k in FORGERIES for i in range(SPLIT)]
+
+
+def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: int, max_warmup: int = 12,
+                       seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StandingFigures:
+    """The standing figures over `rounds` main rounds after a warm-up of at most `max_warmup` rounds."""
+    model, tok = receiver
+    fp = tokenizer_fingerprint(tok)
+    bound = min(len(tok), model.get_input_embeddings().num_embeddings)
+    learner = Learner(model, cfg=LearnerConfig(lr=2e-6), pad_id=tok.pad_token_id or 0, tokenizer_fp=fp)
+    own, honest = (TransformersBackend(model=x, tokenizer=tok, header=GroupHeader("bench", s, "bench"))
+                   for x, s in ((model, "self"), (honest_model, "honest")))
+    own_tokens = 2 * SAMPLING.group_size * SAMPLING.max_new_tokens
+    intake = PeerIntake(Budget(max_groups=64, max_groups_per_peer=16, max_tokens=4 * own_tokens,
+                               max_tokens_per_peer=2 * own_tokens, context=model.config.max_position_embeddings),
+                        seed=seed)
+    ledger = PeerLedger()
+    learning = Learning(me="self", learner=learner, tokenizer=tok, tasks=TaskCache(),
+                        admission=Admission(tokenizer_fp=fp, accept_tasks=frozenset({"arith"})),
+                        serving=Serving(learner, own, shares_model=True), peer_ledger=ledger,
+                        health=UpdateHealth(rounds + max_warmup + 1))
+    arith = get_task("arith")
+    det = learner.detector
+
+    def honest_groups(senders: list[str], r: int, salt: int, sampling: SamplingConfig = SAMPLING) -> list[Group]:
+        items = arith.sample(len(senders), seed=1000 * salt + r)
+        groups = honest.generate(prompts_for(items, tok), sampling.group_size, sampling)
+        return [rebuilt(g, sender=s) for g, s in zip(groups, senders) if within_vocab(g, bound)]
+
+    def take_and_learn(r: int, offered: list[Group]) -> tuple[list[Group], dict[str, float], Any]:
+        mine = own.generate(prompts_for(arith.sample(2, seed=100 + r), tok), SAMPLING.group_size, SAMPLING)
+        taken = intake.take(offered, {}, ledger.allows, standing=det.has_standing, rank=ledger.score)
+        ledger.charge_counts(taken.by_peer, me="self")
+        learned = learn_round(learning, r, mine, taken.kept)
+        return taken.kept, learned.metrics, taken
+
+    r, warmup = 0, 0
+    veterans = [*EARNED, "turncoat"]
+    while warmup < max_warmup and not all(det.has_standing(p) for p in veterans):
+        r, warmup = r + 1, warmup + 1
+        progress(f"warm-up round {warmup}")
+        take_and_learn(r, honest_groups([p for p in veterans for _ in range(2)], r, salt=1))
+    fig = StandingFigures(warmup_rounds=warmup, rounds=rounds, strangers_share=[], crowd_share=[],
+                          strangers_of_used=[])
+    crowd = [f"fresh-{i:02d}" for i in range(CROWD)]
+    forged_ids = forgers()
+    for main in range(1, rounds + 1):
+        r += 1
+        progress(f"round {main} of {rounds} (20 fresh identities, {len(forged_ids)} forgers)")
+        offered = honest_groups(crowd, r, salt=2, sampling=CROWD_SAMPLING)
+        items = arith.sample(len(forged_ids), seed=3000 + r)
+        offered += [_forged(honest_model, tok, it, sender=f, kind=k, fp=fp) for (f, k), it in zip(forged_ids, items)]
+        offered += honest_groups(["newcomer"], r, salt=4)
+        earned = honest_groups([p for p in EARNED for _ in range(2)], r, salt=5)
+        turncoat = [rebuilt(g, logp_gen=[lp - 0.5 for lp in g.logp_gen])
+                    for g in honest_groups(["turncoat", "turncoat"], r, salt=6)]
+        copies = [rebuilt(g, sender="copier", created_at=g.created_at + 1.0) for g in earned if g.sender == EARNED[0]]
+        offered += earned + turncoat + copies
+        had = {g.sender: det.has_standing(g.sender) for g in offered}  # what the intake reads
+        kept, metrics, taken = take_and_learn(r, offered)
+        budget, used = intake.budget.max_tokens, sum(g.num_completion_tokens for g in kept) or 1
+        strangers = sum(g.num_completion_tokens for g in kept if not had[g.sender])
+        fig.strangers_share.append(strangers / budget)
+        fig.strangers_of_used.append(strangers / used)
+        fig.crowd_share.append(sum(g.num_completion_tokens for g in kept if g.sender in crowd) / budget)
+        fig.copies_sent += len(copies)
+        fig.copies_used += sum(g.sender == "copier" for g in kept)
+        fig.copies_refused += taken.by_peer[("copier", faults.COPIED_GROUP)]
+        fig.copier_refused += taken.by_peer[("copier", "peer_refused")]
+        for f, k in [*forged_ids, ("turncoat", "turncoat")]:
+            src = learning.sources.get(f)
+            book = fig.over_1_after if had.get(f) else fig.over_1_before
+            fig.over_1_after.setdefault(k, 0)
+            fig.over_1_before.setdefault(k, 0)
+            book[k] += int(metrics.get(f"used_over_1@{src}", 0))
+            fig.forged_trained[k] = fig.forged_trained.get(k, 0) + int(metrics.get(f"used@{src}", 0))
+        if fig.newcomer_first_used is None and any(g.sender == "newcomer" for g in kept):
+            fig.newcomer_first_used = main
+        if fig.newcomer_standing_round is None and det.has_standing("newcomer"):
+            fig.newcomer_standing_round, fig.newcomer_standing_tokens = main, det.tokens("newcomer")
+    for p, rec in ledger.snapshot().items():
+        kind = "turncoat" if p == "turncoat" else next((k for f, k in forged_ids if f == p), None)
+        if kind is not None:
+            fig.forgers_flagged[kind] = fig.forgers_flagged.get(kind, 0) + rec["counts"].get("forgery", 0)
+    return fig
+
+
+def _forged(model: Any, tok: Any, item: Any, *, sender: str, kind: str, fp: str) -> Group:
+    """A group of short arith answers (two right, two wrong) with a forged `logp_gen` of `kind`."""
+    prompt = prompts_for([item], tok)[0].prompt_ids
+    wrong = "1" if item.answer != "1" else "2"
+    completions = [tok.encode(text, add_special_tokens=False) for text in (item.answer, item.answer, wrong, wrong + "0")]
+    claimed_t = T_MIN if kind == "t_min" else SAMPLING.temperature
+    logp_t = 1.0 if kind == "t_min" else SAMPLING.temperature
+    logp_gen = []
+    with torch.no_grad():
+        for ids in completions:
+            full = torch.tensor([list(prompt) + list(ids)])  # (1, L)
+            lp = token_logprobs(model, full, temperature=logp_t)[0, len(prompt) - 1:]  # (len(ids),)
+            logp_gen.append((lp + FORGERIES[kind]).numpy())
+    return Group.build(run_id="bench", sender=sender, model_id="bench", policy_version=0, created_at=time.time(),
+                       tokenizer_fp=fp, task_id=item.task_id, item_id=item.item_id, prompt_ids=prompt,
+                       temperature=claimed_t, completion_ids=completions, logp_gen=logp_gen)
+
+
+def format_standing(f: StandingFigures, *, share: float) -> str:
+    lines = [f"standing: 20 fresh identities, {len(forgers())} forgers, a newcomer, a copier against 2 earned "
+             f"peers and a turncoat (warm-up {f.warmup_rounds} rounds, then {f.rounds})",
+             f"strangers' share of the peers' token budget per update (cap {share:.2f}): "
+             + " ".join(f"{x:.2f}" for x in f.strangers_share)
+             + "; the 20 fresh identities': " + " ".join(f"{x:.2f}" for x in f.crowd_share),
+             "strangers' share of the peers' tokens used: " + " ".join(f"{x:.2f}" for x in f.strangers_of_used),
+             f"{'forger':<12}{'trained':>9}{'w > 1 before':>14}{'w > 1 after':>13}{'flagged':>9}"]
+    for kind in [*FORGERIES, "turncoat"]:
+        lines.append(f"{kind:<12}{f.forged_trained.get(kind, 0):>9}{f.over_1_before.get(kind, 0):>14}"
+                     f"{f.over_1_after.get(kind, 0):>13}{f.forgers_flagged.get(kind, 0):>9}")
+    first = "never" if f.newcomer_first_used is None else f"round {f.newcomer_first_used}"
+    standing = ("not within the run" if f.newcomer_standing_round is None else
+                f"round {f.newcomer_standing_round}, after {f.newcomer_standing_tokens} tokens")
+    lines.append(f"newcomer: first group used {first}; standing {standing}")
+    lines.append(f"copies: {f.copies_sent} sent, {f.copies_used} used, {f.copies_refused} refused as copied_group, "
+                 f"{f.copier_refused} after the copier's ban")
+    return "\n".join(lines)

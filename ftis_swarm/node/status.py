@@ -1,0 +1,190 @@
+"""`StatusBoard`: what a person looking at a running node wants to see, as one JSON document.
+
+The daemon hands it each round's record and the ledger's accounts (`observe`, one call a
+round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the document to
+`<run_dir>/status.json` (a temporary file renamed into place), which `ftis-node status
+<run dir>` reads and the status page (`status_page.py`) serves. Its fields:
+
+- `node`: run id, model, task, peer id, version, state (`starting`, `running`, `finished`),
+  rounds planned, the round in progress, `updated` (wall-clock seconds);
+- `reachability`: `mode`, the configured `swarm.reachability` (`auto` is resolved as the
+  node starts: its log says to what), and `dialable`, "unknown" (the status does not
+  measure whether peers can dial the node);
+- `rounds`: per round, own reward and accuracy, the share of filtered samples, ESS, the
+  peers' share of the update's samples, generate / gather / learn seconds;
+- `peers`: per peer heard from, its short id, score (credit minus cost, peers/ledger.py),
+  earned credit, cost, its share of the groups in the kept rounds' updates (the credit it
+  earned in them, one a group, against all groups, this node's own included), its faults by
+  reason, bans, whether it is refused now and why: the fault that tipped its last ban
+  (the ledger's `ban_reason`), else the costliest reason charged to it;
+- `disk`: bytes under the run directory and its checkpoints, and each complete checkpoint's
+  round and bytes (marker present; hashes are checked on resume, not here).
+
+The module imports no torch (the checkpoint helpers inside the functions that write), so
+`ftis-node status` answers at once. No secrets: nothing of the identity key, the config's file paths beyond the run directory,
+or the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Optional
+
+from ftis_swarm.config import NodeConfig
+from ftis_swarm.peers.faults import cost_of
+from ftis_swarm.peers.ledger import short_peer
+
+log = logging.getLogger(__name__)
+
+KEPT_ROUNDS = 20
+"""Rounds the board shows (and over which a peer's share of the used samples is counted)."""
+ROUND_FIELDS = {"reward": "reward", "accuracy": "accuracy", "filtered": "frac_filtered", "ess": "ess",
+                "time_generate": "time_generate", "time_gather": "time_gather", "time_learn": "time_learn",
+                "time_round": "time_round", "peer_groups": "peer_groups", "policy_version": "policy_version"}
+"""Board field -> round record key."""
+STATUS_FILE = "status.json"
+
+
+def _num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def round_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A round record's headline numbers; `peer_share`: the peers' samples among the update's."""
+    row: dict[str, Any] = {"round": int(record["round"])}
+    row.update({name: _num(record.get(key)) for name, key in ROUND_FIELDS.items()})
+    seqs, peer = _num(record.get("sequences")), _num(record.get("offpolicy_sequences"))
+    row["peer_share"] = peer / seqs if seqs and peer is not None else None
+    return row
+
+
+def _why(account: dict[str, Any]) -> Optional[str]:
+    if account.get("ban_reason"):
+        return str(account["ban_reason"])
+    counts = {r: n for r, n in account.get("counts", {}).items() if cost_of(r) > 0}
+    return max(counts, key=lambda r: cost_of(r) * counts[r]) if counts else None
+
+
+def peer_rows(accounts: dict[str, dict[str, Any]], rounds: list[dict[str, Any]], *, now: float) -> list[dict[str, Any]]:
+    """The ledger's accounts (`PeerLedger.snapshot`) with each peer's share of the updates' groups, best first.
+
+    `rounds`: rows with `own_groups` and `credited` (peer id -> credit earned that round).
+    """
+    credited: dict[str, float] = {}
+    for row in rounds:
+        for peer_id, n in row["credited"].items():
+            credited[peer_id] = credited.get(peer_id, 0.0) + n
+    total = sum(credited.values()) + sum(row["own_groups"] for row in rounds)
+    out = []
+    for peer_id, acc in accounts.items():
+        refused = not acc.get("allowed", True)
+        out.append({"peer": peer_id, "short": short_peer(peer_id), "score": acc.get("score", 0.0),
+                    "credit": acc.get("credit", 0.0), "cost": acc.get("cost", 0.0),
+                    "share": credited.get(peer_id, 0.0) / total if total else 0.0,
+                    "faults": {r: n for r, n in sorted(acc.get("counts", {}).items())}, "bans": acc.get("bans", 0),
+                    "banned_for": max(0.0, acc.get("banned_until", 0.0) - now), "refused": refused,
+                    "why": _why(acc) if refused or acc.get("bans") else None})
+    return sorted(out, key=lambda p: -p["score"])
+
+
+def checkpoint_rows(root: Path) -> list[dict[str, Any]]:
+    """Checkpoints with their marker, newest first: `{name, round, bytes}`."""
+    from ftis_swarm.learner.checkpoint import MARKER, tree_bytes
+
+    if not root.is_dir():
+        return []
+    found = sorted((d for d in root.glob("ckpt-*") if (d / MARKER).is_file()), reverse=True)
+    return [{"name": d.name, "round": int(d.name.split("-")[1]), "bytes": tree_bytes(d)} for d in found]
+
+
+class StatusBoard:
+    """Build with the node's fixed facts, then `observe` each round; `document()` is status.json."""
+
+    def __init__(self, *, run_dir: Path, run_id: str, model: str, task: str, peer_id: str, rounds: int,
+                 version: str, start_round: int = 1, accounts: Optional[dict[str, dict[str, Any]]] = None,
+                 reachability: str = "unknown") -> None:
+        self.run_dir = Path(run_dir)
+        self.node: dict[str, Any] = {"run_id": run_id, "model": model, "task": task, "peer_id": peer_id,
+                                     "version": version, "rounds": rounds, "round": start_round, "state": "starting",
+                                     "started": time.time(), "updated": time.time()}
+        self.rounds: deque[dict[str, Any]] = deque(maxlen=KEPT_ROUNDS)
+        self.accounts: dict[str, dict[str, Any]] = dict(accounts or {})
+        """The ledger's accounts as last seen (a resumed node's, from its checkpoint, to begin with)."""
+        self.url: Optional[str] = None
+        self.reachability = reachability
+        self.server: Optional[Any] = None
+        self.last: dict[str, Any] = {}
+        """The document last written (what the status page serves)."""
+
+    def observe(self, record: dict[str, Any], accounts: dict[str, dict[str, Any]]) -> None:
+        """A finished round: its record (metrics.jsonl's line) and the ledger's accounts after it."""
+        row = round_row(record)
+        row["own_groups"] = int(record.get("own_groups") or 0)
+        row["credited"] = {p: a.get("credit", 0.0) - self.accounts.get(p, {}).get("credit", 0.0)
+                           for p, a in accounts.items()}
+        self.rounds.append(row)
+        self.accounts = accounts
+        self.node.update(state="running", round=int(record["round"]) + 1)
+        self.write()
+
+    def close(self) -> None:
+        """The node is done: the document says so, and the page stops."""
+        self.node.update(state="finished")
+        self.write()
+        if self.server is not None:
+            self.server.close()
+
+    def document(self) -> dict[str, Any]:
+        from ftis_swarm.learner.checkpoint import tree_bytes  # torch: not for `ftis-node status`, which reads
+
+        now = time.time()
+        self.node["updated"] = now
+        rounds = list(self.rounds)
+        ckpts = checkpoint_rows(self.run_dir / "checkpoints")
+        return {
+            "node": dict(self.node, url=self.url),
+            "reachability": {"mode": self.reachability, "dialable": "unknown",
+                             "note": "configured mode; whether peers can dial this node is not measured here"},
+            "rounds": [{k: v for k, v in r.items() if k != "credited"} for r in rounds],
+            "peers": peer_rows(self.accounts, rounds, now=now),
+            "disk": {"run_dir_bytes": tree_bytes(self.run_dir),
+                     "checkpoints_bytes": tree_bytes(self.run_dir / "checkpoints"), "checkpoints": ckpts},
+        }
+
+    def write(self) -> dict[str, Any]:
+        """Writes status.json into the run directory (atomically); returns the document."""
+        doc = self.document()
+        tmp = self.run_dir / (STATUS_FILE + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, self.run_dir / STATUS_FILE)
+        self.last = doc
+        return doc
+
+
+def open_status(cfg: NodeConfig, *, peer_id: str, start_round: int,
+                accounts: dict[str, dict[str, Any]]) -> StatusBoard:
+    """The node's board, its first document written, and its page served when `cfg.status_port` is set.
+
+    `accounts`: the ledger's (`PeerLedger.snapshot`) as the node starts, so that the first round's
+    credit is told apart from what a resumed node earned before."""
+    from ftis_swarm import __version__
+
+    lora = cfg.learner.lora
+    board = StatusBoard(run_dir=cfg.run_dir, run_id=cfg.swarm.run_id, task=cfg.task, peer_id=peer_id,
+                        model=cfg.model + (f" + LoRA r{lora.rank}" if lora else ""), rounds=cfg.rounds,
+                        version=__version__, start_round=start_round, accounts=accounts,
+                        reachability=cfg.swarm.reachability)
+    if cfg.status_port is not None:
+        from ftis_swarm.node.status_page import StatusServer
+
+        board.server = StatusServer(lambda: board.last, port=cfg.status_port, host=cfg.status_host)
+        board.url = board.server.url
+        board.server.write_url(cfg.run_dir)
+        log.info("status page at %s", board.url)
+    board.write()
+    return board

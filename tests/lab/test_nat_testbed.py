@@ -1,0 +1,74 @@
+"""The NAT testbed itself: NAT that really blocks inbound, no link to the host, nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ftis_swarm.lab.bench.nat_testbed import NatTestbed
+
+from nat_support import nat_testbed
+
+pytestmark = pytest.mark.net
+
+
+def _host_namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _host_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip() for line in out.splitlines()}
+
+
+def test_homes_dial_out_but_nobody_dials_in_and_everything_is_deleted() -> None:
+    links_before = _host_links()
+    bed = nat_testbed()
+    names = list(bed.namespaces)
+    try:
+        assert len(names) == 7 and all(n.startswith(bed.prefix + "-") for n in names)
+        assert set(names) <= _host_namespaces()
+        assert _host_links() == links_before  # every veth lives inside the testbed's namespaces
+        assert bed.tcp_reachable("home1", "boot") and bed.tcp_reachable("home2", "pub")
+        assert bed.tcp_reachable("boot", "pub")
+        for src, dst in [("boot", "home1"), ("pub", "home2"), ("home1", "home2"), ("home2", "home1")]:
+            assert not bed.tcp_reachable(src, dst), f"{src} reached {dst} through NAT"
+        for role in ("boot", "pub", "r1", "r2"):
+            routes = bed.run(role, ["ip", "route"]).stdout
+            assert "default" not in routes, f"{role} has a route out of the testbed: {routes}"
+        masq = bed.run("r2", ["iptables", "-t", "nat", "-S", "POSTROUTING"]).stdout
+        assert "MASQUERADE" in masq and "--random-fully" in masq
+        assert "tbf" in bed.run("r1", ["tc", "qdisc", "show", "dev", "wan"]).stdout
+    finally:
+        bed.close()
+    assert not set(names) & _host_namespaces()
+    bed.close()  # idempotent
+
+
+def test_a_failure_inside_the_testbed_still_deletes_it() -> None:
+    names: list[str] = []
+    with pytest.raises(ZeroDivisionError):
+        with nat_testbed() as bed:
+            names = list(bed.namespaces)
+            1 / 0
+    assert names and not set(names) & _host_namespaces()
+
+
+def test_a_failed_build_leaves_no_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    nat_testbed().close()  # skips or fails here, with the reason, where namespaces cannot be built
+    created: list[str] = []
+    real_add = NatTestbed._add_ns
+
+    def add_then_fail(self: NatTestbed, role: str) -> str:
+        name = real_add(self, role)
+        created.append(name)
+        if role == "r1":
+            raise RuntimeError("router failed")
+        return name
+
+    monkeypatch.setattr(NatTestbed, "_add_ns", add_then_fail)
+    with pytest.raises(RuntimeError, match="router failed"):
+        NatTestbed.create()
+    assert len(created) == 4 and not set(created) & _host_namespaces()

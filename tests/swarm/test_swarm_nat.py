@@ -1,0 +1,86 @@
+"""Home nodes behind real NAT (tests/helpers/nat_support.py) exchange groups with each other.
+
+The topology is ftis_swarm/lab/bench/nat_testbed.py's: the bootstrap and a public node on
+a public segment, two home nodes each behind its own MASQUERADE router (one with
+--random-fully, one with a rate-limited uplink). Nobody can dial a home node; two home
+nodes reach each other only through a relay on the bootstrap, or over a connection one of
+them opened.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ftis_swarm.wire import content_id
+
+from nat_support import nat_testbed
+
+pytestmark = [pytest.mark.net, pytest.mark.slow]
+
+FETCH_DEADLINE = 30.0
+
+
+def _gather_until(node, expected: dict[str, bytes], *, seconds: float) -> dict[str, bytes]:
+    received: dict[str, bytes] = {}
+    stop_at = time.monotonic() + seconds
+    while not expected.keys() <= received.keys() and time.monotonic() < stop_at:
+        for body in node.gather(1.0)["bodies"]:
+            received[content_id(body)] = body
+    return received
+
+
+def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_through_the_relay(swarm) -> None:
+    with nat_testbed() as bed:
+        peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
+                                prefix=tuple(bed.wrap("boot", [])))
+        roles = {"pub": "auto", "home1": "auto", "home2": "auto"}  # each asks the bootstrap to dial it back
+        started = time.monotonic()
+        nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
+                                                  relay_wait=60.0),
+                                  prefix=tuple(bed.wrap(role, []))) for role, mode in roles.items()}
+        for node in nodes.values():
+            node.joined()
+        published = {}
+        for role, node in nodes.items():
+            results = node.publish([f"{role}-a", f"{role}-b"])
+            assert all(r["ok"] for r in results), results
+            published[role] = {r["group_id"]: r["body"] for r in results}
+        for role, node in nodes.items():
+            expected = {gid: body for other, bodies in published.items() if other != role
+                        for gid, body in bodies.items()}
+            received = _gather_until(node, expected, seconds=FETCH_DEADLINE)
+            assert received == expected, (role, node.counters(), node.tail())
+        print(f"all groups crossed {time.monotonic() - started:.1f} s after the nodes started")
+        for role, mode in {"pub": "public", "home1": "relayed", "home2": "relayed"}.items():
+            first_lines = nodes[role].tail(None)
+            assert "peers dialed back port" in first_lines and f"starting {mode}" in first_lines, first_lines
+            assert f"reachability {mode} (" in first_lines, first_lines
+
+
+def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_plainly_by_homes(swarm) -> None:
+    with nat_testbed() as bed:
+        peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
+                                prefix=tuple(bed.wrap("boot", [])))
+        roles = {"pub": "public", "home1": "relayed", "home2": "client"}
+        nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
+                                               relay_wait=60.0, max_fetch_attempts=2),
+                                  prefix=tuple(bed.wrap(role, []))) for role, mode in roles.items()}
+        for node in nodes.values():
+            node.joined()
+        results = nodes["home2"].publish(["home2-a", "home2-b"])
+        assert all(r["ok"] for r in results), results
+        expected = {r["group_id"]: r["body"] for r in results}
+        # the public node streams them back over the connection home2 opened to it
+        assert _gather_until(nodes["pub"], expected, seconds=FETCH_DEADLINE) == expected
+        # the other home node cannot: it says so in a WARNING and a counter, and gets nothing
+        stop_at = time.monotonic() + FETCH_DEADLINE
+        while nodes["home1"].counters()["publishers_unreachable"] == 0 and time.monotonic() < stop_at:
+            assert nodes["home1"].gather(1.0)["bodies"] == []
+        counters = nodes["home1"].counters()
+        assert counters["publishers_unreachable"] == 1, counters  # once, not once per group
+        assert counters["rejected"].get("fetch_failed", 0) == 2, counters
+        warnings = [line for line in nodes["home1"].tail(None).splitlines()
+                    if " WARN" in line and "cannot fetch the groups of" in line]
+        assert warnings and nodes["home2"].peer_id in warnings[0], nodes["home1"].tail()
