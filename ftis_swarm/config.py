@@ -323,7 +323,7 @@ class SwarmConfig(_Strict):
     member_shards: Literal[1, 2, 4, 8, 16] = 1
     """Membership keys per window (the same on every peer of a run); 4 or more past ~1,000 peers."""
     max_record_bytes: int = Field(4096, ge=256)
-    """Most bytes in one signed DHT record (a pointer, about 700 bytes); larger records are refused."""
+    """Most bytes in one signed DHT record (a round pointer of 16 groups, about 1.7 KB); larger records are refused."""
     max_stored_records: int = Field(16384, ge=64)
     """Most records this node stores for others, all keys together (each ~1 KB on the wire, ~2 KB in memory)."""
     max_stored_bytes: int = Field(32 << 20, ge=1 << 20)

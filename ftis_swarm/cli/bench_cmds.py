@@ -1,4 +1,4 @@
-"""`ftis-node bench wire|learner|rollout|swarm|reach|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
+"""`ftis-node bench wire|learner|rollout|swarm|scale|reach|e2e|hostile|attacks|resume|soak|pipeline`: the benchmark commands.
 
 Each validates its flags (one sentence, exit 2) before importing torch, then prints a table
 of figures measured against a baseline in the same run, and with `--json` writes them.
@@ -226,6 +226,47 @@ def bench_swarm(
     if json_path is not None:
         json_path.write_text(rows_as_json(rows, poll_interval=interval, groups_per_node=groups,
                                           round_seconds=round_seconds))
+
+
+@bench_app.command("scale")
+def bench_scale(
+    nodes: Optional[list[int]] = typer.Option(None, help="Swarm size to measure (repeatable); default 8, 16 and 32."),
+    layout: Optional[list[str]] = typer.Option(None, help="budget or all (repeatable); default both, all the baseline."),
+    rounds: int = typer.Option(4, help="Rounds reported per size (after one unreported warm-up round)."),
+    period: float = typer.Option(5.0, help="Seconds between two rounds of a node (and a gather's deadline)."),
+    groups: int = typer.Option(16, help="Groups a node publishes a round (the paper's 16)."),
+    size_kib: int = typer.Option(48, help="KiB of one synthetic group (the paper's about 48)."),
+    per_worker: int = typer.Option(4, help="Nodes sharing one worker process (each its own p2pd and key)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Per node and round: bodies, body bytes, messages and pointer bytes, fill time, CPU; with and without a budget."""
+    counts = nodes or [8, 16, 32]
+    if any(not 2 <= n <= 128 for n in counts):
+        fail("--nodes must be between 2 and 128")
+    layouts = tuple(layout or ["budget", "all"])
+    if any(x not in ("budget", "all") for x in layouts):
+        fail("--layout must be budget or all")
+    if not 1 <= rounds <= 100:
+        fail("--rounds must be between 1 and 100")
+    if not 0.5 <= period <= 600:
+        fail("--period must be in [0.5, 600] seconds")
+    if not 1 <= groups <= 32:
+        fail("--groups must be between 1 and 32 (what one round pointer names)")
+    if not 1 <= size_kib <= 1024:
+        fail("--size-kib must be between 1 and 1024")
+    if not 1 <= per_worker <= 64:
+        fail("--per-worker must be between 1 and 64")
+    _check_json_path(json_path)
+    from ftis_swarm.lab.bench.scale import format_table, paper_budget, rows_as_json, run_scale_bench
+
+    size = size_kib * 1024
+    rows = run_scale_bench(counts, layouts=layouts, rounds=rounds, period=period, groups=groups, size=size,
+                           clients_per_worker=per_worker, progress=_progress)
+    budget = paper_budget(groups=groups, size=size)
+    typer.echo(format_table(rows, period=period, groups=groups, size=size, budget=budget))
+    if json_path is not None:
+        json_path.write_text(rows_as_json(rows, extra={"period": period, "groups": groups, "size": size}))
+        typer.echo(f"written to {json_path}")
 
 
 @bench_app.command("reach")

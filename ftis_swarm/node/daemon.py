@@ -132,6 +132,7 @@ class Node:
         context = self.parts.backend.context_len
         self.intake = PeerIntake(Budget.of(cfg, context=context), seed=cfg.seed)
         p = self.parts
+        p.swarm.set_budget(self.intake.budget)  # the swarm fetches only what an update takes
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
                                  admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
                                  health=self.health)
@@ -237,12 +238,12 @@ class Node:
         t0 = time.perf_counter()
         own = self._own_groups(r, counts)
         t_gen = time.perf_counter()
-        for g in own:
-            if not within_vocab(g, p.token_bound):  # peers would refuse it
-                counts["publish_out_of_vocab"] += 1
-                counts["publish_failed"] += 1
-                continue
-            counts["published" if p.swarm.publish(g, round=r, round_groups=len(own)).ok else "publish_failed"] += 1
+        publishable = [g for g in own if within_vocab(g, p.token_bound)]  # peers would refuse the rest
+        counts["publish_out_of_vocab"] += len(own) - len(publishable)
+        counts["publish_failed"] += len(own) - len(publishable)
+        if publishable:
+            ok = p.swarm.publish_round(publishable, round=r).ok
+            counts["published" if ok else "publish_failed"] += len(publishable)
         return Published(r, own, counts, started=t0, generated=t_gen, published=time.perf_counter())
 
     def learn_published(self, published: Published) -> RoundResult:
@@ -285,7 +286,7 @@ class Node:
             **learned.health,
         }
         swarm_counts = p.swarm.counters()
-        for key in ("fetched_bytes", "served_bytes"):  # cumulative since the node started
+        for key in ("fetched_bytes", "served_bytes", "fetched_bodies", "chosen", "not_chosen"):  # since it started
             record[f"swarm_{key}"] = swarm_counts.get(key, 0)
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n

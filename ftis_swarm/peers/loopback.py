@@ -7,8 +7,8 @@ with this transport in place of the hivemind swarm (`peers/protocol.py`):
     node = Node(cfg, swarm=hub.member("A"))   # the factory of A's swarm; peer id "A"
     hub.inject("forger", body)                 # bytes any publisher may send, honest or not
 
-It carries bytes only: a publish encodes the group with the wire codec and posts the body
-to every other member's inbox (in publish order); a gather decodes each body and applies
+It carries bytes only: a publish encodes each group of the round with the wire codec and
+posts the bodies to every other member's inbox (in publish order); a gather decodes each body and applies
 the checks the hivemind swarm applies after a fetch (`swarm.records.screen_pointer` and
 `check_body`): the body's size, the codec's gate with this node's token bound, the sender
 is the publisher, the run and the tokenizer are this node's, the creation time within the
@@ -33,6 +33,7 @@ from typing import Optional
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers import faults
+from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, SwarmFactory, publish_refusal
 from ftis_swarm.wire import Group, WireError, content_id, decode_group, encode_group
@@ -103,24 +104,34 @@ class LoopbackSwarm:
         self._refused: Counter[str] = Counter()  # publisher -> bodies not read: the policy refused it
         self._undrained: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._closed = False
+        self._budget: Optional[Budget] = None
 
-    def publish(self, group: Group, *, round: int = 0, round_groups: int = 1) -> PublishResult:
-        """Posts the group's bytes to every other member; refused (a result with a reason) as the hivemind swarm refuses."""
+    def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
+        """Posts the round's bytes to every other member, in order; refused whole (a result with a reason)
+        as the hivemind swarm refuses a round with any bad group."""
         started = time.monotonic()
-        if round < 0 or round_groups < 1:
-            raise ValueError("round must be >= 0 and round_groups >= 1")
-        why = self._refusal(group)  # a sentence for the caller, not a fault reason
-        body = b"" if why else encode_group(group)
-        if not why and len(body) > self._cfg.wire.max_bytes:
-            why = f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}"
-        if why:
-            self._counts["publish_failed"] += 1
-            log.warning("publish refused: %s", why)
-            return PublishResult(ok=False, reason=why, seconds=time.monotonic() - started)
-        self._hub.inject(self.peer_id, body)
-        self._counts["published"] += 1
-        return PublishResult(ok=True, reason="", group_id=content_id(body), size=len(body),
-                             seconds=time.monotonic() - started)
+        if round < 0 or not groups:
+            raise ValueError("round must be >= 0 and a round must have at least one group")
+        bodies = []
+        for group in groups:
+            why = self._refusal(group)  # a sentence for the caller, not a fault reason
+            body = b"" if why else encode_group(group)
+            if not why and len(body) > self._cfg.wire.max_bytes:
+                why = f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}"
+            if why:
+                self._counts["publish_failed"] += len(groups)
+                log.warning("publish refused: %s", why)
+                return PublishResult(ok=False, reason=why, seconds=time.monotonic() - started)
+            bodies.append(body)
+        for body in bodies:
+            self._hub.inject(self.peer_id, body)
+        self._counts["published"] += len(bodies)
+        return PublishResult(ok=True, reason="", group_ids=tuple(content_id(b) for b in bodies),
+                             size=sum(map(len, bodies)), seconds=time.monotonic() - started)
+
+    def set_budget(self, budget: Optional[Budget]) -> None:
+        """Kept, not used: a hub member reads every body at no cost, and the node's intake applies the budget."""
+        self._budget = budget
 
     def gather(self, deadline: float, *, round: Optional[int] = None) -> list[Group]:
         """The groups posted to this member since the last call that pass the checks, in posting order; at once."""

@@ -19,25 +19,30 @@ from collections import Counter
 from typing import Optional, Protocol, runtime_checkable
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.wire import Group
 
 
 @dataclasses.dataclass(frozen=True)
 class PublishResult:
-    """The outcome of one publish. `ok` is True only when the group reached the peers it must
-    (for the hivemind swarm: the pointer and the membership record each reached `cfg.min_replicas` peers)."""
+    """The outcome of one round's publish. `ok` is True only when the round reached the peers it must
+    (for the hivemind swarm: the round pointer and the membership record each reached `cfg.min_replicas`
+    peers)."""
 
     ok: bool
     reason: str
-    """Empty when ok; otherwise one sentence saying why the group is not available to peers."""
-    group_id: str = ""
+    """Empty when ok; otherwise one sentence saying why the round is not available to peers."""
+    group_ids: tuple[str, ...] = ()
+    """The round's group ids, in the order given."""
     replicas: int = 0
-    """Other peers that hold the pointer after the publish."""
+    """Other peers that held the pointer when the call returned (more may take it after)."""
     asked: int = 0
     """Other peers asked to hold the pointer (the nearest `num_replicas` found)."""
     size: int = 0
-    """Bytes of the encoded body."""
+    """Bytes of the encoded bodies, all together."""
+    pointer_bytes: int = 0
+    """Bytes of the signed pointer (subkey and signed value): what one store or gossip message carries."""
     seconds: float = 0.0
     """Wall time of the publish call."""
     gossiped: bool = False
@@ -46,15 +51,21 @@ class PublishResult:
 
 @runtime_checkable
 class Swarm(Protocol):
-    """A node's membership in a swarm: the six members the node calls (and the addresses the CLI prints)."""
+    """A node's membership in a swarm: the seven members the node calls (and the addresses the CLI prints)."""
 
     peer_id: str
     """The `sender` every published group must carry, and the node's name in its peers' ledgers."""
     visible_maddrs: list[str]
     """Addresses other peers can join through (empty for a transport without addresses)."""
 
-    def publish(self, group: Group, *, round: int = 0, round_groups: int = 1) -> PublishResult:
-        """Makes `group` available to every peer; never raises for what the transport does (a result with a reason)."""
+    def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
+        """Makes this node's round `round`, `groups`, available to every peer; never raises for what the
+        transport does (a result with a reason)."""
+        ...
+
+    def set_budget(self, budget: Optional[Budget]) -> None:
+        """The node's update budget (`peers.intake.Budget`): a transport that downloads bodies may fetch only
+        what an update can take (earned peers first, then strangers by draw); None fetches everything."""
         ...
 
     def gather(self, deadline: float, *, round: Optional[int] = None) -> list[Group]:

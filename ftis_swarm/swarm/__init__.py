@@ -4,14 +4,16 @@ The only package that imports hivemind. docs/swarm.md describes the design as bu
 Imports below it: peers, wire, config and errors (never rollout, learner or node); hivemind, msgpack,
 pydantic and cryptography; never torch, transformers or vllm.
 
-- client.py      SwarmClient (start / publish / gather / drain_peer_faults / counters / shutdown): the hivemind
-                 transport of `peers.protocol.Swarm` (PublishResult is re-exported from there)
+- client.py      SwarmClient (start / publish_round / set_budget / gather / drain_peer_faults / counters /
+                 shutdown): the hivemind transport of `peers.protocol.Swarm` (PublishResult is re-exported
+                 from there), GatherFill
 - bootstrap.py   BootstrapPeer and run_bootstrap: the bare DHT peer behind `ftis-node bootstrap`
 - runtime.py     the in-process, guarded DHTNode and its pubsub daemon on a background asyncio thread
                  (LoopThread, open_peer)
 - dht/           records on the nearest peers: strict codec, validators, guarded storage, reads, stores
 - gossip/        pointers on the run's gossipsub topic: pubsub control, the gate, the channel
-- fetch/         from pointers to checked bodies: rounds, the gatherer, the fetch scheduler, the body protocol
+- fetch/         from pointers to checked bodies: rounds, the gatherer, the selection within a budget,
+                 the fetch scheduler, the body protocol
 - reach.py       reachability modes (public, relayed, client) as p2pd flags; the bounded relay service
 - dialback.py    `ftis.dialback.v1`: a public peer tells a starting `auto` node whether its port is reachable
 - records.py     GroupPointer and MemberRecord schemas, subkeys, pointer and body checks
@@ -26,8 +28,8 @@ swarm sees it.
 """
 
 from ftis_swarm.peers.protocol import PublishResult
-from ftis_swarm.swarm.client import SwarmClient
+from ftis_swarm.swarm.client import GatherFill, SwarmClient
 from ftis_swarm.swarm.errors import SwarmError
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 
-__all__ = ["ALLOW_ALL", "PeerPolicy", "PublishResult", "SwarmClient", "SwarmError"]
+__all__ = ["ALLOW_ALL", "GatherFill", "PeerPolicy", "PublishResult", "SwarmClient", "SwarmError"]

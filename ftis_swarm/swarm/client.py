@@ -6,7 +6,8 @@ topic (`channel`) and the background gatherer (`gatherer`). All calls are synchr
 safe from the node's main thread:
 
     client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V, policy=ledger)  # blocks until joined
-    result = client.publish(group, round=r, round_groups=n)  # gossiped at once; ok if peers hold it in the DHT
+    result = client.publish_round(groups, round=r)  # one signed pointer: gossiped, then stored
+    client.set_budget(budget)                # optional: fetch only what the next update takes (peers.intake.Budget)
     groups = client.gather(deadline=10.0, round=r)  # as soon as every live peer's round is in, or at the deadline
     client.drain_peer_faults()              # {peer id: Counter(reason)} since the last call, for the ledger
     client.counters(); client.shutdown()
@@ -14,6 +15,8 @@ safe from the node's main thread:
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
@@ -29,12 +32,13 @@ from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.gatherer import Gatherer
 from ftis_swarm.swarm.gossip.gate import GossipGate
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
+from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
 from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord, make_pointer,
-                                      make_subkey)
+from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord,
+                                      make_round_pointer, make_subkey, round_name)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
 
@@ -42,6 +46,20 @@ logger = logging.getLogger(__name__)
 
 RECHECK_EVERY = 0.25
 """Seconds between two looks at who is live while a gather of a round waits (liveness ends without an event)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherFill:
+    """How one gather filled the node's budget."""
+
+    seconds: float = 0.0
+    """Wall time of the gather call."""
+    tokens: int = 0
+    """Completion tokens of the groups it chose (refused ones not counted)."""
+    groups: int = 0
+    """Groups it chose (refused ones not counted)."""
+    max_tokens: int = 0
+    """The budget's `max_tokens` (0: no budget)."""
 
 
 class SwarmClient:
@@ -66,6 +84,9 @@ class SwarmClient:
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
         self._member_updated = 0.0
+        self._signed_bytes = 0
+        self._budget: Optional[Budget] = None
+        self._fill = GatherFill()
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
@@ -104,7 +125,7 @@ class SwarmClient:
         claims = [r.content.groups for r in found.get(key, {}).values()
                   if r.owner == self.peer_id and isinstance(r.content, MemberRecord) and r.content.window == window]
         if claims:
-            logger.info("this identity claimed %d groups in window %d before it restarted", max(claims), window)
+            logger.info("this identity claimed %d round pointers in window %d before it restarted", max(claims), window)
         return {window: max(claims)} if claims else {}
 
     @classmethod
@@ -133,39 +154,50 @@ class SwarmClient:
                     peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.peers))
         return client
 
-    def publish(self, group: Group, *, round: int = 0, round_groups: int = 1) -> PublishResult:
-        """Makes `group` available to every peer; `ok` is False, with a reason, when it is not.
+    def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
+        """Makes this node's round `round`, `groups`, available to every peer: one signed pointer.
 
-        `round` is this node's round number and `round_groups` how many groups it publishes
-        for that round (both signed into the pointer: a peer's gather knows when it has
-        them all). Gossips the signed pointer on the run's topic, then stores it under this
-        node's key of the current window together with this node's membership record of the
-        window (the count of its pointers). Never raises for what the swarm does: every
-        failure is a result with a reason (ValueError only for a bad `round` or `round_groups`).
+        Signs one `RoundPointer` naming every group (body hash, size, creation time,
+        completion tokens), gossips it on the run's topic, then stores it under this node's
+        key of the current window together with this node's membership record of the
+        window (the count of its round pointers). The call waits for: the signatures, the
+        hand-over to gossip, one lookup of the peers nearest both keys, and `min_replicas`
+        of them holding each record (`dht.publishing`: the stores to the other replicas
+        go on after it returns). `ok` is False, with a reason, when any group is refused or
+        fewer than `min_replicas` peers hold a record. Never raises for what the swarm
+        does (ValueError only for no groups or a bad `round`).
         """
-        if not 0 <= round < MAX_ROUND or not 1 <= round_groups <= MAX_GROUPS_PER_ROUND:
-            raise ValueError(f"round must be in 0..2^40-1 and round_groups in 1..{MAX_GROUPS_PER_ROUND}")
+        if not 0 <= round < MAX_ROUND or not groups:
+            raise ValueError("round must be in 0..2^40-1 and a round must have at least one group")
         started = time.monotonic()
-        reason = self._refusal(group)
-        if reason:
-            return self._failed(reason, started)
-        body = encode_group(group)
-        if len(body) > self._cfg.wire.max_bytes:
-            return self._failed(f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}",
-                                started)
-        group_id = content_id(body)
-        expiration = group.created_at + self._cfg.ttl
-        self._bodies.put(group_id, body, until=expiration + self._cfg.max_clock_skew)
-        records, window = self._records(group, body, group_id, expiration, round=round, round_groups=round_groups)
+        if len(groups) > MAX_GROUPS_PER_ROUND:
+            return self._failed(f"a round of {len(groups)} groups is more than the {MAX_GROUPS_PER_ROUND} "
+                                f"one pointer names", started)
+        encoded: list[tuple[Group, bytes]] = []
+        for group in groups:
+            reason = self._refusal(group)
+            body = b"" if reason else encode_group(group)
+            if not reason and len(body) > self._cfg.wire.max_bytes:
+                reason = f"the group is {len(body)} bytes, over wire.max_bytes={self._cfg.wire.max_bytes}"
+            if reason:
+                return self._failed(reason, started)
+            encoded.append((group, body))
+        group_ids = tuple(content_id(body) for _, body in encoded)
+        if len(set(group_ids)) != len(group_ids):
+            return self._failed("a round names the same group twice", started)
+        for (group, body), group_id in zip(encoded, group_ids):
+            self._bodies.put(group_id, body, until=group.created_at + self._cfg.ttl + self._cfg.max_clock_skew)
+        size = sum(len(body) for _, body in encoded)
+        records, window = self._records(encoded, round=round)
         gossiped: list[bool] = []
         try:
             pointer, member = self._loop.run(self._publish_records(records, gossiped),
                                              timeout=self._cfg.publish_timeout)
         except TimeoutError as exc:
-            return self._failed(str(exc), started, group_id=group_id, size=len(body))
+            return self._failed(str(exc), started, group_ids=group_ids, size=size)
         except Exception as exc:  # p2pd, hivemind or this node's own checks: a failed publish, not a crash
-            logger.exception("publishing group %s failed", group_id)
-            return self._failed(f"storing the pointer failed: {exc!r}", started, group_id=group_id, size=len(body))
+            logger.exception("publishing round %d failed", round)
+            return self._failed(f"storing the pointer failed: {exc!r}", started, group_ids=group_ids, size=size)
         if pointer.accepted >= self._cfg.min_replicas:
             self._window_groups[window] += 1
         ok = min(pointer.accepted, member.accepted) >= self._cfg.min_replicas
@@ -174,28 +206,30 @@ class SwarmClient:
             reason="" if ok else (f"the pointer reached {pointer.accepted} and the membership record "
                                   f"{member.accepted} of {pointer.asked} peers asked, fewer than "
                                   f"min_replicas={self._cfg.min_replicas}"),
-            group_id=group_id, replicas=pointer.accepted, asked=pointer.asked, size=len(body),
+            group_ids=group_ids, replicas=pointer.accepted, asked=pointer.asked, size=size,
             seconds=time.monotonic() - started, gossiped=bool(gossiped and gossiped[0]),
+            pointer_bytes=self._signed_bytes,
         )
         if ok:
-            self._counters.add("published")
+            self._counters.add("published", len(groups))
+            self._counters.add("published_rounds")
         else:
-            self._counters.add("publish_failed")
-            logger.warning("publish of %s failed: %s", group_id, result.reason)
+            self._counters.add("publish_failed", len(groups))
+            logger.warning("publish of round %d failed: %s", round, result.reason)
         return result
 
     async def _publish_records(self, records: list[Record], gossiped: list[bool]) -> list[StoreOutcome]:
         """Signs the pointer and gossips it, then signs the membership record and stores both in the DHT."""
         pointer, member = records
         signed = sign_records(self._node, [pointer])
+        self._signed_bytes = len(signed[0].signed.subkey) + len(signed[0].signed.value)
         if self._gossip is not None:
             gossiped.append(await self._gossip.publish(signed[0].signed))
         signed += sign_records(self._node, [member])
-        return await store_records(self._node, signed, self._counters)
+        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas)
 
-    def _records(self, group: Group, body: bytes, group_id: str, expiration: float, *, round: int,
-                 round_groups: int) -> tuple[list[Record], int]:
-        """The pointer of `group` and this node's membership record of the current window, unsigned."""
+    def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
+        """The round's pointer and this node's membership record of the current window, unsigned."""
         cfg, now = self._cfg, get_dht_time()
         window = window_of(now, cfg.window)
         for old in [w for w in self._window_groups if w < window - 1]:
@@ -205,13 +239,26 @@ class SwarmClient:
                               shards=cfg.member_shards, groups=self._window_groups[window] + 1,
                               updated_at=self._member_updated, puzzle=self._peer.puzzle)
         public_key = self._peer.identity.identity.public_key
+        pointer = make_round_pointer(encoded, publisher=self.peer_id, run_id=cfg.run_id,
+                                     tokenizer_fp=self._tokenizer_fp, window=window, round=round,
+                                     puzzle=self._peer.puzzle)
+        expiration = min(group.created_at for group, _ in encoded) + cfg.ttl
         return [
-            Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, group_id),
-                   make_pointer(group, body, group_id, window=window, puzzle=self._peer.puzzle, round=round,
-                                round_groups=round_groups).dict(), expiration),
+            Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
+                   pointer.dict(), expiration),
             Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
                    make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl),
         ], window
+
+    def set_budget(self, budget: Optional[Budget]) -> None:
+        """From now on fetch only what the node's next update takes (`fetch.selection`); None: every group.
+
+        `budget` is the node's own (`peers.intake.Budget.of`): a gather chooses from the
+        pointers it saw which groups to fetch (earned peers first, then strangers at random),
+        and a group it does not choose is neither fetched nor charged to its publisher.
+        """
+        self._budget = budget
+        self._loop.run(self._gatherer.use_budget(budget), timeout=10.0)
 
     def gather(self, deadline: float, *, round: Optional[int] = None) -> list[Group]:
         """Peers' groups accepted since the last call. Never this node's own, never a group twice.
@@ -219,20 +266,44 @@ class SwarmClient:
         With `round` (this node's round number) it returns as soon as no live peer is owed a
         round (`rounds`: every peer whose pointer was seen within two deadlines and whose
         groups were accepted before has its newest round in, accepted or rejected), or at the
-        deadline, whichever comes first; alone, at once. Without `round` it returns `deadline`
-        seconds from now. Either way it never waits for a number of peers.
+        deadline, whichever comes first; alone, at once. With a budget (`set_budget`) only
+        earned peers (policy score > 0) are owed, a round is in once its pointer is and its
+        chosen groups are, and the gather also waits for the strangers' groups it chose
+        (`fetch.selection`). Without `round` it returns `deadline` seconds from now. Either
+        way it never waits for a number of peers.
         """
         if deadline < 0:
             raise ValueError("deadline must be >= 0 seconds")
+        started = time.monotonic()
+        if self._budget is not None and not self._closed:
+            self._late_on_loop(self._gatherer.open_gather(2 * deadline), deadline, "opening the gather")
         if round is None:
             self._stop.wait(deadline)
         else:
             self._wait_for_round(deadline)
         if self._closed:
             return []
+        used = self._late_on_loop(self._gatherer.close_gather(), deadline, "closing the gather") or (0, 0)
         drained = self._gatherer.drain()
         self._arrivals = {group.group_id: accepted_at for group, accepted_at in drained}
+        self._fill = GatherFill(seconds=time.monotonic() - started, tokens=used[0], groups=used[1],
+                                max_tokens=self._budget.max_tokens if self._budget is not None else 0)
         return [group for group, _ in drained]
+
+    def _late_on_loop(self, coro, deadline: float, what: str):
+        """Runs `coro` on the swarm's loop and waits up to `deadline` + 10 s for it; None when the loop is
+        that late (a starved machine: counted `gather_loop_late`), the coroutine then runs when it can."""
+        future = self._loop.submit(coro)
+        try:
+            return future.result(deadline + 10.0)
+        except concurrent.futures.TimeoutError:
+            self._counters.add("gather_loop_late")
+            logger.warning("%s waited %.0f s for the swarm's event loop; going on without it", what, deadline + 10)
+            return None
+
+    def last_fill(self) -> "GatherFill":
+        """How the last gather filled the budget (zeros without a budget)."""
+        return self._fill
 
     def arrival_times(self) -> dict[str, float]:
         """{group id: unix time its body was accepted here} for the groups the last gather returned."""
@@ -242,7 +313,7 @@ class SwarmClient:
         changed, ends = self._gatherer.changed, time.monotonic() + deadline
         while not self._closed:
             changed.clear()
-            if not self._gatherer.owed(2 * deadline):
+            if not self._gatherer.waiting(2 * deadline):
                 self._counters.add("gathers_complete")
                 break
             left = ends - time.monotonic()

@@ -32,6 +32,13 @@ flooding; their refusals are faults `gossip_<reason>`, see `gossip`); `dht_reque
 bytes of their records and replies (hivemind's own nearest-peer lookups not included);
 `pointers_gossiped` and `pointers_read`: peers' pointers first seen on the topic, or first
 read from the DHT (the fallback).
+`published` counts groups, `published_rounds` the round pointers that carried them;
+`dht_stores_late` and `dht_stores_refused`: replicas that took, or did not take, a record
+after its publish returned (`dht.publishing`). `fetched_bodies` and `fetched_bytes`: the
+bodies this node downloaded and accepted. With a budget (`SwarmClient.set_budget`),
+`chosen` counts the groups selected for fetching and `not_chosen` those left out (never
+fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
+waited over its deadline + 10 s for the swarm's event loop to open or close its budget.
 `publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
 it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 Gathers of a round end `gathers_complete` (every live peer's round in) or
@@ -56,7 +63,8 @@ class SwarmCounters:
     _PLAIN = ("published", "publish_failed", "gathered", "deferred", "fetched_bytes", "served_bytes", "fetch_retries",
               "gossip_sent", "gossip_failed", "gossip_received", "gossip_bytes", "gossip_disconnects",
               "dht_requests", "dht_bytes", "pointers_gossiped", "pointers_read", "gathers_complete",
-              "gathers_at_deadline", "publishers_unreachable")
+              "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
+              "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

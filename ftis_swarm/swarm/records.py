@@ -1,13 +1,15 @@
 """What the DHT holds: small signed records, of two kinds, each bound to its owner and key.
 
-- `GroupPointer`, under the publisher's own pointer key (`keys.pointer_key`), subkey
-  `[owner:<ssh-rsa public key>]/<group id>`: the group id, the body's size and sha256, the
-  publisher's peer id (the peer id of the owner key), the signed creation time, run id,
-  tokenizer fingerprint and the window it was published in (these let a receiver drop a
-  group without downloading it), and the publisher's round with the number of groups it
-  has for that round (so a gather knows when a peer's round is in), and the publisher's
-  puzzle nonce (what its identity cost, `puzzle`). The same signed
-  record is stored in the DHT and gossiped on the run's topic (`gossip`).
+- `RoundPointer`, under the publisher's own pointer key (`keys.pointer_key`), subkey
+  `[owner:<ssh-rsa public key>]/r<round>`: one record for all the groups of one round of
+  the publisher: its peer id (the peer id of the owner key), run id, tokenizer
+  fingerprint, the window it was published in and its round number, then for each group
+  the body's sha256 and size, the signed creation time and its completion tokens (these
+  let a receiver choose or drop a group without downloading it). The same signed record
+  is stored in the DHT and gossiped on the run's topic (`gossip`). `RoundPointer.views`
+  gives one `GroupPointer` per group: the per-group view the fetch wing works with,
+  never itself stored or sent. It carries the publisher's puzzle nonce (what its identity
+  cost, `puzzle`).
 - `MemberRecord`, under a membership key (`keys.member_key`), subkey
   `[owner:<key>]/member`: "this peer published `groups` pointers in window w". One per
   peer and window, with its puzzle nonce; each publish re-signs it with a later expiry,
@@ -32,17 +34,21 @@ from ftis_swarm.swarm.puzzle import NONCE_PATTERN
 from ftis_swarm.wire import Group, WireError, decode_group
 from ftis_swarm.peers import faults
 
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 """Version of both record schemas (1 was the shared window key of the first layout; 2 had no round;
-3 had no puzzle). A record of an older version is refused as `old_version`."""
+3 had no puzzle; 4 had one pointer per group, under subkeys of another form). A record of an older
+version is refused as `old_version`."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
-MAX_GROUPS_PER_ROUND = 4096
 MAX_ROUND = 1 << 40
-"""Rounds a pointer may name are below this: 35,000 years of a round a second, and no 2^63 in a reader's arithmetic."""
+"""Rounds a pointer may name are below this (13 digits in the subkey): 35,000 years of a round a second,
+and no 2^63 in a reader's arithmetic."""
+MAX_GROUPS_PER_ROUND = 32
+"""Groups one round pointer names: 32 sign into a value of 2.9 KB, under `max_record_bytes` (4 KiB)."""
+MAX_TOKENS_PER_GROUP = 1 << 24
 
-_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/([0-9a-f]{32}|member)$")
+_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/(r[0-9]{1,13}|member)$")
 _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
 _RUN_ID = r"^[A-Za-z0-9._-]{1,64}$"
 
@@ -70,7 +76,8 @@ def _finite(value: float) -> float:
 
 
 class GroupPointer(_StrictRecord):
-    """The signed DHT value that announces one group; every field is checked without coercion."""
+    """One group of a signed `RoundPointer` (`RoundPointer.views`): what the fetch wing schedules,
+    fetches and checks a body against. Not itself a record: it is never stored or gossiped."""
 
     v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
     """Pointer schema version."""
@@ -94,10 +101,83 @@ class GroupPointer(_StrictRecord):
     """The publisher's round number in the run (0 when the publisher has no rounds); below `MAX_ROUND`."""
     round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
     """How many groups the publisher publishes for that round: a reader knows when it has them all."""
+    tokens: Optional[pydantic.conint(strict=True, ge=0, le=MAX_TOKENS_PER_GROUP)] = None
+    """Completion tokens the publisher signed for the body (None: not said); a body with others is refused."""
     puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
     """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
 
     _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
+
+
+# -- the round pointer: one signed record for all the groups of one round -------------------------
+
+class PointedGroup(_StrictRecord):
+    """One group of a `RoundPointer`: enough to choose it, fetch it and check its body."""
+
+    sha256: pydantic.conbytes(strict=True, min_length=32, max_length=32)
+    """sha256 of the body; its first 16 bytes, in hex, are the group id."""
+    size: pydantic.conint(strict=True, ge=1, le=MAX_BODY_BYTES)
+    """Bytes of the encoded body."""
+    created_at: pydantic.confloat(strict=True, ge=0)
+    """The group's creation time (unix seconds); equal to the body's."""
+    tokens: pydantic.conint(strict=True, ge=0, le=MAX_TOKENS_PER_GROUP)
+    """The body's completion tokens, all completions together: what the group costs a reader's budget."""
+
+    _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
+
+
+class RoundPointer(_StrictRecord):
+    """The signed DHT value that announces one round of a publisher's groups (one record, one store per replica)."""
+
+    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
+    """Pointer schema version."""
+    publisher: pydantic.constr(strict=True, regex=_PEER_ID)
+    """Base58 peer id that serves the bodies: the peer id of the subkey's owner key."""
+    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
+    """The bodies' run id."""
+    tokenizer_fp: pydantic.constr(strict=True, min_length=1, max_length=64)
+    """The bodies' tokenizer fingerprint."""
+    window: pydantic.conint(strict=True, ge=0)
+    """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
+    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
+    """The publisher's round number in the run; also in the subkey (`round_name`)."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
+    groups: pydantic.conlist(PointedGroup, min_items=1, max_items=MAX_GROUPS_PER_ROUND)
+    """The round's groups, each once."""
+
+    @pydantic.validator("groups")
+    def _distinct(cls, groups: list[PointedGroup]) -> list[PointedGroup]:
+        if len({g.sha256 for g in groups}) != len(groups):
+            raise ValueError("a round pointer names a group twice")
+        return groups
+
+    def views(self) -> list[GroupPointer]:
+        """One `GroupPointer` per group, carrying the round's fields."""
+        return [GroupPointer(v=self.v, group_id=g.sha256.hex()[:32], size=g.size, sha256=g.sha256.hex(),
+                             publisher=self.publisher, created_at=g.created_at, run_id=self.run_id,
+                             tokenizer_fp=self.tokenizer_fp, window=self.window, round=self.round,
+                             round_groups=len(self.groups), tokens=g.tokens, puzzle=self.puzzle) for g in self.groups]
+
+
+def round_name(round: int) -> str:
+    """The subkey name of a round pointer: `r<round>`."""
+    return "r" + str(round)  # a name, not a reason (the fault scan reads f-strings returned here as reasons)
+
+
+def make_round_pointer(groups: list[tuple[Group, bytes]], *, publisher: str, run_id: str, tokenizer_fp: str,
+                       window: int, round: int, puzzle: str) -> RoundPointer:
+    """The pointer this node stores for its round `round`: (group, encoded body) each; `puzzle` is this
+    identity's nonce."""
+    return RoundPointer(
+        v=RECORD_VERSION, publisher=publisher, run_id=run_id, tokenizer_fp=tokenizer_fp, window=window,
+        round=round, puzzle=puzzle,
+        groups=[PointedGroup(sha256=hashlib.sha256(body).digest(), size=len(body),
+                             created_at=float(group.created_at), tokens=group.num_completion_tokens)
+                for group, body in groups],
+    )
+
+# -- end of the round pointer ---------------------------------------------------------------------
 
 
 class MemberRecord(_StrictRecord):
@@ -112,7 +192,7 @@ class MemberRecord(_StrictRecord):
     shards: pydantic.conint(strict=True, ge=1, le=16)
     """The run's membership shard count; the key is `member_key(run_id, window, member_shard(publisher, shards))`."""
     groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_WINDOW)
-    """Pointers the publisher stored in the window so far: a reader reads its key again when this grows."""
+    """Round pointers the publisher stored in the window so far: a reader reads its key again when this grows."""
     updated_at: pydantic.confloat(strict=True, ge=0)
     """When it was signed; its expiry is `updated_at + ttl`, so each update replaces the last."""
     puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
@@ -122,38 +202,18 @@ class MemberRecord(_StrictRecord):
 
 
 def make_subkey(public_key: bytes, name: str) -> bytes:
-    """`[owner:<key>]/<name>` (a group id, or "member"): the owner marker protects the record."""
+    """`[owner:<key>]/<name>` (a round's `r<n>`, or "member"): the owner marker protects the record."""
     return b"[owner:" + public_key + b"]/" + name.encode()
 
 
 def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
-    """(owner public key, group id or "member"), or None when `subkey` is not of either form."""
+    """(owner public key, `r<round>` or "member"), or None when `subkey` is not of either form."""
     if not isinstance(subkey, bytes):
         return None
     match = _SUBKEY_RE.match(subkey)
     if match is None:
         return None
     return match.group(1), match.group(2).decode()
-
-
-def make_pointer(group: Group, body: bytes, group_id: str, *, window: int, puzzle: str, round: int = 0,
-                 round_groups: int = 1) -> GroupPointer:
-    """The pointer this node stores for one of its own encoded groups, published in `window`,
-    the `round_groups` groups of its round `round`; `puzzle` is this identity's nonce."""
-    return GroupPointer(
-        v=RECORD_VERSION,
-        group_id=group_id,
-        size=len(body),
-        sha256=hashlib.sha256(body).hexdigest(),
-        publisher=group.sender,
-        created_at=float(group.created_at),
-        run_id=group.run_id,
-        tokenizer_fp=group.tokenizer_fp,
-        window=window,
-        round=round,
-        round_groups=round_groups,
-        puzzle=puzzle,
-    )
 
 
 def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_fp: str,
@@ -193,4 +253,6 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
         return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
+    if pointer.tokens is not None and group.num_completion_tokens != pointer.tokens:
+        return None, faults.POINTER_MISMATCH, f"{group.num_completion_tokens} completion tokens, pointer says {pointer.tokens}"
     return group, "", ""

@@ -14,7 +14,7 @@ from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
-from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
+from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 from ftis_swarm.swarm.dht.validators import RecordChecker
 
 SER = DHTProtocol.serializer
@@ -34,13 +34,20 @@ class Peer:
         self.checker = RecordChecker(self.key, puzzles=PuzzleVerifier(PUZZLE), max_record_bytes=4096, ttl=TTL,
                                      max_clock_skew=SKEW)
 
-    def pointer(self, **changes: object) -> DHTRecord:
-        gid = secrets.token_hex(16)
-        value = {"v": RECORD_VERSION, "group_id": gid, "size": 100, "sha256": gid + "0" * 32,
-                 "publisher": self.peer_id, "created_at": time.time(), "run_id": RUN, "tokenizer_fp": "tok",
-                 "window": W, "round": 0, "round_groups": 1, "puzzle": self.puzzle}
+    def pointer(self, *, n_groups: int = 1, **changes: object) -> DHTRecord:
+        """A round pointer of `n_groups` groups (a random round unless `round` is given); a change
+        named like a group's field (`size`, `sha256`, `created_at`, `tokens`) applies to its first group."""
+        groups = [{"sha256": secrets.token_bytes(32), "size": 100, "created_at": time.time(), "tokens": 64}
+                  for _ in range(n_groups)]
+        for name in [n for n in changes if n in groups[0]]:
+            groups[0][name] = changes.pop(name)
+        number = secrets.randbelow(10 ** 9)
+        value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "tokenizer_fp": "tok", "window": W,
+                 "round": number, "groups": groups, "puzzle": self.puzzle}
         key = changes.pop("key", pointer_key(RUN, self.peer_id, W))
-        return self.sign(key, make_subkey(self.public_key, gid), {**value, **changes})
+        value.update(changes)
+        named = value["round"] if type(value["round"]) is int and value["round"] >= 0 else number
+        return self.sign(key, make_subkey(self.public_key, round_name(named)), value)
 
     def member(self, **changes: object) -> DHTRecord:
         value = {"v": RECORD_VERSION, "publisher": self.peer_id, "run_id": RUN, "window": W, "shards": 4,

@@ -1,5 +1,6 @@
 """`ftis-node bench wire` and `bench learner` through the real CLI, the memory probe that
-`bench learner --memory` relies on, and `bench hostile`'s refusal of bad flags."""
+`bench learner --memory` relies on, `bench hostile`'s, `bench swarm`'s and `bench scale`'s
+refusal of bad flags, and the bench tables' ratios."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
+from ftis_swarm.lab.bench.scale import ScaleRow, paper_budget
+from ftis_swarm.lab.bench.scale import format_table as format_scale
 from ftis_swarm.lab.bench.swarm import SwarmBenchRow, format_table
 from ftis_swarm.lab.bench.wire import paper_group
 from ftis_swarm.models.tiny import build_tiny_qwen2
@@ -120,6 +123,30 @@ def test_bench_swarm_refuses_bad_flags_in_one_sentence():
         proc = subprocess.run(CLI + ["swarm", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_bench_scale_refuses_bad_flags_in_one_sentence():
+    for flags in (["--nodes", "1"], ["--layout", "everything"], ["--groups", "33"], ["--period", "0"]):
+        proc = subprocess.run(CLI + ["scale", *flags], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_bench_scale_table_puts_each_row_against_fetch_everything_and_the_smallest_swarm():
+    def row(nodes: int, layout: str, kib: float) -> ScaleRow:
+        return ScaleRow(nodes=nodes, layout=layout, rounds=4, bodies=kib / 48, body_kib_in=kib, body_kib_out=kib,
+                        messages=40.0, pointer_kib=30.0, gossip_estimate_kib=nodes * 6 * 2.1, publish_p50_ms=20.0,
+                        visible_p50_ms=40.0, fill_p50_ms=900.0, fill_share=1.0, publishers_used=1.0, cpu_s=0.5,
+                        load=3.0)
+
+    rows = [row(8, "budget", 3072), row(8, "all", 5376), row(32, "budget", 3072), row(32, "all", 23808),
+            ScaleRow(64, "budget", 0, *[float("nan")] * 12, load=9.0, failed="RuntimeError: out of memory")]
+    lines = format_scale(rows, period=5.0, groups=16, size=48 * 1024, budget=paper_budget(groups=16, size=48 * 1024)
+                         ).splitlines()
+    assert [line.split()[4:6] for line in lines[2:6]] == [["0.57", "1.00"], ["1.00", "1.00"], ["0.13", "1.00"],
+                                                          ["1.00", "4.43"]]
+    assert "64 budget did not run: RuntimeError: out of memory (load 9.0)" in lines[6]
+    assert paper_budget(groups=16, size=48 * 1024).max_groups == 64  # the node's own Budget.of rule
 
 
 def test_bench_swarm_table_gives_each_gossip_row_its_ratio_to_the_poll_row():

@@ -37,7 +37,7 @@ def pair(policy=None):
 def test_both_transports_have_the_members_a_node_calls():
     _, a, _ = pair()
     assert isinstance(a, Swarm)
-    for member in ("publish", "gather", "drain_peer_faults", "counters", "shutdown"):  # peer_id: set on start
+    for member in ("publish_round", "set_budget", "gather", "drain_peer_faults", "counters", "shutdown"):  # peer_id: set on start
         assert callable(getattr(SwarmClient, member)) and callable(getattr(a, member))
     assert PublishResult.__module__ == "ftis_swarm.peers.protocol"  # the swarm re-exports the seam's type
 
@@ -45,8 +45,8 @@ def test_both_transports_have_the_members_a_node_calls():
 def test_a_group_crosses_as_its_wire_bytes_in_publish_order_and_once():
     hub, a, b = pair()
     sent = [group("B", item=i) for i in range(3)]
-    results = [b.publish(g, round=1, round_groups=3) for g in sent]
-    assert all(r.ok for r in results) and [r.group_id for r in results] == [g.group_id for g in sent]
+    result = b.publish_round(sent, round=1)
+    assert result.ok and list(result.group_ids) == [g.group_id for g in sent]
     got = a.gather(10.0, round=1)
     assert [g.group_id for g in got] == [g.group_id for g in sent]
     assert got[0] is not sent[0] and np.array_equal(got[0].completion_ids[0], sent[0].completion_ids[0])
@@ -60,9 +60,9 @@ def test_a_group_crosses_as_its_wire_bytes_in_publish_order_and_once():
 
 def test_publish_refuses_a_group_this_node_did_not_send():
     _, a, b = pair()
-    result = b.publish(group("A"))
+    result = b.publish_round([group("B", item=1), group("A")])  # one bad group refuses the whole round
     assert not result.ok and "is not this node's peer id" in result.reason
-    assert b.counters()["publish_failed"] == 1 and a.gather(0.0) == []
+    assert b.counters()["publish_failed"] == 2 and b.counters()["published"] == 0 and a.gather(0.0) == []
 
 
 @pytest.mark.parametrize("body_of, reason", [
@@ -88,7 +88,7 @@ def test_a_bad_body_is_refused_and_charged_to_its_publisher(body_of, reason):
 def test_a_refused_publisher_is_not_read():
     ledger = PeerLedger(LedgerConfig(deny_peers=["B"]))
     hub, a, b = pair(policy=ledger)
-    b.publish(group("B"))
+    b.publish_round([group("B")])
     assert a.gather(0.0) == [] and a.counters()["skipped_refused"] == 1 and a.counters()["fetched_bytes"] == 0
     assert a.counters()["refused_by_peer"] == {"B": 1} and a.drain_peer_faults() == {}  # not read, not charged again
 
@@ -99,7 +99,7 @@ def test_a_peer_id_joins_a_hub_once_and_a_shut_down_member_leaves():
         hub.member("A")(CFG, tokenizer_fp=FP, vocab_size=100, policy=PeerLedger())
     a.shutdown()
     a.shutdown()
-    assert not a.publish(group("A")).ok
-    b.publish(group("B"))
+    assert not a.publish_round([group("A")]).ok
+    b.publish_round([group("B")])
     assert a.gather(0.0) == []
     hub.member("A")(CFG, tokenizer_fp=FP, vocab_size=100, policy=PeerLedger())  # the id is free again

@@ -122,6 +122,10 @@ class Node(Proc):
     def counters(self) -> dict:
         return self.request({"op": "counters"})
 
+    def budget(self, **fields: int) -> None:
+        """Sets the client's budget (`peers.intake.Budget` fields; context is not asked)."""
+        assert self.request({"op": "budget", **fields}) == {"ok": True}
+
 
 class Hostile(Proc):
     """The hostile peer (ftis_swarm.lab.hostile.peer): its own peer id, its signing identities, its body servers."""

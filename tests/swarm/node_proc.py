@@ -5,10 +5,12 @@
 Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
 
     {"op": "publish", "items": [...], "tokens": n, "round": r}
-        -> [{"ok", "reason", "group_id", "replicas", "body", "started"}]  (the items are round r's groups)
+        -> [{"ok", "reason", "group_id", "replicas", "body", "started"}]  (round r's groups, one pointer:
+           one entry per group, the publish's outcome in each)
     {"op": "gather", "deadline": s, "round": r or null}
         -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
     {"op": "counters"}                                -> the client's counters
+    {"op": "budget", "max_tokens": n, ...}            -> {"ok": true}: fetch only what that Budget takes
     {"op": "quit"}                                    -> {"ok": true}, after shutdown
 
 Bodies are base64 of the canonical wire encoding, so the test compares them bit for bit.
@@ -24,6 +26,7 @@ import time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.hostile import floods as hostile_floods
+from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.wire import Group, encode_group
 
@@ -43,14 +46,12 @@ def b64(data: bytes) -> str:
 
 def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
     if cmd["op"] == "publish":
-        out = []
-        for item in cmd["items"]:
-            group = make_group(sender=client.peer_id, run_id=cfg.run_id, item=item, tokens=cmd["tokens"])
-            started = time.time()
-            result = client.publish(group, round=cmd.get("round", 0), round_groups=len(cmd["items"]))
-            out.append({"ok": result.ok, "reason": result.reason, "group_id": result.group_id,
-                        "replicas": result.replicas, "body": b64(encode_group(group)), "started": started})
-        return out
+        groups = [make_group(sender=client.peer_id, run_id=cfg.run_id, item=item, tokens=cmd["tokens"])
+                  for item in cmd["items"]]
+        started = time.time()
+        result = client.publish_round(groups, round=cmd.get("round", 0))
+        return [{"ok": result.ok, "reason": result.reason, "group_id": group.group_id, "replicas": result.replicas,
+                 "body": b64(encode_group(group)), "started": started} for group in groups]
     if cmd["op"] == "gather":
         started = time.monotonic()
         groups = client.gather(cmd["deadline"], round=cmd.get("round"))
@@ -58,6 +59,10 @@ def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
                 "arrivals": client.arrival_times()}
     if cmd["op"] == "counters":
         return client.counters()
+    if cmd["op"] == "budget":
+        fields = {k: v for k, v in cmd.items() if k != "op"}
+        client.set_budget(Budget(**fields, context=1 << 20))
+        return {"ok": True}
     raise ValueError(f"unknown op {cmd['op']!r}")
 
 

@@ -123,7 +123,7 @@ def test_honest_groups_survive_floods_and_stalls(swarm):
         assert 1 <= len(refusal_lines) <= 30, refusal_lines  # one line per 10 s at most, never one per record
         sent, faults = gossip["sent"][node.peer_id], counters["faults"]
         assert sent["unsigned_envelope"] == IDENTITIES // 5 * GOSSIP_EACH  # sent, and dropped by p2pd: see `expected`
-        assert sent["replayed"] >= 2 * ROUNDS and sent["oversize"] == IDENTITIES // 5 * GOSSIP_EACH
+        assert sent["replayed"] >= len(nodes) and sent["oversize"] == IDENTITIES // 5 * GOSSIP_EACH
         for reason, category in (("oversize", "oversize"), ("bad_signature", "unsigned_record"),
                                  ("not_sender", "replayed"), ("far_expiry", "far_future")):
             assert 0.9 * sent[category] <= faults.get(f"gossip_{reason}", 0) <= sent[category], (reason, sent)

@@ -11,7 +11,7 @@ import msgpack
 from ftis_swarm.config import LedgerConfig
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, decode_message, encode_message
 from ftis_swarm.swarm.keys import pointer_key
-from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
+from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer, RoundPointer
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
@@ -24,15 +24,18 @@ def _gate(bob: Peer, policy: Scores, *, rate: float = 100.0, burst: int = 1000) 
 def test_a_gossiped_pointer_is_checked_like_a_dht_record_and_each_refusal_named(alice, bob):
     policy = Scores()
     gate = _gate(bob, policy)
-    record = alice.pointer(round=5, round_groups=3)
+    record = alice.pointer(round=5, n_groups=3)
     message = encode_message(record)
     assert decode_message(message) == record
-    assert 1000 < len(message) < MAX_MESSAGE_BYTES  # the owner's RSA key in the subkey is a third of it
+    assert 900 < len(message) < 1300  # one round of 3 groups in one message; the owner's RSA key is 0.4 KB of it
+    assert len(encode_message(alice.pointer(n_groups=32))) < MAX_MESSAGE_BYTES
     now = time.time()
     admitted = gate.admit(alice.peer_id, message, now)
     assert admitted.reason == "" and admitted.record.owner == alice.peer_id
-    assert isinstance(admitted.record.content, GroupPointer)
-    assert (admitted.record.content.round, admitted.record.content.round_groups) == (5, 3)
+    assert isinstance(admitted.record.content, RoundPointer)
+    views = admitted.record.content.views()
+    assert [(v.round, v.round_groups, v.publisher) for v in views] == [(5, 3, alice.peer_id)] * 3
+    assert len({v.group_id for v in views}) == 3 and all(v.sha256.startswith(v.group_id) for v in views)
 
     mine = alice.pointer()
     unsigned = dataclasses.replace(mine, value=bob.checker.strip_value(mine))

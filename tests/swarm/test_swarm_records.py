@@ -23,7 +23,11 @@ from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT, BoundedSerializer, NotPoi
 from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.dht.storage import RECORD_OVERHEAD, GuardedStorage
 from ftis_swarm.swarm.keys import member_key, pointer_key
-from ftis_swarm.swarm.records import MAX_ROUND
+from ftis_swarm.swarm.dht.storage import GuardedStorage
+from ftis_swarm.config import WireConfig
+from ftis_swarm.lab.hostile.floods import make_group
+from ftis_swarm.swarm.records import MAX_GROUPS_PER_ROUND, MAX_ROUND, RoundPointer, check_body, make_round_pointer
+from ftis_swarm.wire import encode_group
 
 from record_peers import RUN, SER, TTL, W, Peer, Scores
 
@@ -49,10 +53,39 @@ def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, b
                                   SER.loads(checker.strip_value(mine)))  # bob signs alice's subkey
     assert checker.examine(unsigned_overwrite).reason == "bad_signature"
     assert checker.examine(alice.member(key=member_key(RUN, W + 1, 0))).reason == "unbound_key"
-    assert checker.examine(alice.pointer(round=2**63)).reason == "bad_schema"  # a round past MAX_ROUND
+    assert checker.examine(alice.pointer(round=MAX_ROUND)).reason == "bad_schema"  # a round past MAX_ROUND
+    assert checker.examine(alice.pointer(round=2**63)).reason == "not_pointer_form"  # its subkey is too long
     assert checker.examine(alice.pointer(round=MAX_ROUND - 1)).reason == ""
     assert {name: checker.examine(record).reason for name, record in refusals.items()} == {
         name: name for name in refusals}
+
+
+def test_a_round_pointer_is_one_record_for_a_round_and_its_views_bind_each_body(alice, bob):
+    checker = bob.checker
+    record = alice.pointer(round=12, n_groups=16)
+    verdict = checker.examine(record)
+    assert verdict.reason == "" and isinstance(verdict.content, RoundPointer)
+    assert len(record.subkey) + len(record.value) < 2600  # 16 groups signed into one record of ~2.3 KB
+    views = verdict.content.views()
+    assert [(v.round, v.round_groups) for v in views] == [(12, 16)] * 16 and len({v.group_id for v in views}) == 16
+    twice = SER.loads(checker.strip_value(record))
+    twice["groups"] = [twice["groups"][0], twice["groups"][0]]
+    refusals = {
+        "owner_mismatch": alice.sign(pointer_key(RUN, alice.peer_id, W), SER.loads(record.subkey),
+                                     {**SER.loads(checker.strip_value(record)), "round": 13}),  # subkey says r12
+        "bad_schema": alice.sign(pointer_key(RUN, alice.peer_id, W), SER.loads(record.subkey), twice),
+    }
+    assert {name: checker.examine(r).reason for name, r in refusals.items()} == {name: name for name in refusals}
+    assert checker.examine(alice.pointer(n_groups=MAX_GROUPS_PER_ROUND + 1)).reason == "bad_schema"
+
+    group = make_group(sender=alice.peer_id, run_id=RUN, item="x", tokens=24, tokenizer_fp="tok", vocab_size=1000)
+    body = encode_group(group)
+    [pointer] = make_round_pointer([(group, body)], publisher=alice.peer_id, run_id=RUN, tokenizer_fp="tok",
+                                   window=W, round=0, puzzle=alice.puzzle).views()
+    assert pointer.tokens == group.num_completion_tokens > 0 and pointer.group_id == group.group_id
+    assert check_body(body, pointer, vocab_size=1000, limits=WireConfig())[1] == ""
+    lied = pointer.copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
+    assert check_body(body, lied, vocab_size=1000, limits=WireConfig())[1] == "pointer_mismatch"
 
 
 def test_strict_decoding_refuses_extension_types_at_once(alice):
@@ -142,16 +175,16 @@ def test_storage_bounds_bytes_per_key_and_replaces_only_newer(alice):
 
 
 def test_storage_bounds_its_bytes_charging_each_record_its_memory(alice, bob):
-    pointer = alice.pointer()
+    pointer = alice.pointer(round=9999)  # rounds of four digits: subkeys of one length, records of one charge
     charge = len(SER.loads(pointer.subkey)) + len(pointer.value) + RECORD_OVERHEAD
     storage = _storage(Scores(), max_bytes=3 * charge + charge // 2)
-    assert [_admit(storage, alice.pointer(), alice.peer_id, "relay") for _ in range(4)] == [
+    assert [_admit(storage, alice.pointer(round=1000 + i), alice.peer_id, "relay") for i in range(4)] == [
         "", "", "", "storage_full"]  # 3.5 records' worth of bytes, 1000 records' worth of slots
     assert storage.held == 3 and storage.held_bytes == 3 * charge
-    big = alice.pointer(tokenizer_fp="t" * 64)  # a larger record is charged more
+    big = alice.pointer(round=2000, tokenizer_fp="t" * 64)  # a larger record is charged more
     assert _admit(storage, big, alice.peer_id, alice.peer_id) == ""  # stored by its owner: evicts a relayed one
     assert storage.held == 3 and storage.held_bytes == 2 * charge + charge + len(big.value) - len(pointer.value)
-    assert _admit(storage, bob.pointer(), bob.peer_id, "relay") == "storage_full"  # strangers evict nobody
+    assert _admit(storage, bob.pointer(round=1000), bob.peer_id, "relay") == "storage_full"  # strangers evict nobody
     storage._purge(float("inf"))  # everything expired: the bytes go with the records
     assert storage.held == 0 and storage.held_bytes == 0
 

@@ -10,10 +10,10 @@ command read from stdin with one line.
 
     {"op": "round", "round": r, "size": bytes, "count": k, "expect": n, "start_at": unix time,
      "timeout": s, "min_seconds": s}
-        publishes k synthetic groups of about `size` bytes (round r, k groups) from `start_at`,
+        publishes k synthetic groups of about `size` bytes (round r, one pointer) from `start_at`,
         while a watcher thread gathers until n peers' groups arrived or `timeout` passed, and
         the round lasted `min_seconds` at least; answers {"published": [[group id, publish
-        start, ok, seconds, reason], ...], "arrivals": {group id: unix time its body was
+        start, ok, seconds, reason], ...] (the round's one publish, once per group), "arrivals": {group id: unix time its body was
         accepted}, "traffic": {counter: increase over the round}}
     {"op": "exchange", "size": bytes, "count": k, "deadline": s}
         one node round: publishes k groups, then gathers once with `deadline`; answers
@@ -79,12 +79,11 @@ def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> di
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     time.sleep(max(0.0, cmd["start_at"] - time.time()))
-    published = []
-    for i in range(cmd["count"]):
-        group = synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
-        started = time.time()
-        result = client.publish(group, round=cmd["round"], round_groups=cmd["count"])
-        published.append([result.group_id, started, result.ok, result.seconds, result.reason])
+    groups = [synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
+              for i in range(cmd["count"])]
+    started = time.time()
+    result = client.publish_round(groups, round=cmd["round"])
+    published = [[group.group_id, started, result.ok, result.seconds, result.reason] for group in groups]
     watcher.join()
     time.sleep(max(0.0, cmd["start_at"] + cmd["min_seconds"] - time.time()))
     after = client.counters()
@@ -94,11 +93,10 @@ def _round(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int) -> di
 
 def _exchange(client: SwarmClient, cmd: dict, *, run_id: str, seed_base: int, ledger: PeerLedger | None) -> dict:
     started = time.monotonic()
-    published = []
-    for i in range(cmd["count"]):
-        group = synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
-        result = client.publish(group)
-        published.append([group.group_id, result.ok, result.reason])
+    groups = [synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"], seed=seed_base + i)
+              for i in range(cmd["count"])]
+    result = client.publish_round(groups)
+    published = [[group.group_id, result.ok, result.reason] for group in groups]
     gather_started = time.monotonic()
     gathered = client.gather(cmd["deadline"])
     ended = time.monotonic()

@@ -272,8 +272,7 @@ def horizontal_round(nodes: list[Node], task: Task, cfg: ExperimentConfig, r: in
                                  Counter(), r=r)
         t_gen.append(time.perf_counter() - t0)
         own.append(groups)
-        for g in groups:
-            p.swarm.publish(g, round=r, round_groups=len(groups))
+        p.swarm.publish_round(groups, round=r)
     out = []
     for i, node in enumerate(nodes):
         p, learning = node.parts, node.learning

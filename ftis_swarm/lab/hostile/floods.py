@@ -43,7 +43,7 @@ from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT
 from ftis_swarm.lab.hostile.gossip import GossipFlood
 from ftis_swarm.swarm.identity import load_identity
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key, window_of
-from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
+from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 from ftis_swarm.wire import Group
 
 if TYPE_CHECKING:
@@ -56,6 +56,25 @@ BODY_KINDS = ("stall", "silence", "dribble", "endless")
 BODY_SIZE = 4096
 _CHUNK = 256
 _FILL_PER_KEY = 900
+
+
+def round_value(*, publisher: str, run_id: str, tokenizer_fp: str, window: int, round: int,
+                groups: list[dict], puzzle: str) -> dict:
+    """A round pointer's value as an honest publisher signs it (`records.RoundPointer`), unchecked;
+    `puzzle` is the signer's nonce."""
+    return {"v": RECORD_VERSION, "publisher": publisher, "run_id": run_id, "tokenizer_fp": tokenizer_fp,
+            "window": window, "round": round, "groups": groups, "puzzle": puzzle}
+
+
+def pointed_group(body: bytes, *, created_at: float, tokens: int) -> dict:
+    """One group of a round pointer's value, for `body`."""
+    return {"sha256": hashlib.sha256(body).digest(), "size": len(body), "created_at": float(created_at),
+            "tokens": tokens}
+
+
+def names_group(value: dict, group_id: str) -> bool:
+    """Whether a round pointer's (unsigned) value names the group `group_id`."""
+    return any(g.get("sha256", b"").hex().startswith(group_id) for g in value.get("groups", ()))
 
 
 def make_group(*, sender: str, run_id: str, item: str, tokens: int, tokenizer_fp: str, vocab_size: int,
@@ -165,9 +184,10 @@ class Floods:
         for start in range(0, n, _CHUNK):
             items = []
             for _ in range(min(_CHUNK, n - start)):
-                kid, gid = DHTID.generate(), secrets.token_hex(16)
-                subkey = make_subkey(me.public_key, gid)
-                value = SER.dumps(self.pointer_value(me, gid, window_of(now, s["window"]), BODY_SIZE))
+                kid = DHTID.generate()
+                name, pointer = self.pointer_value(me, window_of(now, s["window"]), BODY_SIZE)
+                subkey = make_subkey(me.public_key, name)
+                value = SER.dumps(pointer)
                 items.append((kid, subkey, me.sign(kid, subkey, value, now + s["ttl"]), now + s["ttl"]))
             for peer in await self.h.honest_peers(items[0][0]):
                 answer = await self.h.node.protocol.call_store(
@@ -209,21 +229,21 @@ class Floods:
                         _add(accepted, await self._store(kid, items))
         return {"sent": sent, "accepted": accepted}
 
-    def pointer_value(self, signer: "Signer", gid: str, w: int, size: int) -> dict:
-        """A pointer of `signer` in window `w` (round 0, one group) whose body it never serves."""
-        s = self.h.s
-        return {"v": RECORD_VERSION, "group_id": gid, "size": size, "sha256": gid + "0" * 32,
-                "publisher": signer.peer_id, "created_at": time.time(), "run_id": s["run_id"],
-                "tokenizer_fp": s["tokenizer_fp"], "window": w, "round": 0, "round_groups": 1,
-                "puzzle": signer.puzzle}
+    def pointer_value(self, signer: "Signer", w: int, size: int) -> tuple[str, dict]:
+        """(subkey name, value) of a round pointer of `signer` in window `w` (a random round, one
+        group) whose body it never serves."""
+        s, number = self.h.s, secrets.randbelow(10 ** 9)
+        return round_name(number), round_value(
+            publisher=signer.peer_id, run_id=s["run_id"], tokenizer_fp=s["tokenizer_fp"], window=w, round=number,
+            puzzle=signer.puzzle, groups=[{"sha256": secrets.token_bytes(32), "size": size, "created_at": time.time(), "tokens": 64}])
 
     async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]
         items = []
         for _ in range(n):
-            gid = secrets.token_hex(16)
-            subkey = make_subkey(signer.public_key, gid)
-            items.append((subkey, signer.sign(kid, subkey, SER.dumps(self.pointer_value(signer, gid, w, size)), exp), exp))
+            name, value = self.pointer_value(signer, w, size)
+            subkey = make_subkey(signer.public_key, name)
+            items.append((subkey, signer.sign(kid, subkey, SER.dumps(value), exp), exp))
         return await self._store(kid, items)
 
     async def _store(self, kid: DHTID, items: list) -> dict[str, int]:

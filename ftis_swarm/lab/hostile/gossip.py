@@ -7,7 +7,7 @@ message to its node as that identity's), or with none. The identities take turns
 category (identity i: category i mod 5); messages go out in batches of `BATCH`, `PAUSE`
 apart, below what a subscriber can read:
 
-- `oversize`: n messages of 4 KiB each                     -> gossip_oversize
+- `oversize`: n messages just over the gate's 8 KiB         -> gossip_oversize
 - `unsigned_record`: n pointers whose record has no signature -> gossip_bad_signature
 - `replayed`: every pointer of the targets it can read from the DHT, sent as its own
   (-> gossip_not_sender), and n pointers of its own (another tokenizer) sent twice each
@@ -32,7 +32,6 @@ import hashlib
 import itertools
 import logging
 import os
-import secrets
 import time
 from typing import TYPE_CHECKING
 
@@ -45,7 +44,7 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import PeerID
 from hivemind.proto import crypto_pb2, p2pd_pb2
 
-from ftis_swarm.swarm.gossip.gate import encode_message
+from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, encode_message
 from ftis_swarm.swarm.keys import gossip_topic, key_id, pointer_key, window_of
 from ftis_swarm.swarm.records import make_subkey
 
@@ -91,7 +90,7 @@ class GossipFlood:
         by_category = {c: [x for i, x in enumerate(self.signers) if i % 5 == k] for k, c in enumerate(CATEGORIES)}
         batches: dict[str, list[bytes]] = {c: [] for c in [*CATEGORIES, "replayed_own", "high_rate"]}
         for signer in by_category["oversize"]:
-            batches["oversize"] += [self._message(signer, os.urandom(4096)) for _ in range(n)]
+            batches["oversize"] += [self._message(signer, os.urandom(MAX_MESSAGE_BYTES + 1)) for _ in range(n)]
         for signer in by_category["unsigned_record"]:
             batches["unsigned_record"] += [self._message(signer, encode_message(self._record(
                 signer, tokenizer_fp=s["tokenizer_fp"], expiration=now + s["ttl"], signed=False))) for _ in range(n)]
@@ -125,10 +124,11 @@ class GossipFlood:
 
     def _record(self, signer: "Signer", *, tokenizer_fp: str, expiration: float, signed: bool = True) -> DHTRecord:
         """A fresh pointer of `signer` under its own key of the current window, signed by it (or not)."""
-        s, gid = self.h.s, secrets.token_hex(16)
+        s = self.h.s
         w = window_of(time.time(), s["window"])
-        kid, subkey = key_id(pointer_key(s["run_id"], signer.peer_id, w)), make_subkey(signer.public_key, gid)
-        value = SER.dumps({**self.h.floods.pointer_value(signer, gid, w, 4096), "tokenizer_fp": tokenizer_fp})
+        name, pointer = self.h.floods.pointer_value(signer, w, 4096)
+        kid, subkey = key_id(pointer_key(s["run_id"], signer.peer_id, w)), make_subkey(signer.public_key, name)
+        value = SER.dumps({**pointer, "tokenizer_fp": tokenizer_fp})
         if signed:
             value = signer.sign(kid, subkey, value, expiration)
         return DHTRecord(kid.to_bytes(), SER.dumps(subkey), value, expiration)

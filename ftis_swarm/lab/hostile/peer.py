@@ -21,9 +21,9 @@ JSON line per command:
     {"op": "publish_bad", "victim_body": b64 body, "cap": n}
         valid pointers (its own key) to bad bodies it serves, plus cap + 2 good groups
         -> {"good": [group ids], "stored": {case: [store_ok per peer]}}
-    {"op": "publish_groups", "bodies": [b64 body]}  valid signed pointers (its own key) to bodies the
-        caller built (groups whose sender is this peer: poisoned content, not a broken envelope), served
-        -> {"group_ids": [...], "stored": [[store_ok per peer] per body]}
+    {"op": "publish_groups", "bodies": [b64 body]}  one valid signed round pointer (its own key) to bodies
+        the caller built (groups whose sender is this peer: poisoned content, not a broken envelope), served
+        -> {"group_ids": [...], "stored": [[store_ok per peer]]}
     {"op": "flood", "attack": name, "n": count}   start a flood in the background -> {"started": name}
         pointers: n pointers spread over the signing identities (each in the current window)
         random_keys: n pointer-form records under random keys
@@ -45,11 +45,11 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import msgpack
 
@@ -65,12 +65,12 @@ from hivemind.utils.crypto import RSAPrivateKey
 from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
 from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
-from ftis_swarm.lab.hostile.floods import Floods, make_group
+from ftis_swarm.lab.hostile.floods import Floods, make_group, names_group, pointed_group, round_value
 from ftis_swarm.swarm.identity import create_identity, peer_id_from_public_key
 from ftis_swarm.swarm.keys import key_id, pointer_key, window_of
-from ftis_swarm.swarm.records import make_pointer, make_subkey
+from ftis_swarm.swarm.records import make_subkey, round_name
 from ftis_swarm.swarm.dht.validators import RecordChecker
-from ftis_swarm.wire import Group, content_id, decode_group, encode_group
+from ftis_swarm.wire import Group, WireError, content_id, decode_group, encode_group
 
 SER = DHTProtocol.serializer
 
@@ -153,20 +153,21 @@ class Hostile:
                 if value is None or not isinstance(value.value, DictionaryDHTValue):
                     continue
                 for subkey, (raw, exp) in value.value.items():
-                    if subkey.endswith(group_id.encode()):
+                    if names_group(_unsigned(raw), group_id):
                         return key, kid, subkey, raw, exp, peers
         raise RuntimeError(f"no peer holds a pointer to {group_id}")
 
     async def attack_records(self, victim: str, group_id: str) -> dict:
         key, kid, honest_subkey, honest_raw, exp, peers = await self.find_honest_record(victim, group_id)
-        pointer = SER.loads(RSASignatureValidator._SIGNATURE_RE.sub(b"", honest_raw))
-        forged = SER.dumps({**pointer, "sha256": hashlib.sha256(b"junk").hexdigest()[:32] + "0" * 32})
-        mine_gid = hashlib.sha256(b"hostile").hexdigest()[:32]
-        my_subkey = make_subkey(self.me.public_key, mine_gid)
+        pointer = _unsigned(honest_raw)
+        junk = {**pointer["groups"][0], "sha256": hashlib.sha256(b"junk").digest()}
+        forged = SER.dumps({**pointer, "groups": [junk] + pointer["groups"][1:]})
+        mine_round = 424242
+        my_subkey = make_subkey(self.me.public_key, round_name(mine_round))
         quiet = pointer["window"] // 2  # a window no reader reads: the control is stored, never fetched
         my_key = key_id(pointer_key(self.s["run_id"], self.me.peer_id, quiet))
-        my_pointer = {**pointer, "group_id": mine_gid, "sha256": mine_gid + "0" * 32, "publisher": self.me.peer_id,
-                      "window": quiet, "puzzle": self.me.puzzle}
+        my_pointer = {**pointer, "round": mine_round, "groups": [{**junk, "sha256": hashlib.sha256(b"hostile").digest()}],
+                      "publisher": self.me.peer_id, "window": quiet, "puzzle": self.me.puzzle}
         later, now = exp + 5.0, time.time()
         ttl, skew = self.s["ttl"], self.s["max_clock_skew"]
 
@@ -184,7 +185,8 @@ class Hostile:
             "far_future_expiry": mine(my_pointer, now + 10 * (ttl + skew)),
             "oversize_record": mine({**my_pointer, "pad": "x" * 8000}),
             "malformed_value": mine(b"\xc1\xc1 not msgpack"),
-            "schema_violation": mine({**my_pointer, "size": float(my_pointer["size"])}),
+            "schema_violation": mine({**my_pointer, "groups": [{**g, "size": float(g["size"])}
+                                                               for g in my_pointer["groups"]]}),
             "extra_field": mine({**my_pointer, "extra": 1}),
             "publisher_not_owner": mine({**my_pointer, "publisher": pointer["publisher"]}),
             "old_version": mine({**my_pointer, "v": 3}),
@@ -215,7 +217,7 @@ class Hostile:
             invalid = sum(not honest.validate(DHTRecord(kid.to_bytes(), SER.dumps(sk), raw, exp))
                           for sk, (raw, exp) in entries)
             mine = [(base64.b64encode(raw).decode(), exp) for sk, (raw, exp) in entries
-                    if sk.endswith(group_id.encode())]
+                    if names_group(_unsigned(raw), group_id)]
             out[peer.to_base58()] = {"records": len(entries), "invalid": invalid, "honest": mine[0] if mine else None}
         return out
 
@@ -254,15 +256,18 @@ class Hostile:
         }
         cases.update({f"good-{i}": (g, {}, encode_group(g), None) for i, g in enumerate(good)})
         stored = {}
-        for name, (described, fields, body, served) in cases.items():
-            gid = content_id(body)
-            pointer = {**make_pointer(described, body, gid, window=w, puzzle=self.me.puzzle).dict(), "publisher": me,
-                       **fields}
+        for number, (name, (described, fields, body, served)) in enumerate(cases.items()):
+            gid = content_id(body)  # each case its own round pointer of one group
+            pointed = {**pointed_group(body, created_at=described.created_at, tokens=described.num_completion_tokens),
+                       **{k: v for k, v in fields.items() if k in ("created_at", "size")}}
+            pointer = {**round_value(publisher=me, run_id=run_id, tokenizer_fp=described.tokenizer_fp, window=w,
+                                     round=number, groups=[pointed], puzzle=self.me.puzzle),
+                       **{k: v for k, v in fields.items() if k not in ("created_at", "size")}}
             kid = key_id(pointer_key(run_id, me, w))  # another run's pointer here is refused as `unbound_key`
             served = body if served is None else served
             if served:
                 self.served[gid] = len(served).to_bytes(8, "big") + served
-            subkey = make_subkey(self.me.public_key, gid)
+            subkey = make_subkey(self.me.public_key, round_name(number))
             value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
             peers = await self.honest_peers(kid)
             stored[name] = await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey])
@@ -275,19 +280,33 @@ class Hostile:
         w = window_of(now, self.s["window"])
         kid = key_id(pointer_key(run_id, me, w))
         peers = await self.honest_peers(kid)
-        stored = []
+        pointed = []
         for body in bodies:  # described from the raw record: the decoder refuses some of these bodies
             rec = msgpack.unpackb(body, raw=False)
-            described = SimpleNamespace(sender=rec["snd"], created_at=rec["ts"], run_id=rec["run"],
-                                        tokenizer_fp=rec["tfp"])
-            gid = content_id(body)
-            pointer = {**make_pointer(described, body, gid, window=w, puzzle=self.me.puzzle).dict(), "publisher": me}
-            self.served[gid] = len(body).to_bytes(8, "big") + body
-            subkey = make_subkey(self.me.public_key, gid)
-            value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
-            stored.append(await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey]))
-        await self.floods.announce(self.me, w, len(bodies))
+            try:
+                tokens = decode_group(body).num_completion_tokens
+            except WireError:
+                tokens = 0  # refused before its tokens are compared
+            pointed.append(pointed_group(body, created_at=rec["ts"], tokens=tokens))
+            self.served[content_id(body)] = len(body).to_bytes(8, "big") + body
+        rec = msgpack.unpackb(bodies[0], raw=False)
+        number = secrets.randbelow(10 ** 9)
+        pointer = round_value(publisher=me, run_id=rec["run"], tokenizer_fp=rec["tfp"], window=w, round=number,
+                              groups=pointed, puzzle=self.me.puzzle)  # one round, as an honest publisher's
+        subkey = make_subkey(self.me.public_key, round_name(number))
+        value = self.me.sign(kid, subkey, SER.dumps(pointer), now + ttl)
+        stored = [await self.store_everywhere(peers, kid, [value], [now + ttl], [subkey])]
+        await self.floods.announce(self.me, w, 1)
         return {"group_ids": [content_id(b) for b in bodies], "stored": stored}
+
+
+def _unsigned(raw: bytes) -> dict:
+    """The value of a signed record, signature stripped (a map, or {} when it is none)."""
+    try:
+        value = SER.loads(RSASignatureValidator._SIGNATURE_RE.sub(b"", raw))
+    except (ValueError, TypeError, msgpack.UnpackException):  # a relayed record of another form names no group
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 async def amain() -> None:

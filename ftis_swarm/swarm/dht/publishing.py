@@ -6,7 +6,13 @@ still reads as stored. Here each record is signed and checked by this node's own
 checker (`sign_records`: the client gossips the signed pointer before storing it), the
 nearest `num_replicas` other peers of all keys are found in one lookup, each is asked to
 store its key's record, and the record is kept in local storage; the result is the number
-of those peers that hold each record afterwards.
+of those peers that hold each record when `store_records` returns.
+
+It returns as soon as every record is held by `enough` of the peers asked (or each of
+its peers has answered): the other stores go on in the background, and their answers are
+counted (`dht_stores_late`, `dht_stores_refused`) but reported to nobody. So a publish
+waits for the nearest peers' lookup and the first `enough` acceptances, never for the
+slowest replica.
 """
 
 from __future__ import annotations
@@ -70,23 +76,50 @@ def sign_records(node: DHTNode, records: list[Record]) -> list[SignedRecord]:
     return out
 
 
-async def store_records(node: DHTNode, signed: list[SignedRecord], counters: SwarmCounters) -> list[StoreOutcome]:
-    """Stores each signed record on the nearest other peers of its key, then locally; one outcome per record."""
+_LATE: set[asyncio.Task] = set()
+"""Stores still running after `store_records` returned (held here so that they run to the end)."""
+
+
+async def store_records(node: DHTNode, signed: list[SignedRecord], counters: SwarmCounters, *,
+                        enough: int) -> list[StoreOutcome]:
+    """Stores each signed record on the nearest other peers of its key, and locally; one outcome per record.
+
+    Returns once each record is held by `enough` peers or all its peers answered (see the module docstring).
+    """
     protocol = node.protocol
     nearest = await node.find_nearest_nodes([s.kid for s in signed], k_nearest=node.num_replicas, exclude_self=True)
-    outcomes = await asyncio.gather(*(_store_everywhere(protocol, list(nearest.get(s.kid, {}).values()), s, counters)
-                                      for s in signed))
-    if not protocol.client_mode:  # after the remote stores, so that no routing-table push pre-empts them
+    outcomes = await asyncio.gather(*(_store_everywhere(protocol, list(nearest.get(s.kid, {}).values()), s, counters,
+                                                        enough=enough) for s in signed))
+    if not protocol.client_mode:  # after the first remote stores, so that no routing-table push pre-empts them
         for s in signed:
             protocol.storage.store_subkey(s.kid, s.record.subkey, s.signed.value, s.record.expiration)
     return list(outcomes)
 
 
 async def _store_everywhere(protocol: DHTProtocol, peers: list[PeerID], signed: SignedRecord,
-                            counters: SwarmCounters) -> StoreOutcome:
-    holds = await asyncio.gather(*(_store_at(protocol, peer, signed, counters) for peer in peers))
-    logger.debug("record under %s: %d of %d peers hold it", signed.record.key, sum(holds), len(peers))
-    return StoreOutcome(accepted=sum(holds), asked=len(peers))
+                            counters: SwarmCounters, *, enough: int) -> StoreOutcome:
+    pending = {asyncio.ensure_future(_store_at(protocol, peer, signed, counters)) for peer in peers}
+    accepted = 0
+    while pending and accepted < enough:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        accepted += sum(task.result() for task in done)
+    for task in pending:
+        _LATE.add(task)
+        task.add_done_callback(lambda t: _late_answer(t, counters))
+    logger.debug("record under %s: %d of %d peers hold it, %d still asked", signed.record.key, accepted,
+                 len(peers), len(pending))
+    return StoreOutcome(accepted=accepted, asked=len(peers))
+
+
+def _late_answer(task: asyncio.Task, counters: SwarmCounters) -> None:
+    _LATE.discard(task)
+    if task.cancelled():
+        return
+    if task.exception() is not None:
+        logger.debug("a late store failed: %r", task.exception())
+        counters.add("dht_stores_refused")
+    else:
+        counters.add("dht_stores_late" if task.result() else "dht_stores_refused")
 
 
 async def _store_at(protocol: DHTProtocol, peer: PeerID, signed: SignedRecord, counters: SwarmCounters) -> bool:

@@ -4,8 +4,8 @@
 
 1. envelope: the signed value is at most `max_record_bytes` (`oversize_record`); its
    expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
-   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/<group
-   id>` or `[owner:<rsa key>]/member` (`not_pointer_form`).
+   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/r<round>`
+   or `[owner:<rsa key>]/member` (`not_pointer_form`).
 2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`),
    is of this version (`old_version` for an integer `v` below `RECORD_VERSION`), and names
    the run, window (and shard count) whose key, for this owner, is the one the record is
@@ -14,9 +14,9 @@
 3. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
    (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
    a forged signature and a replay with a changed expiry fail here.
-4. content: the value is a `GroupPointer` or `MemberRecord` (strict schema, no coercion,
-   no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose group
-   id is the subkey's (`owner_mismatch`).
+4. content: the value is a `RoundPointer` or `MemberRecord` (strict schema, no coercion,
+   no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose round
+   is the subkey's (`owner_mismatch`).
 5. the owner's identity puzzle for the record's run (`puzzle.PuzzleVerifier`): one scrypt
    per new (key, run, nonce), remembered; `bad_puzzle`, or `puzzle_busy` while new
    identities come faster than the verifier's rate (`NOT_A_FAULT`: nobody is blamed for it).
@@ -47,13 +47,13 @@ from hivemind.utils.timed_storage import get_dht_time
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier
-from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer, MemberRecord, parse_subkey
+from ftis_swarm.swarm.records import RECORD_VERSION, MemberRecord, RoundPointer, parse_subkey, round_name
 from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEY_BYTES = 2048
-Content = Union[GroupPointer, MemberRecord]
+Content = Union[RoundPointer, MemberRecord]
 NOT_A_FAULT = frozenset({faults.PUZZLE_BUSY})
 """Refusals that say nothing about the sender: counted, never charged to a peer."""
 
@@ -68,7 +68,7 @@ def unpack_strict(data: bytes, *, max_bytes: int) -> object:
 
 @dataclasses.dataclass(frozen=True)
 class Owner:
-    """Who a record's subkey says owns it, and what it names (a group id, or "member")."""
+    """Who a record's subkey says owns it, and what it names (a round's `r<n>`, or "member")."""
 
     public_key: bytes
     name: str
@@ -148,13 +148,12 @@ class RecordChecker(RecordValidatorBase):
         if not self._rsa.validate(record):
             return Verdict(faults.BAD_SIGNATURE, owner)
         try:
-            content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else GroupPointer).parse_strict(value)
+            content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else RoundPointer).parse_strict(value)
         except ValueError as exc:
             logger.debug("refused a record that is not a pointer or membership record: %s", exc)
             return Verdict(faults.BAD_SCHEMA, owner)
         if content.publisher != owner.peer_id or (
-                isinstance(content, GroupPointer)
-                and (content.group_id != owner.name or not content.sha256.startswith(owner.name))):
+                isinstance(content, RoundPointer) and round_name(content.round) != owner.name):
             return Verdict(faults.OWNER_MISMATCH, owner)
         reason = self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # last: the dearest check
         if reason:

@@ -1,13 +1,14 @@
 """The background half of `gather`: learn of pointers (pushed, or read from the DHT), fetch and check bodies.
 
-Pointers arrive two ways. Pushed: each peer gossips its signed pointer on the run's topic
+Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
+groups' `GroupPointer`s (`RoundPointer.views`). Pushed: each peer gossips its signed pointer on the run's topic
 as it publishes it (`channel`, `gossip`), and an admitted one is considered at once
 (`on_gossip`). Read: every `dht_poll_interval` (with gossip off, every `poll_interval`)
 the gatherer reads the membership keys (`keys.member_key`) of the windows that may have
 received records since its last read ([last read - skew - publish_timeout, now + skew];
 on the first poll, back to the TTL): the fallback for pointers gossip missed and the way
 a late joiner finds what was published before it came. A membership record
-says a peer published `groups` pointers in a window; when that is more than the gatherer
+says a peer published `groups` round pointers in a window; when that is more than the gatherer
 has seen under the peer's pointer key or on the topic, it reads that key: at once for peers whose bodies
 it accepted before (or that the policy scores), and for `STRANGER_READS` strangers a poll
 at most, in turns. A key that still holds fewer pointers than claimed is read again after
@@ -16,7 +17,10 @@ lands under the flooder's own keys, and a flood of identities costs a bounded nu
 reads a poll; neither hides another peer's pointers.
 
 Each new pointer is screened (run id, tokenizer, age, size, policy) and handed to the
-`FetchScheduler`. A fetched body must match its signed pointer and pass the wire decoder
+`FetchScheduler`; with a budget (`use_budget`) it is an offer instead, and only the
+offers `Selection` chooses go to the scheduler (`selection`: earned peers first, then
+strangers at random, within what the node's next update takes; `open_gather` and
+`close_gather` bound one gather's budget). A fetched body must match its signed pointer and pass the wire decoder
 with this node's limits and vocabulary. Accepted groups wait in an inbox that `drain`
 empties. A group id is delivered at most once; rejections are remembered per (publisher,
 group id), so a peer that re-announces someone else's group cannot make this node skip
@@ -45,10 +49,12 @@ from hivemind.utils.timed_storage import get_dht_time
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
+from ftis_swarm.swarm.fetch.selection import Selection
 from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_between
+from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
-from ftis_swarm.swarm.records import GroupPointer, MemberRecord, check_body, screen_pointer
+from ftis_swarm.swarm.records import GroupPointer, MemberRecord, RoundPointer, check_body, screen_pointer
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.wire import Group
@@ -95,7 +101,7 @@ class Gatherer:
         self._rejected: dict[_Key, float] = {}  # -> forget after
         self._log = ThrottledLog(logger, "rejected groups", level=logging.INFO)
         self._gossip: Optional["GossipChannel"] = None
-        self._gossiped: dict[tuple[str, int], set[str]] = {}  # (peer, window) -> group ids pushed to this node
+        self._gossiped: dict[tuple[str, int], set[int]] = {}  # (peer, window) -> rounds pushed to this node
         self._next_member_read = 0.0
         self._members_from = 0  # the oldest window whose membership is remembered (set at each tick)
         self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
@@ -105,6 +111,67 @@ class Gatherer:
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
                                          origin_of=origins.origin_of if origins is not None else lambda peer: None)
+        self._selection: Optional[Selection] = None
+        self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
+        self._horizon = 2 * cfg.poll_interval
+
+    # -- the budget (`selection`) -----------------------------------------------------------------
+    async def use_budget(self, budget: Optional[Budget]) -> None:
+        """From now on fetch only what `budget` takes (`selection`); None: every group (the default)."""
+        policy = self._policy
+        self._selection = None if budget is None else Selection(
+            budget, seed=self._peer_id, score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0)
+
+    async def open_gather(self, horizon: float) -> None:
+        """A gather began: strangers may be chosen; peers seen within `horizon` s count as live."""
+        self._horizon = horizon
+        if self._selection is not None:
+            self._selection.open()
+            self._select()
+            self._scheduler.schedule()
+
+    async def close_gather(self) -> tuple[int, int]:
+        """The gather ended: drops the offers left; (tokens, groups) it chose, refusals not counted."""
+        if self._selection is None:
+            return 0, 0
+        used = self._selection.used()
+        for pointer in self._selection.next_gather():
+            self._pass(pointer)
+        return used
+
+    def waiting(self, horizon: float) -> bool:
+        """Whether a gather of a round should wait on: an owed peer's round (earned peers only, with a
+        budget), or a chosen body not in yet. Thread-safe."""
+        if self._selection is None:
+            return bool(self.owed(horizon))
+        return bool(self._earned_owed(horizon)) or self._selection.in_flight() > 0
+
+    def _earned_owed(self, horizon: float) -> list[str]:
+        policy = self._policy
+        return self.rounds.owed(now=get_dht_time(), horizon=horizon, proven_counts=False,
+                                scored=lambda peer: policy.allows(peer) and policy.score(peer) > 0)
+
+    def _offer(self, pointer: GroupPointer) -> None:
+        self.rounds.settle(pointer, accepted=False)  # an offer is in for a round's wait; a chosen one is fetched
+        for older in self._selection.offer(pointer):
+            self._pass(older)
+
+    def _select(self) -> None:
+        if self._selection is None:
+            return
+        choice = self._selection.choose(earned_owed=bool(self._earned_owed(self._horizon)))
+        for pointer in choice.dropped:
+            self._pass(pointer)
+        for pointer in choice.chosen:
+            self._counters.add("chosen")
+            self._scheduler.add(pointer)
+
+    def _pass(self, pointer: GroupPointer) -> None:
+        """An offer never chosen: not fetched, not charged; remembered so that it is not offered again."""
+        self._counters.add("not_chosen")
+        self._passed[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
+        self.rounds.settle(pointer, accepted=False)
+        self.changed.set()
 
     async def run(self) -> None:
         """Polls until cancelled. A failed poll is logged with its traceback and tried again."""
@@ -137,9 +204,11 @@ class Gatherer:
             for key, records in found.items():
                 self._note_read(keys[key], len(records), now)
                 for record in records.values():
-                    if isinstance(record.content, GroupPointer):
-                        self._consider(record.content, source="pointers_read")
+                    if isinstance(record.content, RoundPointer):
+                        for pointer in record.content.views():
+                            self._consider(pointer, source="pointers_read")
         self._forget(now)
+        self._select()
         self._scheduler.schedule()
 
     async def _read_members(self, now: float) -> None:
@@ -159,16 +228,18 @@ class Gatherer:
     def on_gossip(self, record: FoundRecord) -> None:
         """A pointer admitted from the run's topic: considered at once, as if read from its key."""
         pointer = record.content
-        if not isinstance(pointer, GroupPointer):
+        if not isinstance(pointer, RoundPointer):
             return
         member, cfg = (pointer.publisher, pointer.window), self._cfg
         if self._members_from <= pointer.window <= window_of(get_dht_time() + cfg.max_clock_skew, cfg.window):
             pushed = self._gossiped.setdefault(member, set())  # a window the membership reads can still see
-            pushed.add(pointer.group_id)
+            pushed.add(pointer.round)
             state = self._members.get(member)
             if state is not None:
                 state.have = max(state.have, len(pushed))
-        self._consider(pointer, source="pointers_gossiped")
+        for view in pointer.views():
+            self._consider(view, source="pointers_gossiped")
+        self._select()
         self._scheduler.schedule()
 
     def owed(self, horizon: float) -> list[str]:
@@ -241,8 +312,8 @@ class Gatherer:
         """Hands a pointer to the scheduler, unless it is known already; counts where it came from first."""
         key = (pointer.publisher, pointer.group_id)
         accepted = self._accepted.get(pointer.group_id)
-        if (pointer.publisher == self._peer_id or key in self._rejected or self._scheduler.holds(*key)
-                or (accepted is not None and accepted[0] == pointer.publisher)):
+        if (pointer.publisher == self._peer_id or key in self._rejected or key in self._passed
+                or self._scheduler.holds(*key) or (accepted is not None and accepted[0] == pointer.publisher)):
             return
         self._counters.add(source)
         cfg, now = self._cfg, get_dht_time()
@@ -258,6 +329,8 @@ class Gatherer:
             reason = faults.DENIED
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
+        elif self._selection is not None:
+            self._offer(pointer)
         else:
             self._scheduler.add(pointer)
 
@@ -277,16 +350,22 @@ class Gatherer:
         self._scheduler.settle(pointer)
         self._accepted[pointer.group_id] = (pointer.publisher, self._forget_after(pointer))
         self._counters.add("fetched_bytes", len(body))
+        self._counters.add("fetched_bodies")
         with self._lock:
             self._inbox.append((group, time.time()))
             self._inbox_by_peer[pointer.publisher] += 1
         self.rounds.settle(pointer, accepted=True)
+        if self._selection is not None:
+            self._selection.settled(pointer, accepted=True)
         self.changed.set()
         return True
 
     def _reject(self, pointer: GroupPointer, reason: str, detail: str) -> None:
         self._scheduler.settle(pointer)
         self.rounds.settle(pointer, accepted=False)
+        if self._selection is not None:
+            self._selection.settled(pointer, accepted=False)
+            self._select()  # its tokens went back to the budget
         self.changed.set()
         self._rejected[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
         self._counters.reject(pointer.publisher, reason)
@@ -303,6 +382,8 @@ class Gatherer:
             del self._accepted[gid]
         for key in [k for k, until in self._rejected.items() if until < now]:
             del self._rejected[key]
+        for key in [k for k, until in self._passed.items() if until < now]:
+            del self._passed[key]
         oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)
         for member in [m for m in self._members if m[1] < oldest]:
             del self._members[member]

@@ -86,11 +86,16 @@ class RoundTracker:
             state.settled.add(pointer.group_id)
             peer.proven = peer.proven or accepted
 
-    def owed(self, *, now: float, horizon: float, scored: Callable[[str], bool]) -> list[str]:
-        """The live, counting peers whose newest round is not in yet (or was handed out already)."""
+    def owed(self, *, now: float, horizon: float, scored: Callable[[str], bool],
+             proven_counts: bool = True) -> list[str]:
+        """The live, counting peers whose newest round is not in yet (or was handed out already).
+
+        `proven_counts` False: only the peers `scored` counts (a gather with a budget waits for
+        its earned peers alone)."""
         with self._lock:
             return sorted(p for p, peer in self._peers.items()
-                          if peer.last_seen >= now - horizon and (peer.proven or scored(p)) and peer.owed())
+                          if peer.last_seen >= now - horizon and ((proven_counts and peer.proven) or scored(p))
+                          and peer.owed())
 
     def consume(self) -> None:
         """Marks every peer's newest round that is complete as handed out (a gather of a round ends)."""

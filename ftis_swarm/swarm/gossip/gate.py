@@ -4,7 +4,8 @@ A gossip message is one DHT record, self-contained, exactly as a peer would stor
 
     msgpack [1, key id (20 bytes), subkey (serialized, as in the DHT), signed value, expiry]
 
-about 1.2 KB for a pointer (the owner's RSA public key in the subkey is 0.4 KB of it). The
+about 0.9 KB plus 76 bytes per group for a round pointer (2.1 KB for 16 groups; the
+owner's RSA public key in the subkey is 0.4 KB of it). The
 record is checked by the same `RecordChecker` as a record read from the DHT (signature,
 owner, size, expiry, key binding, schema), so a gossiped pointer is worth exactly what
 the DHT record is. `GossipGate.admit` takes one message from a sender (the peer that
@@ -43,13 +44,13 @@ from hivemind.dht.validation import DHTRecord
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord
-from ftis_swarm.swarm.records import GroupPointer
+from ftis_swarm.swarm.records import RoundPointer
 from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of, record_digest
 from ftis_swarm.peers import faults
 
 GOSSIP_VERSION = 1
-MAX_MESSAGE_BYTES = 2048
-"""A pointer message is ~1.2 KB; p2pd itself would carry up to 1 MiB."""
+MAX_MESSAGE_BYTES = 8192
+"""A round pointer message is at most ~3.4 KB (32 groups); p2pd itself would carry up to 1 MiB."""
 BAN_SECONDS = 30.0
 """The default of `LedgerConfig.gossip_ban_seconds`, which the swarm passes in."""
 DISCONNECT_EVERY = 5.0
@@ -146,7 +147,7 @@ class GossipGate:
             return MessageVerdict(faults.PUZZLE_BUSY)
         if verdict.reason:
             return MessageVerdict(faults.gossip_twin(verdict.reason))
-        if not isinstance(verdict.content, GroupPointer):
+        if not isinstance(verdict.content, RoundPointer):
             return MessageVerdict(faults.GOSSIP_NOT_POINTER)
         self._admitted[digest] = None
         if len(self._admitted) > MAX_REMEMBERED:

@@ -1,0 +1,222 @@
+"""`ftis-node bench scale`: what one node pays per round as the swarm grows, with and without a budget.
+
+For each swarm size N and layout, N swarm-only nodes (real `SwarmClient`s, each with its
+own p2pd, DHT peer and RSA key; `clients_per_worker` of them share a worker process,
+`scale_worker`) run `rounds` rounds: every node publishes a round of `groups` synthetic
+groups of `size` bytes (the paper's: 16 of about 48 KiB) as one signed pointer every
+`period` seconds, at its own phase (not one burst), then gathers it with the round's
+deadline `period`. Layouts, measured in the same run:
+
+- `budget`: each node has the budget its update would apply (`peers.intake.Budget.of` a
+  node config of the paper's round: 4 x its own tokens, 64 groups, 16 per peer) and the
+  swarm fetches only what it takes (`swarm.fetch.selection`);
+- `all`: no budget, every group of every live peer fetched (the layout before).
+
+Round 0 (first connections) is not reported. Per node and round: bodies fetched, body
+bytes in and out, messages (gossip received and DHT calls) and their bytes against the
+gossip estimate N x mesh degree x pointer size, the publish call, publish-to-visible of
+the groups chosen, the gather's time (to fill the budget) and the share of the budget
+filled; per layout, the CPU seconds of all worker processes and their p2pd daemons over
+the rounds beside the 1-minute load average, and the share of publishers whose groups
+some node used, per round. All processes share this machine's cores and clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ftis_swarm.config import NodeConfig, SwarmConfig
+from ftis_swarm.lab.bench.swarm import JsonProcess
+from ftis_swarm.lab.bench.swarm_worker import synthetic_group
+from ftis_swarm.peers.intake import Budget
+
+logger = logging.getLogger(__name__)
+
+LAYOUTS = ("budget", "all")
+MESH_DEGREE = 6
+"""gossipsub's D in the bundled p2pd: each message reaches a peer from about D mesh peers."""
+PAPER_GROUPS, PAPER_SIZE = 16, 48 * 1024
+JOIN_TIMEOUT = 120.0
+"""Seconds a node may take to join: dozens of p2pd daemons starting at once on a loaded machine."""
+
+
+@dataclass(frozen=True)
+class ScaleRow:
+    """The figures of one (swarm size, layout), per node and round unless said otherwise."""
+
+    nodes: int
+    layout: str
+    rounds: int
+    """Rounds reported (round 0 left out)."""
+    bodies: float
+    """Mean bodies fetched."""
+    body_kib_in: float
+    body_kib_out: float
+    """Mean KiB of bodies fetched, and served to peers."""
+    messages: float
+    """Mean gossip messages received plus DHT calls made."""
+    pointer_kib: float
+    """Mean KiB of gossip messages received and DHT records and replies."""
+    gossip_estimate_kib: float
+    """N x mesh degree x pointer size: the gossip bytes a node would receive for N pointers."""
+    publish_p50_ms: float
+    visible_p50_ms: float
+    """Publish start to a chosen group's body accepted at the node that chose it (p50 over all)."""
+    fill_p50_ms: float
+    """The gather call: until the budget is filled (budget) or every live peer's round is in (all)."""
+    fill_share: float
+    """Mean completion tokens gathered over the budget's max_tokens."""
+    publishers_used: float
+    """Mean share, per round, of the N publishers whose groups some node gathered."""
+    cpu_s: float
+    """CPU seconds of the workers and their p2pd daemons, per node and round."""
+    load: float
+    """The 1-minute load average at the end of the rounds."""
+    failed: str = ""
+    """Why the size did not run to the end (empty when it did)."""
+
+
+def paper_budget(*, groups: int, size: int) -> Budget:
+    """The budget of a node whose own round is `groups` groups like the synthetic ones (Budget.of)."""
+    sample = synthetic_group(sender="Qm" + "1" * 44, run_id="bench", size=size, seed=0)
+    cfg = NodeConfig(prompts_per_round=groups, sampling={"group_size": len(sample.completion_ids),
+                                                         "max_new_tokens": sample.completion_lengths[0]})
+    return Budget.of(cfg, context=1 << 20)
+
+
+def run_scale_bench(node_counts: list[int], *, layouts: tuple[str, ...] = LAYOUTS, rounds: int = 4,
+                    period: float = 5.0, groups: int = PAPER_GROUPS, size: int = PAPER_SIZE,
+                    clients_per_worker: int = 4, progress=lambda step: None) -> list[ScaleRow]:
+    """Measures every (N, layout); worker processes never outlive this call."""
+    budget = paper_budget(groups=groups, size=size)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ftis-bench-scale-") as tmp:
+        for n in node_counts:
+            for layout in layouts:
+                progress(f"{n} nodes, {layout}")
+                try:
+                    rows.append(_measure(n, layout, Path(tmp), budget=budget, rounds=rounds, period=period,
+                                         groups=groups, size=size, per_worker=clients_per_worker))
+                except (RuntimeError, TimeoutError, OSError) as exc:  # a size the machine cannot hold: said, not hidden
+                    logger.warning("%d nodes, %s: %s", n, layout, exc)
+                    rows.append(_failed_row(n, layout, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+                logger.info("%s", rows[-1])
+    return rows
+
+
+def _failed_row(n: int, layout: str, why: str) -> ScaleRow:
+    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], failed=why)
+
+
+def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonProcess]:
+    def worker(first: int, k: int, c: SwarmConfig) -> JsonProcess:
+        settings = {"cfg": c.model_dump_json(), "clients": k, "first": first}
+        return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.scale_worker", json.dumps(settings)],
+                           log=logs / f"{cfg.run_id}-{first}.log")
+
+    workers = [worker(0, min(per_worker, n), cfg)]
+    try:
+        workers[0].joined()
+        joined = cfg.model_copy(update={"peers": workers[0].maddrs})
+        rest = [worker(first, min(per_worker, n - first), joined) for first in range(per_worker, n, per_worker)]
+        workers += rest
+        for w in rest:
+            w.joined()
+    except BaseException:
+        for w in workers:
+            w.kill()
+        raise
+    return workers
+
+
+def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
+             size: int, per_worker: int) -> ScaleRow:
+    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}", join_timeout=JOIN_TIMEOUT)
+    workers = _start(n, cfg, logs, per_worker)
+    try:
+        start_at = time.time() + 2.0
+        cmd = {"op": "run", "rounds": rounds + 1, "period": period, "groups": groups, "size": size,
+               "budget": asdict(budget) if layout == "budget" else None, "start_at": start_at, "nodes": n}
+        for w in workers:
+            w.send(cmd)
+        answers = [w.read() for w in workers]
+        for w in workers:
+            w.send({"op": "quit"})
+        for w in workers:
+            w.read()
+    finally:
+        for w in workers:
+            w.kill()
+    return _figures(n, layout, answers, rounds=rounds, budget=budget)
+
+
+def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget) -> ScaleRow:
+    rows = [r for a in answers for r in a["rows"] if r["round"] >= 1]
+    published = {gid: start for a in answers for r in a["rows"] for gid, start in r["published"]}
+    visible = [at - published[gid] for r in rows for gid, at in r["arrivals"].items() if gid in published]
+    used_share = []
+    for number in range(1, rounds + 1):
+        senders = {s for r in rows if r["round"] == number for s in r["senders"]}
+        used_share.append(len(senders) / n)
+    pointer_bytes = float(np.median([r["pointer_bytes"] for r in rows if r["pointer_bytes"]] or [0]))
+    mean = lambda key: float(np.mean([r["traffic"][key] for r in rows]))  # noqa: E731
+    return ScaleRow(
+        nodes=n, layout=layout, rounds=rounds,
+        bodies=mean("fetched_bodies"), body_kib_in=mean("fetched_bytes") / 1024,
+        body_kib_out=mean("served_bytes") / 1024,
+        messages=mean("gossip_received") + mean("dht_requests"),
+        pointer_kib=(mean("gossip_bytes") + mean("dht_bytes")) / 1024,
+        gossip_estimate_kib=n * MESH_DEGREE * pointer_bytes / 1024,
+        publish_p50_ms=1e3 * float(np.percentile([r["publish_s"] for r in rows], 50)),
+        visible_p50_ms=1e3 * float(np.percentile(visible, 50)) if visible else math.nan,
+        fill_p50_ms=1e3 * float(np.percentile([r["fill_s"] for r in rows], 50)),
+        fill_share=float(np.mean([r["tokens"] / budget.max_tokens for r in rows])),
+        publishers_used=float(np.mean(used_share)),
+        cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
+        load=max(a["load"][1] for a in answers),
+    )
+
+
+def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int, budget: Budget) -> str:
+    """One line per row; `x all` is the row's body bytes over the `all` row of the same size."""
+    everything = {r.nodes: r.body_kib_in for r in rows if r.layout == "all" and not r.failed}
+    lines = [
+        f"scale on 127.0.0.1: per node and round ({groups} groups of {size // 1024} KiB a round, one every "
+        f"{period:g} s at each node's phase; budget {budget.max_tokens} tokens, {budget.max_groups} groups, "
+        f"{budget.max_groups_per_peer} per peer)",
+        f"{'nodes':>5} {'layout':>6} {'bodies':>6} {'KiB in':>8} {'x all':>6} {'x 8':>5} {'KiB out':>8} {'msgs':>6} "
+        f"{'ptr KiB':>7} {'NxDxptr':>7} {'publish':>7} {'visible':>7} {'fill ms':>7} {'filled':>6} {'used':>5} "
+        f"{'CPU s':>6} {'load':>5}",
+    ]
+    base = {}
+    for r in rows:
+        if r.failed:
+            lines.append(f"{r.nodes:>5} {r.layout:>6} did not run: {r.failed} (load {r.load:.1f})")
+            continue
+        base.setdefault(r.layout, r.body_kib_in)
+        vs_all = r.body_kib_in / everything[r.nodes] if everything.get(r.nodes) else math.nan
+        vs_first = r.body_kib_in / base[r.layout] if base[r.layout] else math.nan
+        lines.append(
+            f"{r.nodes:>5} {r.layout:>6} {r.bodies:>6.1f} {r.body_kib_in:>8.0f} {vs_all:>6.2f} {vs_first:>5.2f} "
+            f"{r.body_kib_out:>8.0f} {r.messages:>6.0f} {r.pointer_kib:>7.1f} {r.gossip_estimate_kib:>7.1f} "
+            f"{r.publish_p50_ms:>7.1f} {r.visible_p50_ms:>7.0f} {r.fill_p50_ms:>7.0f} {r.fill_share:>6.2f} "
+            f"{r.publishers_used:>5.2f} {r.cpu_s:>6.2f} {r.load:>5.1f}")
+    lines.append("x all: body KiB in over the fetch-everything row of the same size; x 8: over the layout's "
+                 "smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
+                 "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")
+    return "\n".join(lines)
+
+
+def rows_as_json(rows: list[ScaleRow], *, extra: Optional[dict] = None) -> str:
+    return json.dumps({"bench": "scale", "rows": [asdict(r) for r in rows], **(extra or {})}, indent=2)

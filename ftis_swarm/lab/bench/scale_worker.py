@@ -1,0 +1,142 @@
+"""Several swarm-only nodes in one process: `python -m ftis_swarm.lab.bench.scale_worker '<json>'`.
+
+Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}. Its
+first node joins through `cfg.peers` (none: it starts the swarm), the others through it.
+Each node is a real `SwarmClient` with its own p2pd, DHT peer and RSA key, and a policy
+that scores a peer by how many of its groups this node used (as the ledger credits them).
+It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "maddrs"} once its nodes joined, then:
+
+    {"op": "run", "rounds": R, "period": s, "groups": g, "size": bytes, "budget": {Budget fields} or null,
+     "start_at": unix time, "nodes": N}
+        each node publishes a round of g synthetic groups every `period` s, at its own phase
+        (node i at start_at + (i / N) * period: not one burst), then gathers it with the
+        round's deadline `period`; answers {"rows": [one per node and round], "cpu_s": CPU
+        seconds of this process and its p2pd daemons over the run, "load": [1-min load
+        average at start, at end]}
+    {"op": "quit"}  leaves the swarm and answers {"ok": true}
+
+A row: {"node", "round", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
+"arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
+"tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
+
+import psutil
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE, synthetic_group
+from ftis_swarm.peers.intake import Budget
+from ftis_swarm.swarm import SwarmClient
+
+TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
+           "served_bytes", "chosen", "not_chosen")
+
+
+class UsedPolicy:
+    """Everyone allowed; a peer's score is the number of its groups this node used (earned > 0)."""
+
+    def __init__(self) -> None:
+        self._used: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def allows(self, peer_id: str) -> bool:
+        return True
+
+    def score(self, peer_id: str) -> float:
+        with self._lock:
+            return float(self._used[peer_id])
+
+    def credit(self, peer_id: str) -> None:
+        with self._lock:
+            self._used[peer_id] += 1
+
+
+def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int, budget: Optional[Budget], *,
+                 run_id: str) -> list:
+    period, rows = cmd["period"], []
+    phase = index / cmd["nodes"] * period
+    before = client.counters()  # each round counts from the end of the one before (earned bodies come between)
+    for r in range(cmd["rounds"]):
+        time.sleep(max(0.0, cmd["start_at"] + r * period + phase - time.time()))
+        groups = [synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"],
+                                  seed=index * 100_000 + r * 100 + i) for i in range(cmd["groups"])]
+        started = time.time()
+        result = client.publish_round(groups, round=r)
+        got = client.gather(period, round=r)
+        fill = client.last_fill()
+        for group in got:
+            policy.credit(group.sender)
+        after = client.counters()
+        rows.append({
+            "node": index, "round": r, "publish_s": result.seconds, "publish_ok": result.ok,
+            "pointer_bytes": result.pointer_bytes,
+            "published": [[gid, started] for gid in result.group_ids],
+            "arrivals": client.arrival_times(), "senders": [g.sender for g in got], "bodies": len(got),
+            "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
+            "max_tokens": budget.max_tokens if budget is not None else 0,
+            "traffic": {name: after[name] - before[name] for name in TRAFFIC},
+        })
+        before = after
+    return rows
+
+
+def _cpu_seconds() -> float:
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def main() -> None:
+    settings = json.loads(sys.argv[1])
+    cfg = SwarmConfig.model_validate_json(settings["cfg"])
+    policies = [UsedPolicy() for _ in range(settings["clients"])]
+    start = lambda c, p: SwarmClient.start(c, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, policy=p)  # noqa: E731
+    clients = [start(cfg, policies[0])]
+    if not cfg.peers:  # the swarm's first worker: its other nodes join through its first
+        cfg = cfg.model_copy(update={"peers": clients[0].visible_maddrs})
+    with ThreadPoolExecutor(max_workers=settings["clients"]) as pool:
+        clients += list(pool.map(lambda p: start(cfg, p), policies[1:]))
+    _send({"peer_id": clients[0].peer_id, "peer_ids": [c.peer_id for c in clients], "maddrs": clients[0].visible_maddrs})
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "quit":
+                break
+            budget = Budget(**cmd["budget"]) if cmd["budget"] else None
+            for client in clients:
+                client.set_budget(budget)
+            load0, cpu0 = os.getloadavg()[0], _cpu_seconds()
+            with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+                rows = list(pool.map(lambda i: _node_rounds(clients[i], policies[i], cmd, settings["first"] + i,
+                                                            budget, run_id=cfg.run_id), range(len(clients))))
+            _send({"rows": [row for node in rows for row in node], "cpu_s": _cpu_seconds() - cpu0,
+                   "load": [load0, os.getloadavg()[0]]})
+    finally:
+        with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+            list(pool.map(lambda c: c.shutdown(), clients))
+    _send({"ok": True})
+
+
+def _send(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

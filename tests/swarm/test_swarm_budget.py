@@ -1,0 +1,54 @@
+"""A budget on a real testnet: a node fetches only what its update takes, and a group not chosen costs nothing.
+
+A bootstrap peer and three nodes; two publish a round of four groups (256 completion tokens
+each) as one pointer, the third has room for three groups and two per peer. Its gather
+takes one group of each stranger in turn: exactly three bodies, never more than two of one
+publisher, the other five not fetched, not charged, and not offered again.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ftis_swarm.wire import content_id, decode_group
+
+pytestmark = [pytest.mark.net, pytest.mark.slow]
+
+
+def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
+    peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0)
+    cfg = swarm.config(run_id="budget", peers=peers)
+    reader, b, c = nodes = [swarm.node(cfg) for _ in range(3)]
+    for node in nodes:
+        node.joined()
+    reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512)
+    published = {}
+    for node in (b, c):
+        answers = node.publish([f"{node.peer_id}-{i}" for i in range(4)], round=0)
+        assert all(a["ok"] for a in answers), answers
+        published.update({a["group_id"]: (node.peer_id, a["body"]) for a in answers})
+    assert {decode_group(body).num_completion_tokens for _, body in published.values()} == {256}
+    stop_at = time.monotonic() + 30.0
+    while reader.counters()["pointers_gossiped"] + reader.counters()["pointers_read"] < 8:
+        assert time.monotonic() < stop_at, reader.counters()
+        time.sleep(0.2)
+
+    answer = reader.gather(10.0, round=0)
+    got = [content_id(body) for body in answer["bodies"]]
+    assert len(got) == 3 and set(got) <= published.keys()
+    assert sorted([published[g][0] for g in got].count(p) for p in (b.peer_id, c.peer_id)) == [1, 2]
+    assert all(body == published[content_id(body)][1] for body in answer["bodies"])  # bit for bit
+    assert answer["elapsed"] < 5.0  # no earned peer to wait for: it ends once the chosen bodies are in
+    counters = reader.counters()
+    assert (counters["chosen"], counters["fetched_bodies"], counters["not_chosen"]) == (3, 3, 5)
+    assert counters["fetched_bytes"] == sum(len(published[g][1]) for g in got)
+    assert counters["rejected"] == {} and counters["faults"] == {}  # left out is not charged
+    others = [node.counters() for node in (b, c)]  # without a budget: each fetches the other's four
+    assert [o["fetched_bodies"] for o in others] == [4, 4]
+    served = sum(o["served_bytes"] for o in others)
+    assert served == counters["fetched_bytes"] + sum(o["fetched_bytes"] for o in others)  # the five never left
+
+    assert reader.gather(1.0, round=1)["bodies"] == []  # nothing new; the five are not offered again
+    assert reader.counters()["not_chosen"] == 5
