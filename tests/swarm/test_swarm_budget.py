@@ -45,7 +45,10 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     assert (counters["chosen"], counters["fetched_bodies"], counters["not_chosen"]) == (3, 3, 5)
     assert counters["fetched_bytes"] == sum(len(published[g][1]) for g in got)
     assert counters["rejected"] == {} and counters["faults"] == {}  # left out is not charged
-    others = [node.counters() for node in (b, c)]  # without a budget: each fetches the other's four
+    stop_at = time.monotonic() + 30.0  # without a budget: each fetches the other's four (in the background)
+    while min(node.counters()["fetched_bodies"] for node in (b, c)) < 4 and time.monotonic() < stop_at:
+        time.sleep(0.2)
+    others = [node.counters() for node in (b, c)]
     assert [o["fetched_bodies"] for o in others] == [4, 4]
     served = sum(o["served_bytes"] for o in others)
     assert served == counters["fetched_bytes"] + sum(o["fetched_bytes"] for o in others)  # the five never left
