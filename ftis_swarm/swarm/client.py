@@ -35,7 +35,7 @@ from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, 
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
-from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
+from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)
@@ -87,6 +87,7 @@ class SwarmClient:
         self._signed_bytes = 0
         self._budget: Optional[Budget] = None
         self._fill = GatherFill()
+        self._nearest = NearestPeers()  # the nearest peers of this node's keys, kept across publishes (dht.publishing)
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
@@ -226,7 +227,8 @@ class SwarmClient:
         if self._gossip is not None:
             gossiped.append(await self._gossip.publish(signed[0].signed))
         signed += sign_records(self._node, [member])
-        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas)
+        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
+                                   nearest_peers=self._nearest)
 
     def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
         """The round's pointer and this node's membership record of the current window, unsigned."""
