@@ -308,7 +308,7 @@ class Node:
         p = self.parts
         taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
                                  standing=p.learner.detector.has_standing, rank=p.peer_ledger.score,
-                                 draw=r)
+                                 origin=p.swarm.origin_of, draw=r)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)
