@@ -62,9 +62,10 @@ def test_earned_peers_are_chosen_at_once_and_strangers_only_once_a_gather_opens_
     assert by_peer == {"earned-a": 5, "earned-b": 2}  # the higher score first, within the budget less the reserve
     assert sel.used() == (700, 7) and BUDGET.max_tokens - reserve == 750  # an eighth group would cross 750
     sel.open()
-    second = sel.choose()  # strangers: the reserve, one of each in turn
-    assert names(second.chosen) == {"s1": 1, "s2": 1}
-    assert sel.used() == (900, 9) and reserve == 250  # a third stranger's group would cross 250
+    second = sel.choose()  # the reserve: strangers and earned-b's three left over, one of each publisher in turn
+    assert len(second.chosen) == 2 and set(names(second.chosen)) <= {"s1", "s2", "earned-b"}
+    assert max(names(second.chosen).values()) == 1
+    assert sel.used() == (900, 9) and reserve == 250  # a third group would cross 250
     assert sel.choose().chosen == []  # neither tier takes the other's part (the intake's rule)
     assert sel.in_flight() == 9
 
@@ -80,6 +81,16 @@ def test_the_strangers_share_comes_from_the_budget():
     _offer(none, _round("s", groups=2))
     none.open()
     assert none.choose().chosen == []  # no share: strangers are never fetched
+
+
+def test_a_scored_peer_keeps_a_strangers_chance_when_the_whole_budget_is_the_strangers_share():
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096,
+                    strangers_share=1.0)
+    sel = _selection({"scored": 1.0}, budget=budget)
+    _offer(sel, _round("scored", groups=2), _round("s", groups=2))
+    assert sel.choose().chosen == []  # no earned part at all
+    sel.open()
+    assert names(sel.choose().chosen) == {"scored": 2, "s": 2}  # drawn with the strangers, as the intake would
 
 
 def test_caps_per_peer_and_oversized_groups_cost_nothing():

@@ -9,8 +9,8 @@ by the intake's own rule (`peers/intake.py`), the budget split in the same two p
 
 1. **earned peers** (policy score > 0), highest score first, at any time (their bodies are
    fetched while the node still generates), within the earned part;
-2. once a gather is open (`open`), **strangers** (every other allowed peer) within the
-   strangers' part, in the strangers' draw (`peers/draw.py`: network origins in turn, then
+2. once a gather is open (`open`), **strangers** (every other allowed peer, and earned
+   offers left over) within the strangers' part, in the strangers' draw (`peers/draw.py`: network origins in turn, then
    identities in turn within an origin, then each one's groups oldest first), the same
    function, seed (the node's peer id) and draw number (the round the gather is for) as
    the intake's, so a group fetched for the strangers' share is the one the update takes.
@@ -26,7 +26,9 @@ by someone (docs/scale.md).
 
 The tiers differ from the intake's in one way: the swarm knows the ledger's score, not
 the learner's standing, so a peer with credit and no standing yet is fetched as earned
-and drawn by the intake as a stranger.
+and drawn by the intake as a stranger; its offers left over from the earned part are
+drawn with the strangers' here too, so it keeps a stranger's chance. (A peer with
+standing whose groups overflow the earned part may then be fetched for nothing.)
 
 Pure bookkeeping, no I/O: the gatherer calls it on the swarm's event loop thread.
 """
@@ -63,6 +65,9 @@ class Selection:
         self._in_flight: dict[str, GroupPointer] = {}
         self._tokens_of: Counter[str] = Counter()
         self._groups_of: Counter[str] = Counter()
+        self._tier_of: dict[str, bool] = {}  # group id -> chosen in the earned part (True) or the strangers'
+        self._tier_tokens: Counter[bool] = Counter()
+        self._tier_groups: Counter[bool] = Counter()
         self._gathers = 0
         self._draw = 0
         self._open = False
@@ -95,21 +100,24 @@ class Selection:
         for publisher in earned:
             for pointer in self._queue(publisher):
                 if self._fits(pointer, earned=True):
-                    self._choose(pointer, out)
-        if self._open:
-            offers = [g for p in sorted(self._offers) if self._score(p) <= 0 for g in self._queue(p)]
+                    self._choose(pointer, out, earned=True)
+        if self._open:  # earned offers left over too: a scored peer without standing is the intake's stranger
+            offers = [g for p in sorted(self._offers) for g in self._queue(p)]
             for pointer in strangers_in_turns(offers, sender=lambda g: g.publisher, origin_of=self._origin_of,
                                               seed=self._seed, draw=self._draw):
                 if self._fits(pointer, earned=False):
-                    self._choose(pointer, out)
+                    self._choose(pointer, out, earned=False)
         return out
 
     def settled(self, pointer: GroupPointer, *, accepted: bool) -> None:
         """A chosen group's body was accepted, or refused (its tokens go back to the budget)."""
         if self._in_flight.pop(pointer.group_id, None) is None or accepted:
             return
+        tier = self._tier_of.pop(pointer.group_id)
         self._tokens_of[pointer.publisher] -= pointer.tokens or 0
         self._groups_of[pointer.publisher] -= 1
+        self._tier_tokens[tier] -= pointer.tokens or 0
+        self._tier_groups[tier] -= 1
 
     def in_flight(self) -> int:
         """Chosen groups whose bodies are not in yet."""
@@ -122,9 +130,11 @@ class Selection:
         self._offers.clear()
         self._tokens_of.clear()
         self._groups_of.clear()
+        self._tier_tokens.clear()
+        self._tier_groups.clear()
+        self._tier_of = {gid: self._tier_of[gid] for gid in self._in_flight}
         for p in self._in_flight.values():
-            self._tokens_of[p.publisher] += p.tokens or 0
-            self._groups_of[p.publisher] += 1
+            self._count(p, self._tier_of[p.group_id])
         self._gathers += 1
         self._open = False
         return dropped
@@ -142,10 +152,8 @@ class Selection:
         b, n = self.budget, p.tokens or 0
         tokens, groups = self.used()
         part_tokens, part_groups = self._parts[earned]
-        tier = [q for q in self._tokens_of if (self._score(q) > 0) == earned]
         return (tokens + n <= b.max_tokens and groups < b.max_groups
-                and sum(self._tokens_of[q] for q in tier) + n <= part_tokens
-                and sum(self._groups_of[q] for q in tier) < part_groups
+                and self._tier_tokens[earned] + n <= part_tokens and self._tier_groups[earned] < part_groups
                 and self._tokens_of[p.publisher] + n <= b.max_tokens_per_peer
                 and self._groups_of[p.publisher] < b.max_groups_per_peer)
 
@@ -153,9 +161,15 @@ class Selection:
         """A publisher's offers, oldest first."""
         return sorted(self._offers.get(publisher, {}).values(), key=lambda g: (g.created_at, g.group_id))
 
-    def _choose(self, pointer: GroupPointer, out: Choice) -> None:
+    def _choose(self, pointer: GroupPointer, out: Choice, *, earned: bool) -> None:
         del self._offers[pointer.publisher][pointer.group_id]
         self._in_flight[pointer.group_id] = pointer
+        self._tier_of[pointer.group_id] = earned
+        self._count(pointer, earned)
+        out.chosen.append(pointer)
+
+    def _count(self, pointer: GroupPointer, earned: bool) -> None:
         self._tokens_of[pointer.publisher] += pointer.tokens or 0
         self._groups_of[pointer.publisher] += 1
-        out.chosen.append(pointer)
+        self._tier_tokens[earned] += pointer.tokens or 0
+        self._tier_groups[earned] += 1
