@@ -278,7 +278,7 @@ class SwarmClient:
             raise ValueError("deadline must be >= 0 seconds")
         started = time.monotonic()
         if self._budget is not None and not self._closed:
-            self._late_on_loop(self._gatherer.open_gather(2 * deadline), deadline, "opening the gather")
+            self._late_on_loop(self._gatherer.open_gather(2 * deadline, round), deadline, "opening the gather")
         if round is None:
             self._stop.wait(deadline)
         else:
@@ -327,8 +327,8 @@ class SwarmClient:
 
     def origin_of(self, peer_id: str) -> Optional[str]:
         """The network origin of a peer's live connection (`swarm.origins`: `10.1.2.0/24`, "relayed"), or
-        None when it has none. Safe from any thread. The hook for a quota by origin on the strangers'
-        share of an update (`peers.intake`), which does not use it yet."""
+        None when it has none. Safe from any thread. The strangers' draw goes by it, origin first, in this
+        node's fetch selection and its intake (`peers.draw`)."""
         return self._peer.origins.origin_of(peer_id)
 
     def stored_by_origin(self) -> dict[str, int]:

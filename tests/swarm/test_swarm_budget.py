@@ -1,7 +1,8 @@
 """A budget on a real testnet: a node fetches only what its update takes, and a group not chosen costs nothing.
 
 A bootstrap peer and three nodes; two publish a round of four groups (256 completion tokens
-each) as one pointer, the third has room for three groups and two per peer. Its gather
+each) as one pointer, the third has room for three groups and two per peer, all of it the
+strangers' share. Its gather
 takes one group of each stranger in turn: exactly three bodies, never more than two of one
 publisher, the other five not fetched, not charged, and not offered again.
 """
@@ -23,7 +24,8 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     reader, b, c = nodes = [swarm.node(cfg) for _ in range(3)]
     for node in nodes:
         node.joined()
-    reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512)
+    reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512,
+                  strangers_share=1.0)  # no earned peer here: the whole budget is the strangers' share
     published = {}
     for node in (b, c):
         answers = node.publish([f"{node.peer_id}-{i}" for i in range(4)], round=0)
