@@ -28,7 +28,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import msgpack
 import numpy as np
@@ -42,12 +42,10 @@ from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
 from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT
 from ftis_swarm.lab.hostile.gossip import GossipFlood
 from ftis_swarm.swarm.identity import load_identity
+from ftis_swarm.lab.hostile.base import HostilePeer, Signer
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey
 from ftis_swarm.wire import Group
-
-if TYPE_CHECKING:
-    from ftis_swarm.lab.hostile.peer import Hostile, Signer
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +71,9 @@ def make_group(*, sender: str, run_id: str, item: str, tokens: int, tokenizer_fp
 
 
 class Floods:
-    def __init__(self, hostile: "Hostile", signers: list["Signer"]):
+    def __init__(self, hostile: HostilePeer, signers: list[Signer]):
         self.h, self.signers = hostile, signers
-        self.body_peers: dict[str, tuple[P2P, "Signer"]] = {}
+        self.body_peers: dict[str, tuple[P2P, Signer]] = {}
         self._tasks: dict[str, asyncio.Task] = {}
 
     def identities(self) -> list[str]:
@@ -85,8 +83,6 @@ class Floods:
         return {kind: signer.peer_id for kind, (_, signer) in self.body_peers.items()}
 
     async def start_body_peers(self) -> None:
-        from ftis_swarm.lab.hostile.peer import Signer
-
         for kind in BODY_KINDS:
             path = Path(tempfile.mkdtemp(prefix=f"hostile-{kind}-")) / "id.key"
             P2P.generate_identity(str(path))
@@ -123,7 +119,7 @@ class Floods:
         for p2p, _ in self.body_peers.values():
             await p2p.shutdown()
 
-    async def announce(self, signer: "Signer", w: int, groups: int) -> dict[str, int]:
+    async def announce(self, signer: Signer, w: int, groups: int) -> dict[str, int]:
         """Stores `signer`'s membership record of window `w`, claiming `groups` pointers."""
         s, now = self.h.s, time.time()
         member = {"v": RECORD_VERSION, "publisher": signer.peer_id, "run_id": s["run_id"], "window": w,
@@ -209,7 +205,7 @@ class Floods:
                         _add(accepted, await self._store(kid, items))
         return {"sent": sent, "accepted": accepted}
 
-    def pointer_value(self, signer: "Signer", gid: str, w: int, size: int) -> dict:
+    def pointer_value(self, signer: Signer, gid: str, w: int, size: int) -> dict:
         """A pointer of `signer` in window `w` (round 0, one group) whose body it never serves."""
         s = self.h.s
         return {"v": RECORD_VERSION, "group_id": gid, "size": size, "sha256": gid + "0" * 32,
@@ -217,7 +213,7 @@ class Floods:
                 "tokenizer_fp": s["tokenizer_fp"], "window": w, "round": 0, "round_groups": 1,
                 "puzzle": signer.puzzle}
 
-    async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
+    async def _publish(self, signer: Signer, w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]
         items = []
         for _ in range(n):
