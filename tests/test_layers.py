@@ -1,5 +1,5 @@
 """The layering of STYLE.md, held by the import-linter contracts in pyproject.toml, and no
-import circle inside a package of the product."""
+import circle inside a package of the product or the lab."""
 
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ def test_help_imports_no_heavy_package_and_is_fast():
 
 def test_no_package_of_the_product_has_an_import_circle():
     assert import_circles("ftis_swarm", PRODUCT_PACKAGES) == []
+
+
+def test_the_lab_has_no_import_circle():
+    assert import_circles("ftis_swarm", ("lab",)) == []
 
 
 def test_the_circle_check_finds_a_circle(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """`ftis-node experiment`: the paper's experiment in miniature (see ftis_swarm.lab.experiment.arms).
 
-Flags (and `--set key=value` for any `ExperimentConfig` key) are validated, one sentence and
+Flags (and `--set key=value` for any `ExperimentConfig` key, or any key of the `NodeConfig` both
+learners share, with or without `node.`) are validated, one sentence and
 exit 2, before torch is imported. A bar counts the runs; a line is printed per finished run;
 at the end the table is printed and written with the plots and JSON.
 """
@@ -55,16 +56,16 @@ def experiment(
     workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
     threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
-    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any ExperimentConfig key (task=gsm_symbolic, eval_max_new_tokens=32); repeatable; applied after the flags."),
+    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any ExperimentConfig key (eval_max_new_tokens=32) or key of the learners' shared NodeConfig (task=gsm_symbolic, max_staleness=1); repeatable; applied after the flags."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
     old_eval_items: Optional[int] = typer.Option(None, "--eval-items", hidden=True),
 ) -> None:
     """Two heterogeneous learners alone and together (nois/tis/ftis, vertical vs horizontal), several seeds."""
     from pydantic import ValidationError
 
-    from ftis_swarm.lab.experiment.arms import ExperimentConfig, LearnerSpec, quick_config
+    from ftis_swarm.lab.experiment.config import ExperimentConfig, merged, quick_config
     from ftis_swarm.cli.overrides import set_overrides
-    from ftis_swarm.config import format_validation_error
+    from ftis_swarm.config import ConfigError, NodeConfig, format_validation_error
 
     out = renamed(run_dir, old_out, "--run-dir", "--out",
                   Path("runs/experiment-quick" if quick else "runs/experiment"))
@@ -77,33 +78,52 @@ def experiment(
         fail(f"--figures: {figures} is not a folder")
     if pilot is not None and not pilot.is_file():
         fail(f"--pilot: {pilot} is not a file")
-    overrides: dict = {}
+    # each flag sets one key: of the experiment, or (node.*) of the NodeConfig both learners share
+    dotted: dict = {}
     arm_list, seed_list = _pair(arms, "--arms"), _pair(seeds, "--seeds")
     if arm_list is not None:
-        overrides["arms"] = arm_list
+        dotted["arms"] = arm_list
     if seed_list is not None:
         if not all(s.isdigit() for s in seed_list):
             fail(f"--seeds must be non-negative integers, got {seeds!r}")
-        overrides["seeds"] = [int(s) for s in seed_list]
-    for key, value in dict(rounds=rounds, prompts_per_round=prompts_per_round, group_size=group_size,
-                           temperature=temperature, max_new_tokens=max_new_tokens, dtype=dtype,
-                           eval_items=eval_items, eval_samples=eval_samples, task=task, eval_task=eval_task,
-                           eval_max_new_tokens=eval_max_new_tokens, micro_batch=micro_batch,
-                           activation_checkpointing=activation_checkpointing).items():
+        dotted["seeds"] = [int(s) for s in seed_list]
+    for key, value in {"node.rounds": rounds, "node.prompts_per_round": prompts_per_round,
+                       "node.sampling.group_size": group_size, "node.sampling.temperature": temperature,
+                       "node.sampling.max_new_tokens": max_new_tokens, "node.learner.dtype": dtype,
+                       "eval_items": eval_items, "eval_samples": eval_samples, "node.task": task,
+                       "eval_task": eval_task, "eval_max_new_tokens": eval_max_new_tokens,
+                       "node.learner.micro_batch": micro_batch,
+                       "node.learner.activation_checkpointing": activation_checkpointing}.items():
         if value is not None:
-            overrides[key] = value
+            dotted[key] = value
+    if rounds is not None:
+        dotted["eval_rounds"] = []
     try:
-        base = quick_config() if quick else ExperimentConfig()
+        # --set takes an experiment key, or a key of the shared node with or without `node.` (max_staleness=1)
+        for item in sets:
+            key = item.partition("=")[0].strip()
+            own = key.split(".")[0] in ExperimentConfig.model_fields
+            dotted.update(set_overrides(ExperimentConfig, [item]) if own else
+                          {f"node.{k}": v for k, v in set_overrides(NodeConfig, [item]).items()})
+        base = (quick_config() if quick else ExperimentConfig()).model_dump()
         learners = []
-        for spec, model, lr, rank in zip(base.learners, (model_a, model_b), (lr_a, lr_b), (lora_rank_a, lora_rank_b)):
-            changes = {k: v for k, v in dict(model=model, lr=lr, lora_rank=rank).items() if v is not None}
-            if changes.get("lora_rank") == 0:
-                changes["lora_rank"] = None
-            learners.append(LearnerSpec(**{**spec.model_dump(), **changes}))
-        data = {**base.model_dump(), **overrides, "learners": learners}
-        if rounds is not None:
-            data["eval_rounds"] = []
-        cfg = ExperimentConfig(**{**data, **set_overrides(ExperimentConfig, sets)})
+        for spec, model, lr, rank in zip(base["learners"], (model_a, model_b), (lr_a, lr_b), (lora_rank_a, lora_rank_b)):
+            changes: dict = {k: v for k, v in dict(model=model, learner={"lr": lr} if lr else None).items() if v}
+            if rank is not None:
+                changes.setdefault("learner", {})["lora"] = {"rank": rank, "alpha": 2.0 * rank} if rank else None
+            learners.append(merged(spec, changes))
+        tree = {**base, "learners": learners}
+        for key, value in dotted.items():
+            *parents, leaf = key.split(".")
+            at = tree
+            for part in parents:
+                if not isinstance(at.get(part), dict):  # a section that is None (learner.lora) gets its keys
+                    at[part] = {}
+                at = at[part]
+            at[leaf] = value
+        cfg = ExperimentConfig(**tree)
+    except ConfigError as exc:
+        fail(str(exc))
     except ValidationError as exc:
         fail(format_validation_error(exc))
 
@@ -119,7 +139,7 @@ def experiment(
             fail(f"--pilot: {pilot} is not a pilot's JSON ({exc})")
         if not isinstance(pilot_data, dict):
             fail(f"--pilot: {pilot} is not a pilot's JSON (not an object)")
-    gate = pilot_gate(pilot_data, cfg.learners[1].model)
+    gate = pilot_gate(pilot_data, cfg.learners[1]["model"])
 
     from ftis_swarm.lab.experiment.arms import run_experiment
     from ftis_swarm.lab.experiment.report import format_table, plot_all
@@ -128,7 +148,7 @@ def experiment(
     from ftis_swarm.cli.progress import Bar
 
     total = len(cfg.arms) * len(cfg.seeds)
-    typer.echo(f"experiment: {len(cfg.arms)} arms x {len(cfg.seeds)} seeds = {total} runs of {cfg.rounds} rounds, "
+    typer.echo(f"experiment: {len(cfg.arms)} arms x {len(cfg.seeds)} seeds = {total} runs of {cfg.node.rounds} rounds, "
                f"{workers} at a time; results in {out}")
     setup_logging("warning")
     t0 = time.perf_counter()

@@ -51,11 +51,11 @@ def bench_pilot(
 
     import torch
 
-    from ftis_swarm.lab.experiment.arms import ExperimentConfig
+    from ftis_swarm.lab.experiment.config import ExperimentConfig
     from ftis_swarm.lab.experiment.pilot import pilot_table, run_pilot
 
     torch.set_num_threads(threads)
-    defaults = ExperimentConfig()
+    defaults = ExperimentConfig().node.sampling
     t0 = time.perf_counter()
     result = run_pilot(names, model_a=model_a, task_name=task, samples=samples, seed=seed,
                        temperature=defaults.temperature if temperature is None else temperature,

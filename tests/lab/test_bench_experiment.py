@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from ftis_swarm.lab.experiment.arms import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_spec, pilot_gate, quick_config
+from ftis_swarm.lab.experiment.arms import pilot_gate
+from ftis_swarm.lab.experiment.config import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_config, arm_spec, quick_config
 from ftis_swarm.lab.experiment.report import format_table, summary_rows
 from ftis_swarm.lab.experiment.run import merge_halves
 from ftis_swarm.config import FTISConfig
@@ -54,12 +55,28 @@ def test_pilot_gate_counts_only_a_passing_row_of_learner_b():
 
 def test_config_refuses_odd_groups_and_eval_rounds_outside_the_run():
     with pytest.raises(ValidationError, match="even"):
-        ExperimentConfig(group_size=7)
+        ExperimentConfig(node={"sampling": {"group_size": 7}})
     with pytest.raises(ValidationError, match="eval_rounds"):
-        ExperimentConfig(rounds=4, eval_rounds=[5])
-    assert ExperimentConfig(rounds=6).eval_rounds == [6]
+        ExperimentConfig(node={"rounds": 4}, eval_rounds=[5])
+    assert ExperimentConfig(node={"rounds": 6}).eval_rounds == [6]
     quick = quick_config()
-    assert quick.arms == list(QUICK_ARMS) and quick.rounds == 1 and quick.eval_rounds == [1]
+    assert quick.arms == list(QUICK_ARMS) and quick.node.rounds == 1 and quick.eval_rounds == [1]
+
+
+def test_the_experiment_is_its_nodes_configs_validated_by_nodeconfig():
+    cfg = ExperimentConfig(node={"rounds": 3, "sampling": {"group_size": 8}})
+    assert cfg.node.sampling.temperature == 0.7 and cfg.node.prompts_per_round == 2  # the experiment's base
+    b = arm_config(cfg, 1, 5, "vertical-nois-stale2")
+    assert (b.model, b.learner.lr, b.learner.lora.rank, b.learner.lora.alpha) == ("smollm2-slim27", 2e-4, 16, 32.0)
+    assert (b.seed, b.rounds, b.sampling.group_size, b.learner.ftis.mode, b.max_staleness) == (1_000_005, 3, 8, "nois", 2)
+    a = arm_config(cfg, 0, 5, "solo-2x")
+    assert (a.seed, a.prompts_per_round, a.learner.lora, a.max_staleness) == (5, 4, None, 0)
+    with pytest.raises(ValidationError, match="node.rounds"):  # NodeConfig's bound, not a second one
+        ExperimentConfig(node={"rounds": 0})
+    with pytest.raises(ValidationError, match="learner B.*learner.lr"):
+        ExperimentConfig(learners=({"model": "a"}, {"model": "b", "learner": {"lr": 5.0}}))
+    with pytest.raises(ValidationError, match="rounds"):  # a learner's overrides touch its model and learner only
+        ExperimentConfig(learners=({"model": "a"}, {"model": "b", "rounds": 2}))
 
 
 def test_merge_keeps_own_half_first_and_survives_the_codec():
@@ -88,7 +105,7 @@ def _fake_run(arm: str, seed: int, rewards_a: list[float], acc_a: float) -> dict
 
 
 def test_table_reports_mean_and_sample_std_over_seeds():
-    cfg = ExperimentConfig(arms=["solo"], seeds=[0, 1], rounds=4).model_dump(mode="json")
+    cfg = ExperimentConfig(arms=["solo"], seeds=[0, 1], node={"rounds": 4}).model_dump(mode="json")
     result = {
         "config": cfg,
         "start": {"A": {"accuracy": 0.5, "items": 40}, "B": {"accuracy": 0.0, "items": 40}},
@@ -109,7 +126,9 @@ def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
     for flags, words in ((["--arms", "solo,sideways-ftis"], "sideways-ftis"), (["--group-size", "5"], "even"),
                          (["--seeds", "x"], "--seeds"), (["--workers", "0"], "--workers"),
                          (["--pilot", str(tmp_path / "none.json")], "--pilot"),
-                         (["--set", "eval_samples=-1"], "eval_samples")):
+                         (["--set", "eval_samples=-1"], "eval_samples"), (["--rounds", "0"], "node.rounds"),
+                         (["--set", "sampling.temperature=0"], "node.sampling.temperature"),
+                         (["--set", "bogus=1"], "bogus"), (["--lr-b", "3"], "learner B")):
         proc = subprocess.run(CLI + flags + ["--run-dir", str(tmp_path / "o")], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, proc.stderr
@@ -127,13 +146,13 @@ def test_quick_experiment_end_to_end(tmp_path):
     assert "| vertical-ftis | A |" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     cfg = quick_config()
-    P, G, C = cfg.prompts_per_round, cfg.group_size, FTISConfig().C
+    P, G, C = cfg.node.prompts_per_round, cfg.node.sampling.group_size, FTISConfig().C
     runs = {r["arm"]: r for r in summary["runs"]}
     assert sorted(runs) == sorted(QUICK_ARMS) and len(summary["runs"]) == len(QUICK_ARMS)
 
     def recs(arm: str) -> list[dict]:
         rs = runs[arm]["rounds"]
-        assert len(rs) == 2 * cfg.rounds
+        assert len(rs) == 2 * cfg.node.rounds
         return rs
 
     for arm in runs:

@@ -1,6 +1,6 @@
 """The experiment measures the product: its `solo` arm trains each learner exactly as a lone node.
 
-Learner A of seed s is the node with seed s and the config `learner_config` derives; run as
+Learner A of seed s is the node with seed s and the config `arm_config` derives; run as
 a real `ftis-node join` process with no peers, that node must end two rounds with the same
 weights as the experiment's learner A (both are fed by `node.rollouts` and learn through
 `node.learning.learn_round`). The model is the tiny Qwen2 taught arith's answer form, so
@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch
 
-from ftis_swarm.lab.experiment.arms import ExperimentConfig, LearnerSpec
-from ftis_swarm.lab.experiment.run import learner_config, run_arm
+from ftis_swarm.lab.experiment.config import ExperimentConfig, arm_config
+from ftis_swarm.lab.experiment.run import run_arm
 from ftis_swarm.lab.bench.run_compare import compare_tensors, initial_weights, tensor_files
 from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.config import dump_node_config
@@ -46,12 +46,12 @@ def _join(tmp_path, cfg, run_dir):
 
 
 def test_solo_arm_trains_as_a_lone_node(tmp_path, tiny_arith):
-    cfg = ExperimentConfig(learners=(LearnerSpec(model=str(tiny_arith), lr=3e-3),
-                                     LearnerSpec(model=str(tiny_arith), lr=3e-3, lora_rank=4)),
-                           task="arith", arms=["solo"], seeds=[SEED], rounds=ROUNDS, prompts_per_round=3,
-                           group_size=4, temperature=1.0, max_new_tokens=6, dtype="fp32", eval_items=2,
-                           eval_max_new_tokens=4)
-    node_cfgs = [learner_config(cfg, index, SEED, "ftis") for index in range(2)]
+    cfg = ExperimentConfig(learners=({"model": str(tiny_arith), "learner": {"lr": 3e-3}},
+                                     {"model": str(tiny_arith), "learner": {"lr": 3e-3, "lora": {"rank": 4, "alpha": 8.0}}}),
+                           node={"task": "arith", "rounds": ROUNDS, "prompts_per_round": 3,
+                                 "sampling": {"group_size": 4, "temperature": 1.0, "max_new_tokens": 6}},
+                           arms=["solo"], seeds=[SEED], eval_items=2, eval_max_new_tokens=4)
+    node_cfgs = [arm_config(cfg, index, SEED, "solo") for index in range(2)]
     assert node_cfgs[0].seed == SEED and node_cfgs[1].seed != SEED
     procs = [_join(tmp_path, c, tmp_path / f"node-{name}") for c, name in zip(node_cfgs, cfg.learner_names)]
     threads = torch.get_num_threads()

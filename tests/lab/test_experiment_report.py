@@ -29,8 +29,9 @@ def result(*, sampled: bool) -> dict:
             runs.append({"arm": arm, "seed": seed, "rounds": recs,
                          "evals": [{"round": 4, "A": ev(end, end / 2 if sampled else None),
                                     "B": ev(end - 0.1, (end - 0.1) / 2 if sampled else None)}]})
-    cfg = {"arms": ["solo", "solo-2x", "vertical-ftis"], "seeds": [0, 1, 2], "rounds": 4, "eval_rounds": [4],
-           "learners": [{"model": "a", "lr": 1e-5, "lora_rank": None}, {"model": "b", "lr": 1e-4, "lora_rank": 8}]}
+    cfg = {"arms": ["solo", "solo-2x", "vertical-ftis"], "seeds": [0, 1, 2], "node": {"rounds": 4}, "eval_rounds": [4],
+           "learners": [{"model": "a", "learner": {"lr": 1e-5}},
+                        {"model": "b", "learner": {"lr": 1e-4, "lora": {"rank": 8}}}]}
     start = {"round": 0, "A": ev(0.3, 0.15 if sampled else None), "B": ev(0.2, 0.1 if sampled else None)}
     return {"config": cfg, "start": start, "runs": runs}
 

@@ -41,8 +41,9 @@ def run(arm: str, seed: int, a: int, b: int, *, ess: float = 0.5, rounds: int = 
 
 
 def result(runs: list[dict], arms: list[str]) -> dict:
-    cfg = {"arms": arms, "seeds": sorted({r["seed"] for r in runs}), "rounds": 3, "eval_rounds": [3],
-           "learners": [{"model": "a", "lr": 1e-5, "lora_rank": None}, {"model": "b", "lr": 1e-4, "lora_rank": 8}]}
+    cfg = {"arms": arms, "seeds": sorted({r["seed"] for r in runs}), "node": {"rounds": 3}, "eval_rounds": [3],
+           "learners": [{"model": "a", "learner": {"lr": 1e-5}},
+                        {"model": "b", "learner": {"lr": 1e-4, "lora": {"rank": 8}}}]}
     return {"config": cfg, "start": {"round": 0, "A": ev(8), "B": ev(4)}, "runs": runs}
 
 

@@ -132,15 +132,15 @@ def test_fresh_enough_keeps_at_most_k_versions_behind():
 @slow
 def test_the_experiments_vertical_arm_learns_stale_own_groups_as_the_pipelined_node(arith_model):
     """`max_staleness 1` in the experiment: round 1 as with 0, later own groups one version late."""
-    from ftis_swarm.lab.experiment.arms import ExperimentConfig, LearnerSpec
+    from ftis_swarm.lab.experiment.config import ExperimentConfig
     from ftis_swarm.lab.experiment.run import run_arm
 
     def arm(k):
-        cfg = ExperimentConfig(learners=(LearnerSpec(model=str(arith_model), lr=1e-2),
-                                         LearnerSpec(model=str(arith_model), lr=1e-2, lora_rank=4)),
-                               arms=["vertical-ftis"], seeds=[0], rounds=3, prompts_per_round=2, group_size=4,
-                               temperature=1.0, max_new_tokens=3, dtype="fp32", eval_items=1,
-                               eval_max_new_tokens=2, max_staleness=k)
+        cfg = ExperimentConfig(learners=({"model": str(arith_model), "learner": {"lr": 1e-2}},
+                                         {"model": str(arith_model), "learner": {"lr": 1e-2, "lora": {"rank": 4, "alpha": 8.0}}}),
+                               node={"rounds": 3, "prompts_per_round": 2, "max_staleness": k,
+                                     "sampling": {"group_size": 4, "temperature": 1.0, "max_new_tokens": 3}},
+                               arms=["vertical-ftis"], seeds=[0], eval_items=1, eval_max_new_tokens=2)
         return run_arm(cfg.model_dump_json(), "vertical-ftis", 0)["rounds"]
 
     sync, ahead = arm(0), arm(1)

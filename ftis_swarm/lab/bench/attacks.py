@@ -127,8 +127,8 @@ def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_grou
     standing = None
     if standing_rounds:
         progress("standing")
-        standing = run_standing_bench(load_model(models.receiver), load_model(models.honest)[0],
-                                      rounds=standing_rounds, progress=progress)
+        standing = run_standing_bench(models.receiver, models.honest, rounds=standing_rounds, workdir=workdir,
+                                      progress=progress)
     return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0, standing)
 
 

@@ -1,7 +1,9 @@
 """`ftis-node bench attacks`, the standing part: a crowd of fresh identities against earned peers.
 
-One receiving node, in process, runs its rounds on the product's own parts (`PeerIntake`
-with the learner's standing and the ledger's score, the scorer, `learn_round`, the ledger).
+One receiving node, a real `Node` in process on the loopback transport (`peers.loopback`),
+runs its own rounds: every group below is posted to its hub as bytes between its publish
+half and its learn half, so it takes the node's one path (the transport's checks, the intake
+with the learner's standing and the ledger's score, the scorer, the update, the ledger).
 First a warm-up: two honest peers and a would-be turncoat send honest groups until each has
 standing (docs/node.md, "Standing"). Then every round offers, in this order:
 
@@ -15,8 +17,8 @@ standing (docs/node.md, "Standing"). Then every round offers, in this order:
 - a copier: the first earned peer's groups, re-signed.
 
 The crowd, the forgers and the copier (54 identities) share one network origin, the
-newcomer has its own, and the earned peers and the turncoat theirs: the intake's strangers'
-draw goes origin first (`peers/draw.py`), as the node's does with its transport's `origin_of`.
+newcomer has its own, and the earned peers and the turncoat theirs (`LoopbackHub.set_origin`):
+the node's strangers' draw goes origin first (`peers/draw.py`), with its transport's `origin_of`.
 
 Figures: the crowd's and all strangers' share of the peers' tokens in each update (the cap
 is `strangers_share`); per forgery kind, samples trained at a weight above 1 while the
@@ -30,24 +32,22 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ftis_swarm.config import T_MIN, LearnerConfig, SamplingConfig
+from ftis_swarm.config import T_MIN, LearnerConfig, NodeConfig, SamplingConfig, SwarmConfig
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.lab.hostile.groups import prompts_for, rebuilt
-from ftis_swarm.learner.learner import Learner
-from ftis_swarm.node.health import UpdateHealth
-from ftis_swarm.node.learning import Learning, learn_round
-from ftis_swarm.node.scoring import Admission, TaskCache
-from ftis_swarm.node.serving import Serving
+from ftis_swarm.models import load_model
+from ftis_swarm.node.daemon import Node
 from ftis_swarm.peers import faults
-from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
-from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.peers.intake import within_vocab
+from ftis_swarm.peers.loopback import LoopbackHub
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import get_task
-from ftis_swarm.wire import Group, tokenizer_fingerprint
+from ftis_swarm.wire import Group, encode_group, tokenizer_fingerprint
 
 SAMPLING = SamplingConfig(temperature=0.7, max_new_tokens=24, group_size=4, seed=0)
 CROWD_SAMPLING = SamplingConfig(temperature=0.7, max_new_tokens=8, group_size=4, seed=1)
@@ -56,6 +56,7 @@ FORGERIES = {"minus_3": -3.0, "minus_0.5": -0.5, "t_min": 0.0}
 """Forgery kind -> shift of `logp_gen` (`t_min` claims T_MIN and the log-probs at T = 1 instead)."""
 EARNED = ("earned-1", "earned-2")
 CROWD_ORIGIN, NEWCOMER_ORIGIN = "10.0.0.0/24", "10.0.1.0/24"
+RUN_ID, ME = "bench", "self"
 
 
 @dataclass
@@ -97,58 +98,71 @@ def forgers() -> list[tuple[str, str]]:
     return out + [(f"forge-{k}-{i}", k) for k in FORGERIES for i in range(SPLIT)]
 
 
-def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: int, max_warmup: int = 12,
+def run_standing_bench(receiver: str, honest: str, *, rounds: int, workdir: Path, max_warmup: int = 12,
                        seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StandingFigures:
-    """The standing figures over `rounds` main rounds after a warm-up of at most `max_warmup` rounds."""
-    model, tok = receiver
+    """The standing figures over `rounds` main rounds after a warm-up of at most `max_warmup` rounds.
+
+    The receiver is a real `Node` of model `receiver` on a loopback hub (`peers.loopback`), as
+    in the attack table: every offered group is posted to its hub as bytes between its publish
+    half and its learn half, so it takes the node's one path (the transport's checks, the
+    intake with the learner's standing and the ledger's score, the scorer, `learn_round`, the
+    ledger). What the intake kept is what the node logged as consumed.
+    """
+    cfg = NodeConfig(model=receiver, task="arith", rounds=rounds + max_warmup, prompts_per_round=2,
+                     sampling=SAMPLING, learner=LearnerConfig(lr=2e-6), max_failed_updates=rounds + max_warmup + 1,
+                     swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "standing", seed=seed)
+    hub = LoopbackHub()
+    node = Node(cfg, swarm=hub.member(ME))
+    try:
+        return _standing_rounds(node, hub, load_model(honest)[0], rounds=rounds, max_warmup=max_warmup,
+                                progress=progress)
+    finally:
+        node.close()
+
+
+def _standing_rounds(node: Node, hub: LoopbackHub, honest_model: Any, *, rounds: int, max_warmup: int,
+                     progress: Callable[[str], None]) -> StandingFigures:
+    p = node.parts
+    tok, bound, ledger, det = p.tokenizer, p.token_bound, p.peer_ledger, p.learner.detector
     fp = tokenizer_fingerprint(tok)
-    bound = min(len(tok), model.get_input_embeddings().num_embeddings)
-    learner = Learner(model, cfg=LearnerConfig(lr=2e-6), pad_id=tok.pad_token_id or 0, tokenizer_fp=fp)
-    own, honest = (TransformersBackend(model=x, tokenizer=tok, header=GroupHeader("bench", s, "bench"))
-                   for x, s in ((model, "self"), (honest_model, "honest")))
-    own_tokens = 2 * SAMPLING.group_size * SAMPLING.max_new_tokens
-    intake = PeerIntake(Budget(max_groups=64, max_groups_per_peer=16, max_tokens=4 * own_tokens,
-                               max_tokens_per_peer=2 * own_tokens, context=model.config.max_position_embeddings),
-                        seed=seed)
-    ledger = PeerLedger()
-    learning = Learning(me="self", learner=learner, tokenizer=tok, tasks=TaskCache(),
-                        admission=Admission(tokenizer_fp=fp, accept_tasks=frozenset({"arith"})),
-                        serving=Serving(learner, own, shares_model=True), peer_ledger=ledger,
-                        health=UpdateHealth(rounds + max_warmup + 1))
+    honest = TransformersBackend(model=honest_model, tokenizer=tok, header=GroupHeader(RUN_ID, "honest", RUN_ID))
     arith = get_task("arith")
-    det = learner.detector
 
     def honest_groups(senders: list[str], r: int, salt: int, sampling: SamplingConfig = SAMPLING) -> list[Group]:
         items = arith.sample(len(senders), seed=1000 * salt + r)
         groups = honest.generate(prompts_for(items, tok), sampling.group_size, sampling)
         return [rebuilt(g, sender=s) for g, s in zip(groups, senders) if within_vocab(g, bound)]
 
-    def take_and_learn(r: int, offered: list[Group]) -> tuple[list[Group], dict[str, float], Any]:
-        mine = own.generate(prompts_for(arith.sample(2, seed=100 + r), tok), SAMPLING.group_size, SAMPLING)
-        taken = intake.take(offered, {}, ledger.allows, standing=det.has_standing, rank=ledger.score,
-                            origin=origin_of, draw=r)
-        ledger.charge_counts(taken.by_peer, me="self")
-        learned = learn_round(learning, r, mine, taken.kept)
-        return taken.kept, learned.metrics, taken
+    posted: dict[str, Group] = {}  # every group offered so far: the intake may take a deferred one rounds later
 
-    crowd = [f"fresh-{i:02d}" for i in range(CROWD)]
-    forged_ids = forgers()
-    origins = {**{p: CROWD_ORIGIN for p in [*crowd, *(f for f, _ in forged_ids), "copier"]},
-               "newcomer": NEWCOMER_ORIGIN}
-
-    everyone = [*origins, *EARNED, "turncoat"]
-
-    def origin_of(peer: str) -> str:
-        return origins.get(peer, peer)
+    def round_of(r: int, offered: list[Group]) -> tuple[list[Group], dict[str, float]]:
+        """The node's round `r` with `offered` posted to its hub: the peers' groups it took, and the update's metrics."""
+        mine = node.publish_round(r)
+        for g in offered:
+            posted[g.group_id] = g
+            hub.inject(g.sender, encode_group(g))
+        before = set(node.state.consumed)
+        node.learn_published(mine)
+        learned = node.last_learning
+        assert learned is not None
+        kept = [posted[gid] for gid in node.state.consumed if gid not in before]
+        return kept, learned.metrics
 
     r, warmup = 0, 0
     veterans = [*EARNED, "turncoat"]
-    while warmup < max_warmup and not all(det.has_standing(p) for p in veterans):
+    while warmup < max_warmup and not all(det.has_standing(v) for v in veterans):
         r, warmup = r + 1, warmup + 1
         progress(f"warm-up round {warmup}")
-        take_and_learn(r, honest_groups([p for p in veterans for _ in range(2)], r, salt=1))
+        round_of(r, honest_groups([v for v in veterans for _ in range(2)], r, salt=1))
     fig = StandingFigures(warmup_rounds=warmup, rounds=rounds, strangers_share=[], crowd_share=[],
                           strangers_of_used=[])
+    crowd = [f"fresh-{i:02d}" for i in range(CROWD)]
+    forged_ids = forgers()
+    for peer in [*crowd, *(f for f, _ in forged_ids), "copier"]:
+        hub.set_origin(peer, CROWD_ORIGIN)
+    hub.set_origin("newcomer", NEWCOMER_ORIGIN)
+    everyone = [*crowd, *(f for f, _ in forged_ids), "copier", "newcomer", *EARNED, "turncoat"]
+    budget = node.intake.budget.max_tokens
     for main in range(1, rounds + 1):
         r += 1
         progress(f"round {main} of {rounds} (20 fresh identities, {len(forged_ids)} forgers)")
@@ -156,30 +170,28 @@ def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: 
         items = arith.sample(len(forged_ids), seed=3000 + r)
         offered += [_forged(honest_model, tok, it, sender=f, kind=k, fp=fp) for (f, k), it in zip(forged_ids, items)]
         offered += honest_groups(["newcomer"], r, salt=4)
-        earned = honest_groups([p for p in EARNED for _ in range(2)], r, salt=5)
+        earned = honest_groups([e for e in EARNED for _ in range(2)], r, salt=5)
         turncoat = [rebuilt(g, logp_gen=[lp - 0.5 for lp in g.logp_gen])
                     for g in honest_groups(["turncoat", "turncoat"], r, salt=6)]
         copies = [rebuilt(g, sender="copier", created_at=g.created_at + 1.0) for g in earned if g.sender == EARNED[0]]
         offered += earned + turncoat + copies
         # what the intake reads; every identity, as a group deferred from an earlier round may be taken now
         had = {s: det.has_standing(s) for s in {*everyone, *(g.sender for g in offered)}}
-        kept, metrics, taken = take_and_learn(r, offered)
-        budget, used = intake.budget.max_tokens, sum(g.num_completion_tokens for g in kept) or 1
+        kept, metrics = round_of(r, offered)
+        used = sum(g.num_completion_tokens for g in kept) or 1
         strangers = sum(g.num_completion_tokens for g in kept if not had[g.sender])
         fig.strangers_share.append(strangers / budget)
         fig.strangers_of_used.append(strangers / used)
         by_origin: Counter[str] = Counter()
         for g in kept:
             if not had[g.sender]:
-                by_origin[origin_of(g.sender)] += g.num_completion_tokens
+                by_origin[hub.origin_of(g.sender)] += g.num_completion_tokens
         fig.share_by_origin.append({o: n / budget for o, n in by_origin.items()})
         fig.crowd_share.append(sum(g.num_completion_tokens for g in kept if g.sender in crowd) / budget)
         fig.copies_sent += len(copies)
         fig.copies_used += sum(g.sender == "copier" for g in kept)
-        fig.copies_refused += taken.by_peer[("copier", faults.COPIED_GROUP)]
-        fig.copier_refused += taken.by_peer[("copier", "peer_refused")]
         for f, k in [*forged_ids, ("turncoat", "turncoat")]:
-            src = learning.sources.get(f)
+            src = node.learning.sources.get(f)
             book = fig.over_1_after if had.get(f) else fig.over_1_before
             fig.over_1_after.setdefault(k, 0)
             fig.over_1_before.setdefault(k, 0)
@@ -189,8 +201,14 @@ def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: 
             fig.newcomer_first_used = main
         if fig.newcomer_standing_round is None and det.has_standing("newcomer"):
             fig.newcomer_standing_round, fig.newcomer_standing_tokens = main, det.tokens("newcomer")
-    for p, rec in ledger.snapshot().items():
-        kind = "turncoat" if p == "turncoat" else next((k for f, k in forged_ids if f == p), None)
+    accounts = ledger.snapshot()
+    copier = accounts.get("copier", {}).get("counts", {})
+    fig.copies_refused = int(copier.get(faults.COPIED_GROUP, 0))
+    # a banned copier's bodies: the transport no longer reads them, or the intake refuses them
+    fig.copier_refused = (int(copier.get(faults.PEER_REFUSED, 0))
+                          + int(p.swarm.counters().get("refused_by_peer", {}).get("copier", 0)))
+    for peer, rec in accounts.items():
+        kind = "turncoat" if peer == "turncoat" else next((k for f, k in forged_ids if f == peer), None)
         if kind is not None:
             fig.forgers_flagged[kind] = fig.forgers_flagged.get(kind, 0) + rec["counts"].get("forgery", 0)
     return fig
@@ -209,7 +227,7 @@ def _forged(model: Any, tok: Any, item: Any, *, sender: str, kind: str, fp: str)
             full = torch.tensor([list(prompt) + list(ids)])  # (1, L)
             lp = token_logprobs(model, full, temperature=logp_t)[0, len(prompt) - 1:]  # (len(ids),)
             logp_gen.append((lp + FORGERIES[kind]).numpy())
-    return Group.build(run_id="bench", sender=sender, model_id="bench", policy_version=0, created_at=time.time(),
+    return Group.build(run_id=RUN_ID, sender=sender, model_id=RUN_ID, policy_version=0, created_at=time.time(),
                        tokenizer_fp=fp, task_id=item.task_id, item_id=item.item_id, prompt_ids=prompt,
                        temperature=claimed_t, completion_ids=completions, logp_gen=logp_gen)
 

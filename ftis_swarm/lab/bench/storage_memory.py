@@ -25,7 +25,7 @@ from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import dht_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
-from ftis_swarm.lab.hostile.peer import Signer
+from ftis_swarm.lab.hostile.base import Signer
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.guard import DHTServicer

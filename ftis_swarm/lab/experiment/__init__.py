@@ -1,6 +1,7 @@
 """The experiment (`ftis-node experiment`): two heterogeneous learners, alone and together (docs/experiment.md).
 
-- arms.py          ExperimentConfig, the arms and their specs, the runs of a grid (a fresh process per run)
+- config.py        ExperimentConfig: the NodeConfig both learners share, their overrides, the arms; an arm's NodeConfig
+- arms.py          the runs of a grid (a fresh process per run), resume, the pilot's gate
 - run.py           one run: one arm, one seed, two learners, each a real node on a loopback hub
 - heldout.py       the one held-out evaluator: greedy pass@1 and sampled accuracy per item
 - stats.py         the fixed paired statistics, claims and their verdicts

@@ -15,8 +15,8 @@ tokenizer work). Each run is one *arm* and one seed:
   each, on a shared seeded prompt schedule), so every advantage is taken over a mixed
   group; the learner is called with `allow_mixed=True` (an experiment-only setting).
 
-Each learner is a real node (`run.learner_config`: the `NodeConfig` of learner i under seed
-s has node seed `s + 1000000 i`; `run.start_node`: a `Node` on the in-process loopback
+Each learner is a real node (`config.arm_config`: the `NodeConfig` of learner i in an arm under
+seed s, with node seed `s + 1000000 i`; `run.start_node`: a `Node` on the in-process loopback
 transport), trained by the node's own round, so `solo` is exactly a lone node. Every arm sees the same
 prompt schedule for the same seed, the node's (`node.rollouts.round_items`): in `solo` and
 `vertical` learner i draws its own P prompts of round r; in `horizontal` both learners take the union of those
@@ -26,7 +26,8 @@ set of the task's test items, the same for every arm; it is measured once for th
 weights (identical in every run: the same checkpoint, and a fresh LoRA adapter changes
 nothing until its first step), then after the rounds in `eval_rounds` (by default the last) of each run.
 
-Files: the package's `__init__.py` has the map (this file: settings, plan, the pool that runs it).
+Files: the package's `__init__.py` has the map (this file: the plan of a grid and the pool that runs it;
+the settings are `config.py`'s).
 """
 
 from __future__ import annotations
@@ -37,148 +38,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from ftis_swarm.config import LOSS_MODES
+from ftis_swarm.lab.experiment.config import ExperimentConfig
+from ftis_swarm.lab.experiment.run import run_arm, start_evaluation
 
 log = logging.getLogger(__name__)
-
-MODES = tuple(LOSS_MODES)
-FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
-"""The full experiment's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
-corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
-QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
-
-
-class ArmSpec(NamedTuple):
-    """What an arm name means: the round kind, the loss mode, the prompts-per-round factor, the staleness."""
-
-    kind: str
-    mode: str
-    prompts_factor: int = 1
-    staleness: Optional[int] = None
-    """`max_staleness` of this arm's vertical rounds; None: the config's."""
-
-
-def arm_spec(arm: str) -> ArmSpec:
-    """`solo`, `solo-2x` (twice the prompts a round: as many samples learned as a swarm arm),
-    `vertical-<mode>` or `horizontal-<mode>`, a vertical one optionally ending `-stale<k>`."""
-    if arm == "solo":
-        return ArmSpec("solo", "ftis")
-    if arm == "solo-2x":
-        return ArmSpec("solo", "ftis", prompts_factor=2)
-    kind, _, rest = arm.partition("-")
-    mode, _, stale = rest.partition("-")
-    staleness = None
-    if stale:
-        k = stale.removeprefix("stale")
-        if kind != "vertical" or not stale.startswith("stale") or not k.isdigit() or int(k) > 8:
-            raise ValueError(f"arm {arm!r}: only a vertical arm takes a suffix, -stale<k> with k 0..8")
-        staleness = int(k)
-    if kind not in ("vertical", "horizontal") or mode not in MODES:
-        raise ValueError(f"arm {arm!r} is not solo, solo-2x, vertical-<mode>[-stale<k>] or horizontal-<mode> "
-                         f"with a mode of {', '.join(MODES)}")
-    return ArmSpec(kind, mode, staleness=staleness)
-
-
-class LearnerSpec(BaseModel):
-    """One of the two learners."""
-
-    model_config = ConfigDict(extra="forbid")
-    model: str
-    """Short name, folder or hub id (both learners must share a tokenizer)."""
-    lr: float = Field(gt=0, le=1)
-    lora_rank: Optional[int] = Field(None, ge=1, le=1024)
-    """Train a LoRA adapter of this rank instead of the full model."""
-
-
-class ExperimentConfig(BaseModel):
-    """Everything a run depends on; written to the output folder and checked on resume."""
-
-    model_config = ConfigDict(extra="forbid")
-    learners: tuple[LearnerSpec, LearnerSpec] = (
-        LearnerSpec(model="smollm2-135m", lr=2e-5),
-        LearnerSpec(model="smollm2-slim27", lr=2e-4, lora_rank=16),
-    )
-    """A, then B. Default: SmolLM2-135M fully fine-tuned, and the pilot's best sibling (layers 25-27
-    dropped) training a LoRA adapter (docs/experiment.md, docs/pilot.json)."""
-    task: str = "arith_mix"
-    arms: list[str] = Field(default_factory=lambda: list(FULL_ARMS))
-    seeds: list[int] = Field(default_factory=lambda: list(range(6)))
-    rounds: int = Field(6, ge=1)
-    prompts_per_round: int = Field(2, ge=1)
-    """Own prompts per learner per round (P); `solo-2x` takes twice as many."""
-    group_size: int = Field(6, ge=4)
-    """G; even, since horizontal groups take G/2 completions from each learner."""
-    temperature: float = Field(0.7, gt=0, le=10)
-    max_new_tokens: int = Field(16, ge=1)
-    dtype: Literal["fp32", "bf16"] = "fp32"
-    """The learner's autocast (rollout and evaluation stay fp32). bf16 is for GPUs: on this machine's
-    CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the fp32 one, its
-    learning 7.5 x."""
-    micro_batch: int = Field(32, ge=1)
-    activation_checkpointing: bool = False
-    """Recompute each layer's activations in backward (for large models on a GPU; `ftis-node plan`)."""
-    eval_task: Optional[str] = None
-    """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: `task`."""
-    eval_items: Optional[int] = Field(None, ge=1)
-    """Held-out test items (the same items in every arm); None: every distinct one of the task's test split."""
-    eval_seed: int = Field(0, ge=0)
-    eval_max_new_tokens: int = Field(16, ge=1)
-    eval_samples: int = Field(8, ge=0, le=64)
-    """Sampled completions per held-out item beside the greedy one (0: greedy only)."""
-    eval_temperature: Optional[float] = Field(None, gt=0, le=10)
-    """Temperature of the sampled held-out completions; None: `temperature`."""
-    eval_rounds: list[int] = Field(default_factory=list)
-    """Rounds after which held-out accuracy is measured; empty: the last only."""
-    max_staleness: int = Field(0, ge=0, le=8)
-    """Vertical arms without a `-stale<k>` suffix: each learner's node runs with `max_staleness` k, so its
-    own groups of round r + k are generated while round r learns (node/pipeline.py)."""
-
-    @field_validator("arms")
-    @classmethod
-    def _arms(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("at least one arm is needed")
-        for arm in v:
-            arm_spec(arm)
-        return list(dict.fromkeys(v))
-
-    @field_validator("seeds")
-    @classmethod
-    def _seeds(cls, v: list[int]) -> list[int]:
-        if not v or any(s < 0 for s in v):
-            raise ValueError("seeds must be a non-empty list of non-negative integers")
-        return list(dict.fromkeys(v))
-
-    @model_validator(mode="after")
-    def _shape(self) -> "ExperimentConfig":
-        if self.group_size % 2:
-            raise ValueError(f"group_size must be even (horizontal groups split it in two), got {self.group_size}")
-        if not self.eval_rounds:
-            self.eval_rounds = [self.rounds]
-        if any(not 1 <= r <= self.rounds for r in self.eval_rounds):
-            raise ValueError(f"eval_rounds must lie in 1..{self.rounds}, got {self.eval_rounds}")
-        return self
-
-    @property
-    def learner_names(self) -> tuple[str, str]:
-        return ("A", "B")
-
-
-QUICK_LEARNERS = (LearnerSpec(model="smollm2-135m", lr=2e-5), LearnerSpec(model="smollm2-mini", lr=2e-5))
-"""The quick setting pairs A with the smallest sibling: its samples are off-policy for A from the
-first round, so one round exercises weights and filter."""
-
-
-def quick_config(**overrides: Any) -> ExperimentConfig:
-    """The `--quick` setting: every arm kind once, one round, small groups, 8 held-out items; a couple of minutes."""
-    base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], rounds=1,
-                                prompts_per_round=2, group_size=4, eval_items=8, eval_samples=2)
-    base.update(overrides)
-    return ExperimentConfig(**base)
 
 
 def run_path(out: Path, arm: str, seed: int) -> Path:
@@ -200,8 +65,6 @@ def run_experiment(
     result already there from the same config is reused instead of rerun. `on_done(label,
     result)` is called in this process as each job finishes. Returns every result.
     """
-    from ftis_swarm.lab.experiment.run import run_arm, start_evaluation
-
     out.mkdir(parents=True, exist_ok=True)
     cfg_json = cfg.model_dump_json()
     (out / "config.json").write_text(json.dumps(json.loads(cfg_json), indent=2))

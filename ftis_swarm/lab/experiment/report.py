@@ -100,7 +100,7 @@ def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 def format_table(result: dict[str, Any]) -> str:
     """The markdown table of `summary_rows`."""
     cfg = result["config"]
-    k = min(WINDOW, cfg["rounds"])
+    k = min(WINDOW, cfg["node"]["rounds"])
     mid = len(cfg["eval_rounds"]) > 1
     rows = summary_rows(result)
     sampled = any(not math.isnan(r["sampled_end"][0]) for r in rows)
@@ -150,7 +150,7 @@ def plot_all(result: dict[str, Any], folder: Path, *, prefix: str = "experiment"
     runs, start, cfg = result["runs"], result["start"], result["config"]
     arms = [a for a in cfg["arms"] if _by(runs, a)]
     colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(arms)}
-    models = {n: spec["model"] + (f" (LoRA r{spec['lora_rank']})" if spec.get("lora_rank") else " (full)")
+    models = {n: spec["model"] + (f" (LoRA r{_lora_rank(spec)})" if _lora_rank(spec) else " (full)")
               for n, spec in zip(("A", "B"), cfg["learners"])}
     paths = []
 
@@ -177,7 +177,7 @@ def plot_all(result: dict[str, Any], folder: Path, *, prefix: str = "experiment"
         for ax, learner in zip(row, ("A", "B")):
             for j, arm in enumerate(arms):
                 rounds, acc = eval_matrix(_by(runs, arm), start, learner, key)  # (seeds, evals)
-                x = np.array(rounds, dtype=float) + (j - (n - 1) / 2) * 0.12 * max(1, cfg["rounds"] / 8)
+                x = np.array(rounds, dtype=float) + (j - (n - 1) / 2) * 0.12 * max(1, cfg["node"]["rounds"] / 8)
                 seed_lines(ax, x[: acc.shape[1]], acc, colors[arm], arm, marker="o", ms=3)
             ax.set_title(f"{learner}: {models[learner]}", fontsize=9)
             ax.set_xlabel("round")
@@ -213,3 +213,9 @@ def _save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _lora_rank(spec: dict) -> int | None:
+    """The LoRA rank a learner's overrides set (config.py), None for a full fine-tune."""
+    lora = (spec.get("learner") or {}).get("lora")
+    return lora["rank"] if lora else None

@@ -1,18 +1,22 @@
 """One run of the experiment: one arm, one seed, two real nodes in this process on a loopback hub.
 
-Each learner is a `Node` (`node.daemon`) built from the `NodeConfig` `learner_config`
-derives, with the in-process transport (`peers.loopback`) in place of the hivemind swarm:
+Each learner is a `Node` (`node.daemon`) built from the `NodeConfig` of its arm
+(`config.arm_config`), with the in-process transport (`peers.loopback`) in place of the hivemind swarm:
 everything else is the node's, its learner (seeded by the node's seed), prompt schedule
 and sampling seeds, publish (the vocabulary check), the transport's checks after decode,
 the intake (caps, budget, duplicates), the learning half (`node.learning.learn_round`),
 its record, and with `max_staleness` k its pipeline (`node.pipeline`, with `fresh_enough`).
-Learner `i` of seed `s` is the node with seed `learner_seed(s, i)`, so the `solo` arm of
+Learner `i` of seed `s` is the node with seed `config.learner_seed(s, i)`, so the `solo` arm of
 learner A with seed `s` trains exactly as a lone `ftis-node join --seed s` with the same
 config (a test holds this). A round runs both nodes in lockstep (`lockstep_round`): each
 node's publish half, then each node's learn half, so each learns on its own groups plus
-the other's of the same round, whose bytes crossed the wire codec. The horizontal arm,
-which a node refuses, mixes each group's halves (both halves cross the hub) and runs the
-node's `score` and `update_and_serve` with `allow_mixed`. The functions here run in pool
+the other's of the same round, whose bytes crossed the wire codec. The horizontal arm
+mixes each group's halves (both halves cross the hub) and runs the node's `score` and
+`update_and_serve` with `allow_mixed`, with a record of its own: the node's learn half
+cannot take a mixed group (it learns what it gathers, the peer's halves; a merged group
+posted as bytes has a sender, `A+B`, that is not its publisher; `learn_round` updates
+without `allow_mixed`), and a node setting for it would put the experiment into the
+product (docs/experiment.md). The functions here run in pool
 processes, so they take the config as JSON and return plain dicts.
 """
 
@@ -28,10 +32,10 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ftis_swarm.lab.experiment.arms import ExperimentConfig, arm_spec
+from ftis_swarm.lab.experiment.config import RUN_ID, ExperimentConfig, arm_config, arm_spec
 from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items
 from ftis_swarm.lab.experiment.heldout import sample_groups, sampled_rewards
-from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig, NodeConfig, SamplingConfig, SwarmConfig, WireConfig
+from ftis_swarm.config import NodeConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.models import load_model
 from ftis_swarm.node.daemon import Node
@@ -43,30 +47,6 @@ from ftis_swarm.tasks import Task, get_task
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
-RUN_ID = "experiment"
-LEARNER_SEED_STRIDE = 1_000_000
-"""Learner i of seed s is the node with seed `s + LEARNER_SEED_STRIDE * i` (A: the seed itself)."""
-
-
-def learner_seed(seed: int, index: int) -> int:
-    return seed + LEARNER_SEED_STRIDE * index
-
-
-def learner_config(cfg: ExperimentConfig, index: int, seed: int, mode: str, *, prompts_factor: int = 1) -> NodeConfig:
-    """The node config learner `index` trains as under loss `mode` with run seed `seed`
-    (`prompts_factor` times the config's prompts a round: the `solo-2x` arm)."""
-    spec = cfg.learners[index]
-    lora = LoRAConfig(rank=spec.lora_rank, alpha=2.0 * spec.lora_rank) if spec.lora_rank else None
-    return NodeConfig(
-        model=spec.model, task=cfg.task, rounds=cfg.rounds, prompts_per_round=cfg.prompts_per_round * prompts_factor,
-        seed=learner_seed(seed, index), backend="transformers",
-        sampling=SamplingConfig(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                                group_size=cfg.group_size),
-        learner=LearnerConfig(lr=spec.lr, dtype=cfg.dtype, micro_batch=cfg.micro_batch,
-                              activation_checkpointing=cfg.activation_checkpointing, lora=lora,
-                              ftis=FTISConfig(mode=mode)),
-        swarm=SwarmConfig(run_id=RUN_ID, wire=WireConfig(max_group_size=max(64, cfg.group_size))),
-    )
 
 
 def learner_device(index: int) -> str:
@@ -104,7 +84,7 @@ def evaluate(model: Any, tokenizer: Any, task: Task, items: list, cfg: Experimen
         k = cfg.eval_samples
         if k:
             groups = sample_groups(model, tokenizer, task, items, samples=k,
-                                   temperature=cfg.eval_temperature or cfg.temperature,
+                                   temperature=cfg.eval_temperature or cfg.node.sampling.temperature,
                                    max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.eval_seed, sender=sender)
             out["sampled"] = [int(sum(r)) for r in sampled_rewards(tokenizer, task, items, groups)]
             out["samples"] = k
@@ -118,16 +98,17 @@ def start_evaluation(cfg_json: str) -> dict[str, Any]:
     """Held-out accuracy of both learners' initial weights (shared by every run and seed: the
     evaluation is seeded by `eval_seed` alone, so it would repeat the same figures per seed)."""
     cfg = ExperimentConfig.model_validate_json(cfg_json)
-    task = get_task(cfg.eval_task or cfg.task)
+    task = get_task(cfg.eval_task or cfg.node.task)
     items = eval_items(cfg, task)
     out: dict[str, Any] = {"round": 0}
-    for name, spec in zip(cfg.learner_names, cfg.learners):
-        same = [n for n, s in zip(cfg.learner_names, cfg.learners) if s.model == spec.model and n in out]
+    models = [spec["model"] for spec in cfg.learners]
+    for i, (name, model_name) in enumerate(zip(cfg.learner_names, models)):
+        same = [n for n, m in zip(cfg.learner_names, models) if m == model_name and n in out]
         if same:  # a LoRA twin starts as its base model: the same greedy answers
             out[name] = out[same[0]]
             continue
-        model, tok = load_model(spec.model, device=learner_device(cfg.learner_names.index(name)))
-        backend = TransformersBackend(model=model, tokenizer=tok, header=GroupHeader(RUN_ID, name, spec.model))
+        model, tok = load_model(model_name, device=learner_device(i))
+        backend = TransformersBackend(model=model, tokenizer=tok, header=GroupHeader(RUN_ID, name, model_name))
         t0 = time.perf_counter()
         out[name] = evaluate(model, tok, task, items, cfg, eos_ids=backend.eos_ids, pad_id=backend.pad_id,
                              sender=name)
@@ -148,14 +129,11 @@ def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] =
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     spec = arm_spec(arm)
     t0 = time.perf_counter()
-    staleness = cfg.max_staleness if spec.staleness is None else spec.staleness
     shared = LoopbackHub()
     with tempfile.TemporaryDirectory(prefix="ftis-experiment-") as tmp:
         nodes = []
         for i, name in enumerate(cfg.learner_names):
-            node_cfg = learner_config(cfg, i, seed, spec.mode, prompts_factor=spec.prompts_factor)
-            if spec.kind == "vertical":
-                node_cfg = node_cfg.model_copy(update={"max_staleness": staleness})
+            node_cfg = arm_config(cfg, i, seed, arm)
             nodes.append(start_node(name, node_cfg, LoopbackHub() if spec.kind == "solo" else shared, Path(tmp)))
         try:
             out = _rounds(nodes, cfg, spec.kind)
@@ -171,13 +149,13 @@ def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] =
 
 
 def _rounds(nodes: list[Node], cfg: ExperimentConfig, kind: str) -> dict[str, Any]:
-    task = get_task(cfg.task)
+    task = get_task(cfg.node.task)
     eval_task = get_task(cfg.eval_task) if cfg.eval_task else task
     eval_set = eval_items(cfg, eval_task)
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     versions = {node.parts.swarm.peer_id: node.parts.learner.policy_version for node in nodes}
-    for r in range(1, cfg.rounds + 1):
+    for r in range(1, cfg.node.rounds + 1):
         records = horizontal_round(nodes, task, cfg, r) if kind == "horizontal" else lockstep_round(nodes, r)
         for x in records:
             x["optimizer_step"] = int(x["policy_version"] > versions[x["learner"]])
@@ -261,7 +239,7 @@ def horizontal_round(nodes: list[Node], task: Task, cfg: ExperimentConfig, r: in
     scored and learned by the node's `score` and `update_and_serve` with `allow_mixed`.
     """
     shared = [it for node in nodes for it in round_items(task, node.cfg, r)]
-    half = cfg.group_size // 2
+    half = cfg.node.sampling.group_size // 2
     names = [node.parts.swarm.peer_id for node in nodes]
     gens = [f"{name}@{node.parts.backend.policy_version}" for name, node in zip(names, nodes)]  # this round's policies
     own, t_gen = [], []

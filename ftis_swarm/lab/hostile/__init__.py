@@ -2,6 +2,7 @@
 
 - peer.py     Hostile (`python -m ftis_swarm.lab.hostile.peer`): its own daemon and keys, signing
               records and serving bodies as a forger would
+- base.py     Signer (an identity that signs records) and HostilePeer (what the floods read of the peer)
 - floods.py   its floods of records and its bad body servers
 - gossip.py   its gossip flood: raw gossipsub streams, messages signed by any of its identities
 - groups.py   the hostile groups a peer can make with valid signatures, built from honest ones

@@ -28,7 +28,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import msgpack
 import numpy as np
@@ -42,12 +42,10 @@ from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
 from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT
 from ftis_swarm.lab.hostile.gossip import GossipFlood
 from ftis_swarm.swarm.identity import load_identity
+from ftis_swarm.lab.hostile.base import HostilePeer, Signer
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 from ftis_swarm.wire import Group
-
-if TYPE_CHECKING:
-    from ftis_swarm.lab.hostile.peer import Hostile, Signer
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +90,9 @@ def make_group(*, sender: str, run_id: str, item: str, tokens: int, tokenizer_fp
 
 
 class Floods:
-    def __init__(self, hostile: "Hostile", signers: list["Signer"]):
+    def __init__(self, hostile: HostilePeer, signers: list[Signer]):
         self.h, self.signers = hostile, signers
-        self.body_peers: dict[str, tuple[P2P, "Signer"]] = {}
+        self.body_peers: dict[str, tuple[P2P, Signer]] = {}
         self._tasks: dict[str, asyncio.Task] = {}
 
     def identities(self) -> list[str]:
@@ -104,8 +102,6 @@ class Floods:
         return {kind: signer.peer_id for kind, (_, signer) in self.body_peers.items()}
 
     async def start_body_peers(self) -> None:
-        from ftis_swarm.lab.hostile.peer import Signer
-
         for kind in BODY_KINDS:
             path = Path(tempfile.mkdtemp(prefix=f"hostile-{kind}-")) / "id.key"
             P2P.generate_identity(str(path))
@@ -142,7 +138,7 @@ class Floods:
         for p2p, _ in self.body_peers.values():
             await p2p.shutdown()
 
-    async def announce(self, signer: "Signer", w: int, groups: int) -> dict[str, int]:
+    async def announce(self, signer: Signer, w: int, groups: int) -> dict[str, int]:
         """Stores `signer`'s membership record of window `w`, claiming `groups` pointers."""
         s, now = self.h.s, time.time()
         member = {"v": RECORD_VERSION, "publisher": signer.peer_id, "run_id": s["run_id"], "window": w,
@@ -229,15 +225,16 @@ class Floods:
                         _add(accepted, await self._store(kid, items))
         return {"sent": sent, "accepted": accepted}
 
-    def pointer_value(self, signer: "Signer", w: int, size: int) -> tuple[str, dict]:
+    def pointer_value(self, signer: Signer, w: int, size: int) -> tuple[str, dict]:
         """(subkey name, value) of a round pointer of `signer` in window `w` (a random round, one
         group) whose body it never serves."""
         s, number = self.h.s, secrets.randbelow(10 ** 9)
         return round_name(number), round_value(
             publisher=signer.peer_id, run_id=s["run_id"], tokenizer_fp=s["tokenizer_fp"], window=w, round=number,
-            puzzle=signer.puzzle, groups=[{"sha256": secrets.token_bytes(32), "size": size, "created_at": time.time(), "tokens": 64}])
+            puzzle=signer.puzzle,
+            groups=[{"sha256": secrets.token_bytes(32), "size": size, "created_at": time.time(), "tokens": 64}])
 
-    async def _publish(self, signer: "Signer", w: int, n: int, *, size: int) -> dict[str, int]:
+    async def _publish(self, signer: Signer, w: int, n: int, *, size: int) -> dict[str, int]:
         kid, exp = key_id(pointer_key(self.h.s["run_id"], signer.peer_id, w)), time.time() + self.h.s["ttl"]
         items = []
         for _ in range(n):

@@ -33,7 +33,6 @@ import itertools
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
 
 import base58
 from cryptography.hazmat.primitives import hashes, serialization
@@ -45,11 +44,9 @@ from hivemind.p2p import PeerID
 from hivemind.proto import crypto_pb2, p2pd_pb2
 
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, encode_message
+from ftis_swarm.lab.hostile.base import HostilePeer, Signer
 from ftis_swarm.swarm.keys import gossip_topic, key_id, pointer_key, window_of
 from ftis_swarm.swarm.records import make_subkey
-
-if TYPE_CHECKING:
-    from ftis_swarm.lab.hostile.peer import Hostile, Signer
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +75,7 @@ def _field(number: int, payload: bytes) -> bytes:
 class GossipFlood:
     """One flood of a run's topic (see the module docstring)."""
 
-    def __init__(self, hostile: "Hostile", signers: list["Signer"]):
+    def __init__(self, hostile: HostilePeer, signers: list[Signer]):
         self.h, self.signers, self.topic = hostile, signers, gossip_topic(hostile.s["run_id"])
         self._seqno = itertools.count(int(time.time() * 1e6))
         self._streams: dict[str, asyncio.StreamWriter] = {}
@@ -122,7 +119,7 @@ class GossipFlood:
                 "quiet": [x.peer_id for x in by_category["unsigned_envelope"]], "loud": [x.peer_id for x in loud],
                 "stream_failures": self.stream_failures}
 
-    def _record(self, signer: "Signer", *, tokenizer_fp: str, expiration: float, signed: bool = True) -> DHTRecord:
+    def _record(self, signer: Signer, *, tokenizer_fp: str, expiration: float, signed: bool = True) -> DHTRecord:
         """A fresh pointer of `signer` under its own key of the current window, signed by it (or not)."""
         s = self.h.s
         w = window_of(time.time(), s["window"])
@@ -133,7 +130,7 @@ class GossipFlood:
             value = signer.sign(kid, subkey, value, expiration)
         return DHTRecord(kid.to_bytes(), SER.dumps(subkey), value, expiration)
 
-    def _message(self, signer: "Signer", data: bytes, *, signed: bool = True) -> bytes:
+    def _message(self, signer: Signer, data: bytes, *, signed: bool = True) -> bytes:
         """A gossipsub message from `signer`, signed as libp2p does it (or not at all)."""
         message = p2pd_pb2.PSMessage(data=data, seqno=next(self._seqno).to_bytes(8, "big"), topicIDs=[self.topic])
         setattr(message, "from", base58.b58decode(signer.peer_id))

@@ -65,6 +65,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
 from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
+from ftis_swarm.lab.hostile.base import Signer
 from ftis_swarm.lab.hostile.floods import Floods, make_group, names_group, pointed_group, round_value
 from ftis_swarm.swarm.identity import create_identity, peer_id_from_public_key
 from ftis_swarm.swarm.keys import key_id, pointer_key, window_of
@@ -73,22 +74,6 @@ from ftis_swarm.swarm.dht.validators import RecordChecker
 from ftis_swarm.wire import Group, WireError, content_id, decode_group, encode_group
 
 SER = DHTProtocol.serializer
-
-
-class Signer:
-    """One RSA identity that signs records (its peer id derived from its public key), its puzzle
-    solved for the run as an honest node solves it (`settings["puzzle"]`, the run's `PuzzleConfig`)."""
-
-    def __init__(self, key: RSAPrivateKey, settings: dict):
-        self.key, self._rsa = key, RSASignatureValidator(key)
-        self.public_key = key.get_public_key().to_bytes()
-        self.peer_id = peer_id_from_public_key(self.public_key)
-        self.puzzle, self.tries = solve(self.public_key, settings["run_id"], PuzzleConfig(**settings.get("puzzle", {})))
-
-    def sign(self, kid: DHTID, subkey: bytes, value: bytes, expiration: float) -> bytes:
-        """Signs with this key, whoever the subkey names as owner."""
-        record = DHTRecord(kid.to_bytes(), SER.dumps(subkey), value, expiration)
-        return value + b"[signature:" + self.key.sign(self._rsa._serialize_record(record)) + b"]"
 
 
 class Hostile:

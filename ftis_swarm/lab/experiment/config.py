@@ -1,0 +1,201 @@
+"""The experiment's settings, expressed as the nodes it runs: a base `NodeConfig`, and per learner its overrides.
+
+A learner of the experiment is a node, so what it trains with is a `NodeConfig` field, and
+it exists there once, with NodeConfig's bounds: `node` is the `NodeConfig` both learners
+share (the task, rounds, prompts a round, sampling, the learner's dtype and micro-batch,
+`max_staleness`), and `learners` holds A's and B's overrides on it, each a piece of a
+`NodeConfig` with `model` and `learner` keys only (a learner's model, rate and LoRA
+adapter), so the two nodes run the same rounds on the same schedule. An arm is a few more
+overrides (`arm_config`): the node's seed for the run seed, the loss mode, the prompts
+factor of `solo-2x`, and a vertical arm's `max_staleness`. What is the experiment's own
+(the arms, the seeds, the held-out evaluation) is declared here.
+
+    cfg = ExperimentConfig(node={"rounds": 4, "sampling": {"group_size": 6}}, arms=["solo", "vertical-ftis"])
+    cfg.node.rounds                                  # 4: the shared NodeConfig
+    arm_config(cfg, 1, seed=2, arm="vertical-ftis")  # learner B's NodeConfig in that run
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ftis_swarm.config import LOSS_MODES, NodeConfig, format_validation_error
+
+MODES = tuple(LOSS_MODES)
+FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
+"""The full experiment's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
+corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
+QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
+RUN_ID = "experiment"
+LEARNER_SEED_STRIDE = 1_000_000
+"""Learner i of seed s is the node with seed `s + LEARNER_SEED_STRIDE * i` (A: the seed itself)."""
+LEARNER_KEYS = frozenset({"model", "learner"})
+"""The NodeConfig keys a learner's overrides may set; the rest is the shared `node`."""
+
+BASE_NODE: dict[str, Any] = {
+    "task": "arith_mix", "rounds": 6, "prompts_per_round": 2, "backend": "transformers",
+    "sampling": {"temperature": 0.7, "max_new_tokens": 16, "group_size": 6},
+    "learner": {"dtype": "fp32", "micro_batch": 32},
+    "swarm": {"run_id": RUN_ID, "wire": {"max_group_size": 64}},
+}
+"""The experiment's defaults of the shared node, over NodeConfig's own. `learner.dtype` fp32: on
+this machine's CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the
+fp32 one, its learning 7.5 x (rollout and evaluation stay fp32 either way)."""
+FULL_LEARNERS: tuple[dict[str, Any], dict[str, Any]] = (
+    {"model": "smollm2-135m", "learner": {"lr": 2e-5}},
+    {"model": "smollm2-slim27", "learner": {"lr": 2e-4, "lora": {"rank": 16, "alpha": 32.0}}},
+)
+"""A, then B: SmolLM2-135M fully fine-tuned, and the pilot's best sibling (layers 25-27 dropped)
+training a LoRA adapter of rank 16, alpha 2 x rank (docs/experiment.md, docs/pilot.json)."""
+QUICK_LEARNERS: tuple[dict[str, Any], dict[str, Any]] = (
+    {"model": "smollm2-135m", "learner": {"lr": 2e-5}}, {"model": "smollm2-mini", "learner": {"lr": 2e-5}})
+"""The quick setting pairs A with the smallest sibling: its samples are off-policy for A from the
+first round, so one round exercises weights and filter."""
+
+
+class ArmSpec(NamedTuple):
+    """What an arm name means: the round kind, the loss mode, the prompts-per-round factor, the staleness."""
+
+    kind: str
+    mode: str
+    prompts_factor: int = 1
+    staleness: Optional[int] = None
+    """`max_staleness` of this arm's vertical rounds; None: the shared node's."""
+
+
+def arm_spec(arm: str) -> ArmSpec:
+    """`solo`, `solo-2x` (twice the prompts a round: as many samples learned as a swarm arm),
+    `vertical-<mode>` or `horizontal-<mode>`, a vertical one optionally ending `-stale<k>`."""
+    if arm == "solo":
+        return ArmSpec("solo", "ftis")
+    if arm == "solo-2x":
+        return ArmSpec("solo", "ftis", prompts_factor=2)
+    kind, _, rest = arm.partition("-")
+    mode, _, stale = rest.partition("-")
+    staleness = None
+    if stale:
+        k = stale.removeprefix("stale")
+        if kind != "vertical" or not stale.startswith("stale") or not k.isdigit() or int(k) > 8:
+            raise ValueError(f"arm {arm!r}: only a vertical arm takes a suffix, -stale<k> with k 0..8")
+        staleness = int(k)
+    if kind not in ("vertical", "horizontal") or mode not in MODES:
+        raise ValueError(f"arm {arm!r} is not solo, solo-2x, vertical-<mode>[-stale<k>] or horizontal-<mode> "
+                         f"with a mode of {', '.join(MODES)}")
+    return ArmSpec(kind, mode, staleness=staleness)
+
+
+def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` applied, section by section (a section given as None replaces the whole)."""
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def node_config(data: dict[str, Any], *, where: str) -> NodeConfig:
+    """`NodeConfig` of `data`; ValueError of one sentence naming `where` when NodeConfig refuses it."""
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{where}: {format_validation_error(exc)}") from None
+
+
+class ExperimentConfig(BaseModel):
+    """Everything a run depends on; written to the output folder and checked on resume."""
+
+    model_config = ConfigDict(extra="forbid")
+    node: NodeConfig = Field(default_factory=lambda: NodeConfig.model_validate(BASE_NODE))
+    """The NodeConfig both learners share; a dict given here is applied over `BASE_NODE`."""
+    learners: tuple[dict[str, Any], dict[str, Any]] = FULL_LEARNERS
+    """A's and B's overrides on `node` (keys `model` and `learner`); both must share a tokenizer."""
+    arms: list[str] = Field(default_factory=lambda: list(FULL_ARMS))
+    seeds: list[int] = Field(default_factory=lambda: list(range(6)))
+    eval_task: Optional[str] = None
+    """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: the node's task."""
+    eval_items: Optional[int] = Field(None, ge=1)
+    """Held-out test items (the same items in every arm); None: every distinct one of the task's test split."""
+    eval_seed: int = Field(0, ge=0)
+    eval_max_new_tokens: int = Field(16, ge=1)
+    eval_samples: int = Field(8, ge=0, le=64)
+    """Sampled completions per held-out item beside the greedy one (0: greedy only)."""
+    eval_temperature: Optional[float] = Field(None, gt=0, le=10)
+    """Temperature of the sampled held-out completions; None: the node's sampling temperature."""
+    eval_rounds: list[int] = Field(default_factory=list)
+    """Rounds after which held-out accuracy is measured; empty: the last only."""
+
+    @field_validator("node", mode="before")
+    @classmethod
+    def _node(cls, v: Any) -> Any:
+        return merged(BASE_NODE, v) if isinstance(v, dict) else v  # then NodeConfig validates it, errors at node.<key>
+
+    @field_validator("learners")
+    @classmethod
+    def _learners(cls, v: tuple[dict[str, Any], dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        for name, over in zip("AB", v):
+            extra = sorted(set(over) - LEARNER_KEYS)
+            if extra or "model" not in over:
+                raise ValueError(f"learner {name}'s overrides set {', '.join(extra) or 'no model'}; they take a "
+                                 "model and learner settings only (the rest is the shared node)")
+        return v
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one arm is needed")
+        for arm in v:
+            arm_spec(arm)
+        return list(dict.fromkeys(v))
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v):
+            raise ValueError("seeds must be a non-empty list of non-negative integers")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ExperimentConfig":
+        g, rounds = self.node.sampling.group_size, self.node.rounds
+        if g % 2 or g < 4:
+            raise ValueError(f"node.sampling.group_size must be even and at least 4 (horizontal groups split it in "
+                             f"two), got {g}")
+        if not self.eval_rounds:
+            self.eval_rounds = [rounds]
+        if any(not 1 <= r <= rounds for r in self.eval_rounds):
+            raise ValueError(f"eval_rounds must lie in 1..{rounds}, got {self.eval_rounds}")
+        for i, name in enumerate(self.learner_names):
+            self.learner_node(i, where=f"learner {name}")
+        return self
+
+    @property
+    def learner_names(self) -> tuple[str, str]:
+        return ("A", "B")
+
+    def learner_node(self, index: int, *, where: str = "learner") -> NodeConfig:
+        """Learner `index`'s NodeConfig: the shared node with its overrides, validated by NodeConfig."""
+        return node_config(merged(self.node.model_dump(), self.learners[index]), where=where)
+
+
+def learner_seed(seed: int, index: int) -> int:
+    return seed + LEARNER_SEED_STRIDE * index
+
+
+def arm_config(cfg: ExperimentConfig, index: int, seed: int, arm: str) -> NodeConfig:
+    """The NodeConfig learner `index` runs as in `arm` with run seed `seed`: its node, the arm's overrides."""
+    spec = arm_spec(arm)
+    base = cfg.learner_node(index)
+    staleness = (base.max_staleness if spec.staleness is None else spec.staleness) if spec.kind == "vertical" else 0
+    changes = {"seed": learner_seed(seed, index), "prompts_per_round": base.prompts_per_round * spec.prompts_factor,
+               "max_staleness": staleness, "learner": {"ftis": {"mode": spec.mode}}}
+    return node_config(merged(base.model_dump(), changes), where=f"arm {arm}")
+
+
+def quick_config(**overrides: Any) -> ExperimentConfig:
+    """The `--quick` setting: every arm kind once, one round, small groups, 8 held-out items; a couple of minutes."""
+    base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], eval_items=8,
+                                eval_samples=2, node={"rounds": 1, "prompts_per_round": 2, "sampling": {"group_size": 4}})
+    base.update(overrides)
+    return ExperimentConfig(**base)
