@@ -20,6 +20,9 @@ autorelay advertises only relays with public addresses: a relay on loopback or a
 range gives its clients no circuit address, and peers then get "routing: not found".
 Bodies fetched through a relay are checked against their signed pointer like any other:
 the relay is never trusted.
+
+What the node knows of its own reach (the mode, how it was decided, whether peers could
+dial it at the last check) is `dialback.Reachability`.
 """
 
 from __future__ import annotations
