@@ -26,7 +26,8 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
     age = time.time() - float(n.get("updated", 0))
     head = (f"{n['model']} on {n['task']}, run {n['run_id']}, peer {n['peer_id']}, version {n['version']}: "
             f"{n['state']}, round {n['round']} of {n['rounds']} (updated {age:.0f} s ago)\n"
-            f"reachability: mode {reach['mode']}, can peers dial me: {reach['dialable']}")
+            f"reachability: mode {reach['mode']} ({reach.get('configured', '?')}, decided by "
+            f"{reach.get('decided_by', '?')}), can peers dial me: {reach['dialable']} ({reach.get('note', '')})")
     rounds = Table("round", "reward", "accuracy", "filtered", "ESS", "peer share", "peer groups", "gen s", "gather s",
                    "learn s", title="last rounds")
     for r in reversed(doc["rounds"]):

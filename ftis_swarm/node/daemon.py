@@ -67,7 +67,7 @@ from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.peers.protocol import SwarmFactory
 from ftis_swarm.node.rollouts import generate_own
-from ftis_swarm.node.status import open_status
+from ftis_swarm.node.status import open_status, reach_metrics
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class Node:
         if latest is not None:
             self._resume(latest)
         self.status = open_status(cfg, peer_id=p.swarm.peer_id, start_round=self.state.start_round,
-                                  accounts=p.peer_ledger.snapshot())
+                                  accounts=p.peer_ledger.snapshot(), reach=p.swarm.counters().get("reach"))
         """status.json each round, and the status page when `status_port` is set (status.py)."""
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -291,8 +291,9 @@ class Node:
             record[f"swarm_{key}"] = swarm_counts.get(key, 0)
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n
+        record.update(reach_metrics(swarm_counts.get("reach")))
         p.sink.log(record)
-        self.status.observe(record, p.peer_ledger.snapshot())
+        self.status.observe(record, p.peer_ledger.snapshot(), reach=swarm_counts.get("reach"))
         return RoundResult(r, record)
 
     def _own_groups(self, r: int, counts: Counter) -> list[Group]:

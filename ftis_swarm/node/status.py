@@ -7,9 +7,14 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
 
 - `node`: run id, model, task, peer id, version, state (`starting`, `running`, `finished`),
   rounds planned, the round in progress, `updated` (wall-clock seconds);
-- `reachability`: `mode`, the configured `swarm.reachability` (`auto` is resolved as the
-  node starts: its log says to what), and `dialable`, "unknown" (the status does not
-  measure whether peers can dial the node);
+- `reachability`: `configured` (`swarm.reachability`), `mode` (what the node runs in: `auto`
+  decided by dial-back as it starts), `decided_by` (`configured`, `client_mode`, `no peers`,
+  `dial-back`, `dial-back unanswered`), `dialable` (`yes`: a peer opened a TCP connection
+  to the node's port at the last dial-back check, `no`, or `unknown`: no peer answered, or
+  no check yet), `dialback` (asked, answered, reached, port), `checked` (when) and a `note`
+  in words; the swarm rechecks every few minutes (`swarm/dialback.py`). A transport without
+  addresses (the in-process loopback) has no reachability: mode is the configured one,
+  dialable `unknown`;
 - `rounds`: per round, own reward and accuracy, the share of filtered samples, ESS, the
   peers' share of the update's samples, generate / gather / learn seconds;
 - `peers`: per peer heard from, its short id, score (credit minus cost, peers/ledger.py),
@@ -63,6 +68,32 @@ def round_row(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def reach_metrics(reach: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """A round record's reach fields from the swarm's `counters()["reach"]` (none without one)."""
+    if not reach:
+        return {}
+    return {"reach_mode": reach["mode"], "reach_public": reach["mode"] == "public",
+            "reach_dialable": reach["dialable"], "reach_dialback_answered": reach["dialback"]["answered"],
+            "reach_dialback_reached": reach["dialback"]["reached"]}
+
+
+def reach_section(reach: Optional[dict[str, Any]], *, configured: str, mode: str) -> dict[str, Any]:
+    """The document's `reachability`: the swarm's reach (`dialback.Reachability.snapshot`), or the
+    configured mode with nothing measured."""
+    if not reach:
+        return {"configured": configured, "mode": mode, "decided_by": "configured", "dialable": "unknown",
+                "dialback": None, "checked": None, "note": "this transport has no addresses: nothing measured"}
+    d = reach["dialback"]
+    if reach["checked"] is None:
+        note = "no dial-back check yet" + (" (no peers to ask)" if reach["decided_by"] == "no peers" else "")
+    elif not d["answered"]:
+        note = f"none of {d['asked']} peers answered a dial-back of port {d['port']}"
+    else:
+        note = f"{d['reached']} of {d['answered']} peers dialed port {d['port']} back at the last check"
+    return {"configured": reach["configured"], "mode": reach["mode"], "decided_by": reach["decided_by"],
+            "dialable": reach["dialable"], "dialback": dict(d), "checked": reach["checked"], "note": note}
+
+
 def _why(account: dict[str, Any]) -> Optional[str]:
     if account.get("ban_reason"):
         return str(account["ban_reason"])
@@ -107,7 +138,8 @@ class StatusBoard:
 
     def __init__(self, *, run_dir: Path, run_id: str, model: str, task: str, peer_id: str, rounds: int,
                  version: str, start_round: int = 1, accounts: Optional[dict[str, dict[str, Any]]] = None,
-                 reachability: str = "unknown") -> None:
+                 reachability: str = "auto", reach_mode: str = "public",
+                 reach: Optional[dict[str, Any]] = None) -> None:
         self.run_dir = Path(run_dir)
         self.node: dict[str, Any] = {"run_id": run_id, "model": model, "task": task, "peer_id": peer_id,
                                      "version": version, "rounds": rounds, "round": start_round, "state": "starting",
@@ -116,13 +148,19 @@ class StatusBoard:
         self.accounts: dict[str, dict[str, Any]] = dict(accounts or {})
         """The ledger's accounts as last seen (a resumed node's, from its checkpoint, to begin with)."""
         self.url: Optional[str] = None
-        self.reachability = reachability
+        self.reachability, self.reach_mode = reachability, reach_mode
+        """The configured reachability, and the mode it means without a probe (`SwarmConfig.reach_mode`)."""
+        self.reach = reach
+        """The swarm's reach as last seen (`dialback.Reachability.snapshot`), None for a transport without one."""
         self.server: Optional[Any] = None
         self.last: dict[str, Any] = {}
         """The document last written (what the status page serves)."""
 
-    def observe(self, record: dict[str, Any], accounts: dict[str, dict[str, Any]]) -> None:
-        """A finished round: its record (metrics.jsonl's line) and the ledger's accounts after it."""
+    def observe(self, record: dict[str, Any], accounts: dict[str, dict[str, Any]],
+                reach: Optional[dict[str, Any]] = None) -> None:
+        """A finished round: its record (metrics.jsonl's line), the ledger's accounts after it, and the
+        swarm's reach (`counters()["reach"]`; None keeps the last seen)."""
+        self.reach = reach or self.reach
         row = round_row(record)
         row["own_groups"] = int(record.get("own_groups") or 0)
         row["credited"] = {p: a.get("credit", 0.0) - self.accounts.get(p, {}).get("credit", 0.0)
@@ -148,8 +186,7 @@ class StatusBoard:
         ckpts = checkpoint_rows(self.run_dir / "checkpoints")
         return {
             "node": dict(self.node, url=self.url),
-            "reachability": {"mode": self.reachability, "dialable": "unknown",
-                             "note": "configured mode; whether peers can dial this node is not measured here"},
+            "reachability": reach_section(self.reach, configured=self.reachability, mode=self.reach_mode),
             "rounds": [{k: v for k, v in r.items() if k != "credited"} for r in rounds],
             "peers": peer_rows(self.accounts, rounds, now=now),
             "disk": {"run_dir_bytes": tree_bytes(self.run_dir),
@@ -166,19 +203,19 @@ class StatusBoard:
         return doc
 
 
-def open_status(cfg: NodeConfig, *, peer_id: str, start_round: int,
-                accounts: dict[str, dict[str, Any]]) -> StatusBoard:
+def open_status(cfg: NodeConfig, *, peer_id: str, start_round: int, accounts: dict[str, dict[str, Any]],
+                reach: Optional[dict[str, Any]] = None) -> StatusBoard:
     """The node's board, its first document written, and its page served when `cfg.status_port` is set.
 
     `accounts`: the ledger's (`PeerLedger.snapshot`) as the node starts, so that the first round's
-    credit is told apart from what a resumed node earned before."""
+    credit is told apart from what a resumed node earned before; `reach`: the swarm's (`counters()["reach"]`)."""
     from ftis_swarm import __version__
 
     lora = cfg.learner.lora
     board = StatusBoard(run_dir=cfg.run_dir, run_id=cfg.swarm.run_id, task=cfg.task, peer_id=peer_id,
                         model=cfg.model + (f" + LoRA r{lora.rank}" if lora else ""), rounds=cfg.rounds,
                         version=__version__, start_round=start_round, accounts=accounts,
-                        reachability=cfg.swarm.reachability)
+                        reachability=cfg.swarm.reachability, reach_mode=cfg.swarm.reach_mode, reach=reach)
     if cfg.status_port is not None:
         from ftis_swarm.node.status_page import StatusServer
 

@@ -344,11 +344,13 @@ class SwarmClient:
     def counters(self) -> dict:
         """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
         `serving_bodies` (own bodies served now), `stored_records` and `stored_bytes` (records held for the
-        DHT, and the memory they are charged)."""
+        DHT, and the memory they are charged); and `reach`, this node's reachability
+        (`dialback.Reachability.snapshot`)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
         snapshot["stored_records"] = self._node.protocol.storage.held
         snapshot["stored_bytes"] = self._node.protocol.storage.held_bytes
+        snapshot["reach"] = self._peer.reach.snapshot() if self._peer.reach else None
         return snapshot
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:

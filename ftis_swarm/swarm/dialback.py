@@ -9,22 +9,77 @@ Protocol `ftis.dialback.v1`, one question per stream:
 The answering peer dials only the address the asker's stream came from (its observed IP),
 never one the asker names, so nobody can point it at a third party; it answers at most
 `MAX_PROBES` questions at once and gives each `DIAL_TIMEOUT` seconds.
+
+`Reachability` is what the node knows of its own reach, for its metrics and status page:
+the mode it runs in (`reach.py`), how that was decided (configured, or `auto` by dial-back
+answers), and whether peers could dial its port at the last check. `watch_reachability`
+asks again every `RECHECK_EVERY` seconds while the node runs: a port that closed (or
+opened) later is then said in a WARNING and in `dialable`, but the node keeps its mode
+until it restarts (other p2pd flags mean a new daemon and a new join).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
+from typing import Callable, Optional
 
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
+
 
 logger = logging.getLogger(__name__)
 
 DIALBACK_PROTOCOL = "ftis.dialback.v1"
 DIAL_TIMEOUT = 2.0
 MAX_PROBES = 8
+MAX_ASKED = 5
+"""Peers asked in one check (Petals asks up to 5 too)."""
 _REACHED, _NOT_REACHED, _UNKNOWN = b"\x01", b"\x00", b"\x02"
+RECHECK_EVERY = 300.0
+"""Seconds between two dial-back checks of a running node (one short stream to each of at most 5 peers)."""
+
+
+class Reachability:
+    """This node's reach: mode, how it was decided, and the last dial-back check (thread-safe `snapshot`)."""
+
+    def __init__(self, *, configured: str, mode: str, decided_by: str) -> None:
+        self._lock = threading.Lock()
+        self.configured = configured
+        self.mode = mode
+        self.decided_by = decided_by
+        """`configured`, `client_mode`, `no peers`, `dial-back` or `dial-back unanswered`."""
+        self._answers = {"asked": 0, "answered": 0, "reached": 0, "port": 0}
+        self._checked: Optional[float] = None
+        self._checks = 0
+
+    def record_check(self, *, asked: int, answered: int, reached: int, port: int) -> str:
+        """One round of dial-back answers; returns the resulting `dialable`."""
+        with self._lock:
+            self._answers = {"asked": asked, "answered": answered, "reached": reached, "port": port}
+            self._checked, self._checks = time.time(), self._checks + 1
+            return self._dialable()
+
+    def _dialable(self) -> str:
+        if not self._answers["answered"]:
+            return "unknown"
+        return "yes" if self._answers["reached"] else "no"
+
+    @property
+    def dialable(self) -> str:
+        """`yes` (a peer opened a TCP connection to this node's port at the last check), `no`, or `unknown`."""
+        with self._lock:
+            return self._dialable()
+
+    def snapshot(self) -> dict:
+        """JSON-able: configured, mode, decided_by, dialable, dialback {asked, answered, reached, port},
+        checked (unix time of the last check, None before one), checks."""
+        with self._lock:
+            return {"configured": self.configured, "mode": self.mode, "decided_by": self.decided_by,
+                    "dialable": self._dialable(), "dialback": dict(self._answers), "checked": self._checked,
+                    "checks": self._checks}
 
 
 def _observed_ip(info: StreamInfo) -> str:
@@ -88,3 +143,36 @@ async def ask_dialback(p2p: P2P, peer_id: str, port: int) -> bool | None:
     finally:
         writer.close()
     return {_REACHED: True, _NOT_REACHED: False}.get(answer)
+
+
+async def ask_peers(p2p: P2P, peer_ids: list[str], port: int) -> tuple[int, int]:
+    """(answered, reached): how many of `peer_ids` answered a dial-back of `port`, and how many reached it."""
+    answers = await asyncio.gather(*(ask_dialback(p2p, peer_id, port) for peer_id in peer_ids))
+    return sum(a is not None for a in answers), sum(a is True for a in answers)
+
+
+async def watch_reachability(p2p: P2P, reach: Reachability, *, askable: Callable[[], list[str]], port: int,
+                             every: float, first: float) -> None:
+    """Asks `askable()` peers (at most `MAX_ASKED`) to dial `port` back `first` seconds from now, then every
+    `every` seconds, and records each check in `reach`; a check that contradicts the mode is a WARNING."""
+    delay = first
+    while True:
+        await asyncio.sleep(delay)
+        delay = every
+        peer_ids = askable()[:MAX_ASKED]
+        if not peer_ids or not port:
+            continue
+        answered, reached = await ask_peers(p2p, peer_ids, port)
+        was = reach.dialable
+        now = reach.record_check(asked=len(peer_ids), answered=answered, reached=reached, port=port)
+        if now == was or now == "unknown":
+            continue
+        if reach.mode == "public" and now == "no":
+            logger.warning("reachability: none of %d peers could dial port %d back, but this node runs public: NAT'd "
+                           "peers cannot fetch its groups; restart it with --reachability relayed (or auto)",
+                           answered, port)
+        elif reach.mode != "public" and now == "yes":
+            logger.warning("reachability: %d of %d peers dialed port %d back: this node could run public (serve the "
+                           "DHT and a relay); restart it with --reachability auto or public", reached, answered, port)
+        else:
+            logger.info("reachability %s: %d of %d peers dialed port %d back", reach.mode, reached, answered, port)

@@ -20,6 +20,9 @@ autorelay advertises only relays with public addresses: a relay on loopback or a
 range gives its clients no circuit address, and peers then get "routing: not found".
 Bodies fetched through a relay are checked against their signed pointer like any other:
 the relay is never trusted.
+
+What the node knows of its own reach (the mode, how it was decided, whether peers could
+dial it at the last check) is `dialback.Reachability`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,19 @@ from hivemind.p2p import P2P
 Mode = Literal["public", "relayed", "client"]
 CIRCUIT = "/p2p-circuit"
 """The part of a multiaddr that says it reaches its peer through a relay."""
+DIAL_BACKOFF = 5.5
+"""Seconds p2pd refuses to dial a peer's addresses again after a failed dial (go-libp2p's base
+backoff, 5 s, plus a margin); a fetch in that window fails at once with "dial backoff"."""
+
+
+def in_dial_backoff(error: object) -> bool:
+    """Whether a failed dial failed only because p2pd is backing off from an earlier failed one.
+
+    That earlier dial was counted; counting the refusal too would drop a relayed publisher
+    whose first circuit dial failed (two fetches at once, a retry after 0.25-0.5 s) before
+    p2pd tries its circuit again.
+    """
+    return "dial backoff" in str(error)
 
 
 def dht_is_server(mode: Mode) -> bool:

@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import socket
 import threading
 import time
 from pathlib import Path
@@ -41,7 +42,7 @@ from ftis_swarm.swarm.puzzle import PuzzleVerifier, load_or_solve
 from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
 from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.swarm.dht.validators import RecordChecker
-from ftis_swarm.swarm.dialback import ask_dialback, serve_dialback
+from ftis_swarm.swarm.dialback import RECHECK_EVERY, Reachability, ask_peers, serve_dialback, watch_reachability
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -204,11 +205,27 @@ class PeerHandle:
     counters: SwarmCounters
     origins: OriginBook
     cfg: SwarmConfig
+    reach: Optional[Reachability] = None
+    """Its mode, how that was decided, and the last dial-back check (`open_peer` sets it)."""
 
     @property
     def mode(self) -> str:
         """How peers reach this node: public, relayed or client (swarm/reach.py)."""
         return self.cfg.reach_mode
+
+    def listen_port(self) -> int:
+        """The TCP port peers are told to dial: the first announced one, else the listening one (0 if none)."""
+        ports = [int(Multiaddr(m)["tcp"]) for m in (self.cfg.announce or self.visible_maddrs)
+                 if "/tcp/" in m and reach.CIRCUIT not in m]
+        if self.cfg.announce:
+            return ports[0] if ports else 0
+        return self.cfg.port or (ports[0] if ports else 0)
+
+    def askable_peers(self) -> list[str]:
+        """Peers to ask for a dial-back: the `peers` first, then the DHT servers this node knows (public ones)."""
+        known = [Multiaddr(m)["p2p"] for m in self.cfg.peers]
+        known += [peer_id.to_base58() for peer_id in self.node.protocol.routing_table.peer_id_to_uid]
+        return [p for p in dict.fromkeys(known) if p != self.peer_id]
 
     @property
     def peer_id(self) -> str:
@@ -262,36 +279,58 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
     """
     check_maddrs(cfg.peers, what="peer", need_peer_id=True)
     check_maddrs(cfg.announce, what="announce address", need_peer_id=False)
+    configured, first_check = cfg.reachability, 0.0
     if cfg.reachability == "auto" and not cfg.client_mode and cfg.peers:
-        cfg = cfg.model_copy(update={"reachability": _probe_reachability(cfg, thread_name=thread_name)})
+        if not cfg.port:  # the probe and the node listen on one port: the answer is about the node's
+            cfg = cfg.model_copy(update={"port": _free_port(cfg.host)})
+        mode, answers = _probe_reachability(cfg, thread_name=thread_name)
+        cfg = cfg.model_copy(update={"reachability": mode})
+        first_check = RECHECK_EVERY
     handle = _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
+    handle.reach = Reachability(configured=configured, mode=handle.mode, decided_by=_decided_by(configured, cfg))
+    if first_check:
+        handle.reach.record_check(**answers)
+        handle.reach.decided_by = "dial-back" if answers["answered"] else "dial-back unanswered"
     if handle.mode == "public":
         handle.loop.run(serve_dialback(handle.node.p2p), timeout=10.0)
+    if cfg.peers:
+        handle.loop.submit(watch_reachability(handle.node.p2p, handle.reach, askable=handle.askable_peers,
+                                              port=handle.listen_port(), every=RECHECK_EVERY, first=first_check))
     return handle
 
 
-def _probe_reachability(cfg: SwarmConfig, *, thread_name: str) -> str:
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _decided_by(configured: str, cfg: SwarmConfig) -> str:
+    if configured != "auto":
+        return "configured"
+    return "client_mode" if cfg.client_mode else "no peers"
+
+
+def _probe_reachability(cfg: SwarmConfig, *, thread_name: str) -> tuple[str, dict[str, int]]:
     """`public` when a peer of `cfg.peers` could open a TCP connection to this node's port, else `relayed`
-    (also `public`, with a WARNING, when no peer answered: nothing says this node is unreachable)."""
+    (also `public`, with a WARNING, when no peer answered: nothing says this node is unreachable);
+    with the answers (`Reachability.record_check`'s arguments)."""
     probe = _start_peer(cfg.model_copy(update={"reachability": "client", "gossip": False}),
                         thread_name=f"{thread_name}-probe", policy=ALLOW_ALL, counters=SwarmCounters())
     try:
-        ports = [int(Multiaddr(m)["tcp"]) for m in (cfg.announce or probe.visible_maddrs)
-                 if "/tcp/" in m and reach.CIRCUIT not in m]
-        port = cfg.port or (ports[0] if ports else 0)
+        port = probe.listen_port()
         peer_ids = list(dict.fromkeys(Multiaddr(m)["p2p"] for m in cfg.peers))[:MAX_DIALBACK_PEERS]
-        answers = [probe.loop.run(ask_dialback(probe.node.p2p, peer_id, port), timeout=15.0) for peer_id in peer_ids]
+        said, reached = probe.loop.run(ask_peers(probe.node.p2p, peer_ids, port), timeout=15.0)
     finally:
         probe.close()
-    reached = sum(a is True for a in answers)
-    said = sum(a is not None for a in answers)
+    answers = {"asked": len(peer_ids), "answered": said, "reached": reached, "port": port}
     if not said:
         logger.warning("reachability auto: none of %d peers answered a dial-back of port %d; starting public",
                        len(peer_ids), port)
-        return "public"
+        return "public", answers
     mode = "public" if reached else "relayed"
     logger.info("reachability auto: %d of %d peers dialed back port %d; starting %s", reached, said, port, mode)
-    return mode
+    return mode, answers
 
 
 def _start_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,

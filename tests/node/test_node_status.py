@@ -12,10 +12,11 @@ import urllib.request
 import pytest
 
 from ftis_swarm.config import LedgerConfig
-from ftis_swarm.node.status import StatusBoard
+from ftis_swarm.node.status import StatusBoard, reach_metrics
 from ftis_swarm.node.status_page import StatusServer
 from ftis_swarm.ops.status import StatusReadError, read_status
 from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.swarm.dialback import Reachability
 
 HONEST, FORGER, QUIET = "QmHonestPeer000000000000000000000000000000000001", "QmForgerPeer0000000000000000000000000000000002", \
     "QmQuietPeer00000000000000000000000000000000000003"
@@ -60,7 +61,7 @@ def test_the_document_shows_rounds_peers_standing_bans_and_disk(board, tmp_path)
     assert peers[FORGER]["refused"] and peers[FORGER]["why"] == "forgery" and peers[FORGER]["bans"] == 1
     assert 0 < peers[FORGER]["banned_for"] <= 60 and peers[FORGER]["faults"] == {"forgery": 1}
     assert not peers[QUIET]["refused"] and peers[QUIET]["why"] is None and peers[QUIET]["cost"] == 10.0
-    assert doc["reachability"]["dialable"] == "unknown"
+    assert doc["reachability"]["dialable"] == "unknown" and doc["reachability"]["mode"] == "public"  # nothing measured
     assert [c["name"] for c in doc["disk"]["checkpoints"]] == ["ckpt-00000002"]  # the unmarked one is not listed
     assert doc["disk"]["checkpoints"][0]["bytes"] == 4002 and doc["disk"]["checkpoints_bytes"] == 4002
     assert doc["disk"]["run_dir_bytes"] > 4002
@@ -97,3 +98,24 @@ def test_a_target_without_a_status_is_one_sentence(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: cannot read http://127.0.0.1:9/status.json")
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_decided_mode_and_the_last_dial_back_are_in_the_status_and_the_metrics(tmp_path):
+    reach = Reachability(configured="auto", mode="relayed", decided_by="dial-back")
+    reach.record_check(asked=2, answered=2, reached=0, port=4321)
+    b = StatusBoard(run_dir=tmp_path, run_id="run-x", model="tiny", task="arith", peer_id="QmMe", rounds=10,
+                    version="0.1.0", reach=reach.snapshot())
+    assert b.write()["reachability"]["mode"] == "relayed"
+    reach.record_check(asked=2, answered=2, reached=1, port=4321)  # the port opened later
+    b.observe(record(1), {}, reach=reach.snapshot())
+    shown = json.loads((tmp_path / "status.json").read_text())["reachability"]
+    assert {k: shown[k] for k in ("configured", "mode", "decided_by", "dialable")} == {
+        "configured": "auto", "mode": "relayed", "decided_by": "dial-back", "dialable": "yes"}
+    assert shown["note"] == "1 of 2 peers dialed port 4321 back at the last check"
+    assert reach_metrics(reach.snapshot()) == {"reach_mode": "relayed", "reach_public": False, "reach_dialable": "yes",
+                                               "reach_dialback_answered": 2, "reach_dialback_reached": 1}
+    out = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "status", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+    assert out.returncode == 0, out.stderr
+    assert "mode relayed (auto, decided by dial-back), can peers dial me: yes (1 of 2 peers dialed port 4321" \
+        in out.stdout

@@ -48,13 +48,16 @@ class Writer:
 
 
 class StandInP2P:
-    """Answers each stream as its publisher's behaviour says: "good", "hang", "error" or "undialable"."""
+    """Answers each stream as its publisher's behaviour says: "good", "hang", "error", "undialable" or
+    "backing off"."""
 
     def __init__(self, behaviour: dict[str, str]):
         self.behaviour = behaviour
         self.open: Counter[str] = Counter()
         self.most_open: Counter[str] = Counter()
         self.opened: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+        self.dials: dict[str, float] = {}
 
     async def call_binary_stream_handler(self, peer_id, name: str):
         publisher = peer_id.to_base58()
@@ -62,6 +65,17 @@ class StandInP2P:
         kind = self.behaviour[publisher]
         if kind == "undialable":  # what p2pd says of a peer behind NAT with no relay slot
             raise OSError(f"failed to dial {publisher}: no addresses")
+        if kind == "backing off":  # one failed circuit dial, then p2pd's backoff for a second, then a stream
+            self.dials[publisher] = self.dials.get(publisher) or time.monotonic()
+            if self.opened[publisher] == 0 and self.refused[publisher] == 0:
+                self.refused[publisher] += 1
+                raise OSError(f"failed to dial {publisher}: all dials failed * [/ip4/11.0.0.2/tcp/1/p2p-circuit] "
+                              "i/o timeout")
+            if time.monotonic() - self.dials[publisher] < 1.0:
+                self.refused[publisher] += 1
+                raise OSError(f"failed to dial {publisher}: all dials failed * [/ip4/11.0.0.2/tcp/1/p2p-circuit] "
+                              "dial backoff")
+            kind = "good"
         if kind == "good":
             reader.feed_data(b"\x00" + len(BODY).to_bytes(8, "big") + BODY)
         elif kind == "error":
@@ -192,6 +206,23 @@ def test_an_undialable_publisher_is_said_unreachable_once_and_loses_its_pointers
     assert harness.counters.snapshot()["publishers_unreachable"] == 1  # once per series, not per pointer
     assert [r.getMessage() for r in caplog.records if "cannot fetch the groups of" in r.getMessage()][0].count(home)
     assert sorted(harness.accepted) == [good] * 2
+
+
+def test_a_dial_backoff_after_one_failed_dial_is_waited_out_not_counted_as_another_failure():
+    home = peer(6)
+    harness = Harness({home: "backing off"}, max_fetch_attempts=2)
+
+    async def run() -> None:
+        await harness.until(lambda: len(harness.accepted) == 2 or bool(harness.rejected),
+                            add=[pointer(home) for _ in range(2)])
+        harness.scheduler.cancel()
+
+    started = time.monotonic()
+    asyncio.run(run())
+    assert harness.rejected == {} and harness.accepted == [home, home]
+    assert harness.p2p.refused[home] == 2  # the failed dial, and the fetch beside it that p2pd refused
+    assert harness.counters.snapshot()["faults"] == {"body_unreachable": 1}  # the refusal is not a second failure
+    assert time.monotonic() - started >= 5.0  # it waited p2pd's backoff out
 
 
 def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_again():

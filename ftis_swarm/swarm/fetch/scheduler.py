@@ -19,8 +19,10 @@ is tried again unless it failed `max_fetch_attempts` times; once the publisher h
 that many times in a row, all its pending pointers are rejected with the failure's reason
 (`stalled`, else `fetch_failed`). A body that cannot match its pointer halves the
 allowance too. A success gives back one slot and resets the count. `busy` costs a short
-wait only. Each failed attempt is counted against the publisher (`body_<reason>`, priced 0 in
-`peers/faults.py`: load, links and restarts cause them; the back-off above is all it loses).
+wait only, and so does p2pd's "dial backoff" (`reach.in_dial_backoff`: the dial that failed
+before it is counted; the pointer waits `reach.DIAL_BACKOFF` seconds). Each failed attempt
+is counted against the publisher (`body_<reason>`, priced 0 in `peers/faults.py`: load,
+links and restarts cause them; the back-off above is all it loses).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.fetch.bodies import BodyRefused, BodyUnavailable, fetch_body
+from ftis_swarm.swarm import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.records import GroupPointer
@@ -197,6 +200,10 @@ class FetchScheduler:
             state.resume_at = max(state.resume_at, now + cfg.poll_interval)
             return
         self._counters.add("fetch_retries")
+        if exc.reason == faults.BODY_UNREACHABLE and reach.in_dial_backoff(exc):  # the failed dial is counted
+            state.pending[pointer.group_id] = pointer
+            state.resume_at = max(state.resume_at, now + reach.DIAL_BACKOFF)
+            return
         self._counters.fault(pointer.publisher, Counter({exc.reason: 1}))
         state.failures += 1
         state.allowance = max(1, state.allowance // 2)
