@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
@@ -87,7 +87,8 @@ class Gatherer:
 
     def __init__(self, *, reader: KeyReader, p2p: P2P, cfg: SwarmConfig, peer_id: str, tokenizer_fp: str,
                  vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy,
-                 origins: Optional[OriginBook] = None):
+                 origins: Optional[OriginBook] = None,
+                 on_accepted: Callable[[GroupPointer, bytes], None] = lambda pointer, body: None):
         self._reader, self._cfg, self._peer_id, self._policy = reader, cfg, peer_id, policy
         self._tokenizer_fp, self._vocab_size, self._counters = tokenizer_fp, vocab_size, counters
         self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
@@ -107,7 +108,7 @@ class Gatherer:
         self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
-        self._origins = origins
+        self._origins, self._on_accepted = origins, on_accepted
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
                                          origin_of=origins.origin_of if origins is not None else lambda peer: None)
@@ -351,6 +352,7 @@ class Gatherer:
         self._accepted[pointer.group_id] = (pointer.publisher, self._forget_after(pointer))
         self._counters.add("fetched_bytes", len(body))
         self._counters.add("fetched_bodies")
+        self._on_accepted(pointer, body)  # the client holds it to serve others (`bodies`)
         with self._lock:
             self._inbox.append((group, time.time()))
             self._inbox_by_peer[pointer.publisher] += 1
