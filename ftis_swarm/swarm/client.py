@@ -31,6 +31,7 @@ from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.gatherer import Gatherer
 from ftis_swarm.swarm.gossip.gate import GossipGate
+from ftis_swarm.swarm.gossip.haves import HaveAnnouncer
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
@@ -108,6 +109,12 @@ class SwarmClient:
             self._loop.run(self._gossip.start(), timeout=10.0)
             self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
+        self._announcer = None
+        if self._gossip is not None and cfg.hold_bytes > 0:  # a holder says what it holds (`gossip.haves`)
+            self._announcer = self._loop.submit(HaveAnnouncer(
+                node=self._node, channel=self._gossip, cfg=cfg, peer_id=self.peer_id,
+                public_key=peer.identity.identity.public_key, puzzle=peer.puzzle, held=self._bodies.held,
+                counters=self._counters).run())
 
     def _hold(self, pointer: GroupPointer, body: bytes) -> None:
         """Keeps an accepted body to serve to others until its pointer can no longer be alive (`fetch.bodies`)."""
@@ -378,6 +385,8 @@ class SwarmClient:
             self._stop.set()
             self._gatherer.changed.set()
             self._poller.cancel()
+            if self._announcer is not None:
+                self._announcer.cancel()
             if self._gossip is not None:
                 self._loop.loop.call_soon_threadsafe(self._gossip.close)
             self._peer.close()

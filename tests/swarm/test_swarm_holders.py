@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
+from collections import Counter
+from typing import Optional
 
 import pytest
 from hivemind.p2p import P2P
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.peers import faults
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.bodies import BodyStore, BodyUnavailable, UploadCap, fetch_body, serve_bodies
+from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
+from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, encode_message
+from ftis_swarm.swarm.keys import pointer_key
+from ftis_swarm.swarm.records import (HAVE_SUBKEY_NAME, MAX_HELD_ANNOUNCED, RECORD_VERSION, GroupPointer, HaveRecord,
+                                      make_subkey)
+
+from record_peers import RUN, TTL, W, Scores
 
 STEP = 2.0
 
@@ -85,3 +96,98 @@ def test_a_holder_serves_a_held_body_and_answers_busy_past_its_cap():
     assert first == held and second == own
     assert reason == "body_busy"
     assert served == [(6000, True), (6000, False)]
+
+
+class _Writer:
+    def write(self, data: bytes) -> None:
+        assert len(data) == 32
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class _Sources:
+    """The stream layer of `hivemind.P2P` (what a daemon hands back): each peer answers as `answers` says."""
+
+    def __init__(self, answers: dict[str, Optional[bytes]]):
+        self.answers, self.asked = answers, Counter()
+
+    async def call_binary_stream_handler(self, peer_id, name: str):
+        peer = peer_id.to_base58()
+        self.asked[peer] += 1
+        body = self.answers[peer]
+        if body is None:  # a publisher that went away
+            raise OSError(f"failed to dial {peer}: connection refused")
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"\x00" + len(body).to_bytes(8, "big") + body)
+        return None, reader, _Writer()
+
+
+def _peer(letter: str) -> str:
+    return "Qm" + letter * 44
+
+
+def test_a_holders_wrong_bytes_cost_the_holder_and_the_body_comes_from_another_source():
+    body = os.urandom(2048)
+    publisher, liar, honest = _peer("p"), _peer("a"), _peer("b")  # the liar sorts first among equal holders
+    digest = hashlib.sha256(body).hexdigest()
+    wanted = GroupPointer(v=RECORD_VERSION, group_id=digest[:32], size=len(body), sha256=digest, publisher=publisher,
+                          created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0,
+                          round_groups=1, puzzle="0" * 16)
+    sources = _Sources({publisher: None, liar: os.urandom(len(body)), honest: body})
+    counters, accepted, rejected = SwarmCounters(), [], []
+    scheduler = FetchScheduler(p2p=sources, cfg=SwarmConfig(poll_interval=0.05), policy=ALLOW_ALL,
+                               counters=counters, room=lambda p: 100,
+                               on_body=lambda p, got: accepted.append(got) or True,
+                               on_reject=lambda p, reason, detail: rejected.append(reason))
+
+    async def run() -> None:
+        scheduler.note_holders(liar, [wanted.group_id], until=time.time() + 600)
+        scheduler.note_holders(honest, [wanted.group_id], until=time.time() + 600)
+        scheduler.add(wanted)
+        stop_at = time.monotonic() + 30.0
+        while not accepted and time.monotonic() < stop_at:
+            scheduler.schedule()
+            await asyncio.sleep(0.02)
+        scheduler.cancel()
+
+    asyncio.run(run())
+    assert accepted == [body] and rejected == []
+    charged = counters.drain_peer_faults()
+    assert charged[liar] == Counter({faults.HASH_MISMATCH: 1})  # the holder's bytes, the holder's fault
+    assert set(charged[publisher]) == {faults.BODY_UNREACHABLE}  # gone: back-off only, priced 0
+    assert honest not in charged
+    assert faults.cost_of(faults.SWARM_PREFIX + faults.HASH_MISMATCH) > 0
+    assert faults.cost_of(faults.SWARM_PREFIX + faults.BODY_UNREACHABLE) == 0
+    assert sources.asked[liar] == 1 and sources.asked[honest] == 1
+    assert counters.snapshot()["fetched_from_holders"] == 1
+
+
+def _have(peer, groups: list[bytes], **changes: object):
+    value = {"v": RECORD_VERSION, "holder": peer.peer_id, "run_id": RUN, "window": W, "created_at": time.time(),
+             "puzzle": peer.puzzle, "groups": groups, **changes}
+    return peer.sign(pointer_key(RUN, peer.peer_id, W), make_subkey(peer.public_key, HAVE_SUBKEY_NAME), value)
+
+
+def test_a_gossiped_have_is_checked_like_any_record_and_bounded(alice, bob):
+    gate = GossipGate(checker=bob.checker, policy=Scores(), rate=100.0, burst=1000, ttl=TTL)
+    now, ids = time.time(), [os.urandom(16) for _ in range(MAX_HELD_ANNOUNCED)]
+    message = encode_message(_have(alice, ids))
+    assert len(message) < MAX_MESSAGE_BYTES
+    admitted = gate.admit(alice.peer_id, message, now)
+    assert admitted.reason == "" and isinstance(admitted.record.content, HaveRecord)
+    assert admitted.record.content.group_ids() == [g.hex() for g in ids]
+    refusals = {
+        "too many groups": _have(alice, ids + [os.urandom(16)]),
+        "a short id": _have(alice, [os.urandom(15)]),
+        "a group twice": _have(alice, [ids[0], ids[0]]),
+        "an extra field": _have(alice, ids[:1], extra=1),
+    }
+    assert {name: gate.admit(alice.peer_id, encode_message(r), now).reason for name, r in refusals.items()} == {
+        name: "gossip_bad_schema" for name in refusals}
+    assert gate.admit(alice.peer_id, encode_message(_have(alice, ids[:1], holder=bob.peer_id)), now).reason == \
+        "gossip_owner_mismatch"  # a have says who holds: only that peer may sign it
+    assert faults.cost_of(faults.SWARM_PREFIX + "gossip_bad_schema") > 0

@@ -1,6 +1,7 @@
 """The background half of `gather`: learn of pointers (pushed, or read from the DHT), fetch and check bodies.
 
-Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
+Holders' signed haves, admitted on the topic, go to the scheduler as second sources of
+those bodies (`_note_have`). Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
 groups' `GroupPointer`s (`RoundPointer.views`). Pushed: each peer gossips its signed pointer on the run's topic
 as it publishes it (`channel`, `gossip`), and an admitted one is considered at once
 (`on_gossip`). Read: every `dht_poll_interval` (with gossip off, every `poll_interval`)
@@ -54,7 +55,7 @@ from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_be
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
-from ftis_swarm.swarm.records import GroupPointer, MemberRecord, RoundPointer, check_body, screen_pointer
+from ftis_swarm.swarm.records import GroupPointer, HaveRecord, MemberRecord, RoundPointer, check_body, screen_pointer
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.wire import Group
@@ -229,6 +230,9 @@ class Gatherer:
     def on_gossip(self, record: FoundRecord) -> None:
         """A pointer admitted from the run's topic: considered at once, as if read from its key."""
         pointer = record.content
+        if isinstance(pointer, HaveRecord):
+            self._note_have(record)
+            return
         if not isinstance(pointer, RoundPointer):
             return
         member, cfg = (pointer.publisher, pointer.window), self._cfg
@@ -241,6 +245,15 @@ class Gatherer:
         for view in pointer.views():
             self._consider(view, source="pointers_gossiped")
         self._select()
+        self._scheduler.schedule()
+
+    def _note_have(self, record: FoundRecord) -> None:
+        """A holder's admitted announcement: a second source of those bodies (`scheduler`)."""
+        have = record.content
+        if have.run_id != self._cfg.run_id or record.owner == self._peer_id:
+            return
+        self._counters.add("haves_received")
+        self._scheduler.note_holders(record.owner, have.group_ids(), until=record.expiration)
         self._scheduler.schedule()
 
     def owed(self, horizon: float) -> list[str]:
