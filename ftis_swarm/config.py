@@ -381,9 +381,11 @@ class SwarmConfig(_Strict):
     upload_window: float = Field(10.0, gt=0, le=3600)
     """Seconds of one upload window (`upload_bytes_per_window`)."""
     max_holder_serves: int = Field(4, ge=0, le=64)
-    """Held bodies (other peers') this node serves at once; more are answered busy."""
+    """Held bodies (other peers') this node serves at once; more are answered busy. 0: it serves and
+    announces none (it still keeps them, within `hold_bytes`)."""
     have_interval: float = Field(10.0, gt=0, le=600)
-    """Seconds between two gossiped announcements of the bodies this node holds (`records.HaveRecord`)."""
+    """Seconds between two gossiped announcements of the bodies this node holds while they stay the same
+    (`records.HaveRecord`); a change is announced within a quarter of it (`gossip.haves`)."""
     num_replicas: int = Field(5, ge=1, le=64)
     """Peers nearest to a key that are asked to store each pointer."""
     min_replicas: int = Field(1, ge=1, le=64)

@@ -110,7 +110,7 @@ class SwarmClient:
             self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
         self._announcer = None
-        if self._gossip is not None and cfg.hold_bytes > 0:  # a holder says what it holds (`gossip.haves`)
+        if self._gossip is not None and cfg.hold_bytes > 0 and cfg.max_holder_serves > 0:  # `gossip.haves`
             self._announcer = self._loop.submit(HaveAnnouncer(
                 node=self._node, channel=self._gossip, cfg=cfg, peer_id=self.peer_id,
                 public_key=peer.identity.identity.public_key, puzzle=peer.puzzle, held=self._bodies.held,

@@ -42,20 +42,21 @@ def test_a_departed_publishers_groups_reach_a_peer_that_joins_after_it_left(swar
 
 
 def test_a_capped_publisher_uploads_about_one_copy_and_every_peer_gets_it(swarm):
+    """Three peers want one group of a publisher that may send one body a minute: holders serve the rest."""
     peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0)
     # one own body a minute: what it serves is its cap plus one body at most
     publisher = swarm.node(swarm.config(run_id="capped", peers=peers, upload_bytes_per_window=1024,
-                                        upload_window=60.0)).joined()
-    fetchers = [swarm.node(swarm.config(run_id="capped", peers=peers, have_interval=HAVE_EVERY)) for _ in range(4)]
-    for node in fetchers:
+                                        upload_window=60.0))
+    fetchers = [swarm.node(swarm.config(run_id="capped", peers=peers, have_interval=HAVE_EVERY)) for _ in range(3)]
+    for node in [publisher, *fetchers]:  # started together: the start, not the exchange, is what takes long
         node.joined()
     answer = publisher.publish(["wanted"], tokens=200)[0]
     assert answer["ok"], answer
     body = answer["body"]
     assert len(body) > 1024
     got = [_gather_until(node, {answer["group_id"]}, seconds=40.0) for node in fetchers]
-    assert got == [{answer["group_id"]: body}] * 4  # every peer, bit for bit
+    assert got == [{answer["group_id"]: body}] * 3  # every peer, bit for bit
     served = publisher.counters()["served_bytes"]
-    assert len(body) <= served <= 2 * len(body), (served, len(body))  # not 4 copies: bounded by the cap
+    assert len(body) <= served <= 2 * len(body), (served, len(body))  # not 3 copies: bounded by the cap
     from_holders = sum(node.counters()["fetched_from_holders"] for node in fetchers)
     assert from_holders >= 2, from_holders

@@ -11,9 +11,9 @@ deadline `period`. Layouts, measured in the same run:
   node config of the paper's round: 4 x its own tokens, 64 groups, 16 per peer) and the
   swarm fetches only what it takes (`swarm.fetch.selection`);
 - `all`: no budget, every group of every live peer fetched (the layout before);
-- `holders`: the budget, and each node's upload capped at one copy of its own round per
-  `period` (`upload_bytes_per_window`, `upload_window`; `fetch.bodies`), haves every
-  `period / 2`; the last node leaves the swarm 1 s after publishing round 1 (a departed
+- `holders`: the budget, and each node's upload capped at `UPLOAD_COPIES` (2) copies of its
+  own round per `period` (`upload_bytes_per_window`, `upload_window`; `fetch.bodies`), haves
+  at least every `period / 2`; the last node leaves the swarm 1 s after publishing round 1 (a departed
   publisher), and the others go on.
 
 Holders' figures, per publisher and round: its own bodies' bytes out over one copy of its
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 LAYOUTS = ("budget", "all")
 """The default layouts; `holders` is measured when asked for."""
 DEPART_ROUND = 1
+UPLOAD_COPIES = 2
+"""The holders layout's upload cap: copies of a node's own round per period (own bodies first, held ones in half)."""
 MESH_DEGREE = 6
 """gossipsub's D in the bundled p2pd: each message reaches a peer from about D mesh peers."""
 PAPER_GROUPS, PAPER_SIZE = 16, 48 * 1024
@@ -165,7 +167,7 @@ def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, pe
              size: int, per_worker: int) -> ScaleRow:
     cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}", join_timeout=JOIN_TIMEOUT)
     if layout == "holders":
-        cfg = cfg.model_copy(update={"upload_bytes_per_window": groups * size, "upload_window": period,
+        cfg = cfg.model_copy(update={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
                                      "have_interval": period / 2})
     workers = _start(n, cfg, logs, per_worker)
     try:

@@ -1,17 +1,21 @@
-"""A holder's announcement: every `have_interval` s, one signed `HaveRecord` on the run's topic.
+"""A holder's announcement: one signed `HaveRecord` on the run's topic when what it holds changed.
 
 A node that holds other peers' bodies (`fetch.bodies`) says so on the same topic its
 pointers travel, as one signed record naming its newest held groups (at most
-`records.MAX_HELD_ANNOUNCED`): one message per holder and interval, whatever the number
-of bodies, through the same `GossipGate` (rate, bans, record checks) as every message.
-It is sent again each interval while the node holds anything, so a peer that joins late
-learns of the holders too. Nothing is stored in the DHT.
+`records.MAX_HELD_ANNOUNCED`), through the same `GossipGate` (rate, bans, record checks)
+as every message. It looks every `have_interval / 4` s and announces when the held set
+changed (so fetchers of a publisher that just left learn of it within about a second at
+the default), and at least every `have_interval` s while it holds anything (so a peer that
+joins late learns of the holders too): at most 4 messages per holder and `have_interval`,
+whatever the number of bodies. Nothing is stored in the DHT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from typing import Callable
 
 from hivemind.dht.node import DHTNode
@@ -36,19 +40,21 @@ class HaveAnnouncer:
         self._public_key, self._puzzle, self._held, self._counters = public_key, puzzle, held, counters
 
     async def run(self) -> None:
-        """Announces every `have_interval` s until cancelled; a failed announcement is logged and tried again."""
+        """Announces until cancelled (see the module docstring); a failed announcement is logged and tried again."""
+        step, last, said = self._cfg.have_interval / 4, -math.inf, []
         while True:
-            await asyncio.sleep(self._cfg.have_interval)
+            await asyncio.sleep(step)
+            held = self._held(MAX_HELD_ANNOUNCED)
+            if not held or (held == said and time.monotonic() - last < self._cfg.have_interval):
+                continue
             try:
-                await self.announce()
-            except Exception:  # signing or p2pd: the next interval tries again, fetchers still have the publisher
-                logger.exception("announcing the held bodies failed; next try in %.0f s", self._cfg.have_interval)
+                if await self.announce(held):
+                    last, said = time.monotonic(), held
+            except Exception:  # signing or p2pd: the next look tries again, fetchers still have the publisher
+                logger.exception("announcing the held bodies failed; next try in %.1f s", step)
 
-    async def announce(self) -> bool:
-        """Gossips one have record of the held bodies; False when nothing is held or p2pd refused it."""
-        held = self._held(MAX_HELD_ANNOUNCED)
-        if not held:
-            return False
+    async def announce(self, held: list[str]) -> bool:
+        """Gossips one have record of `held` (group ids); False when p2pd refused it."""
         cfg, now = self._cfg, get_dht_time()
         window = window_of(now, cfg.window)
         have = HaveRecord(v=RECORD_VERSION, holder=self._peer_id, run_id=cfg.run_id, window=window, created_at=now,
