@@ -209,7 +209,8 @@ class LearnerConfig(_Strict):
     """Most completion tokens one peer may put into one update; None: 2 x this node's own per round."""
     strangers_share: float = Field(0.25, ge=0, le=1)
     """The part of the peers' token and group budget reserved for, and capped to, peers without
-    standing (chosen fairly among them, by the node's seed); peers with standing share the rest."""
+    standing (drawn origin first, then identity, seeded by the node's peer id and round: peers/draw.py);
+    peers with standing share the rest. The swarm fetches strangers' groups within the same share."""
     max_prompt_overhead: int = Field(256, ge=0)
     """Most prompt tokens a peer's group may hold beyond its item's own prompt text (chat template,
     system prompt); longer prompts are refused."""

@@ -130,8 +130,9 @@ class Node:
         # ranks: rank 0 of torchrun; swarm: the transport's factory (peers.protocol), None for hivemind
         self.parts = build_components(cfg, checkpoints=checkpoints, ranks=ranks, swarm=swarm)
         context = self.parts.backend.context_len
-        self.intake = PeerIntake(Budget.of(cfg, context=context), seed=cfg.seed)
         p = self.parts
+        # seeded by the peer id and drawn by round, as the swarm's fetch selection: both take one strangers' draw
+        self.intake = PeerIntake(Budget.of(cfg, context=context), seed=p.swarm.peer_id)
         p.swarm.set_budget(self.intake.budget)  # the swarm fetches only what an update takes
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
                                  admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
@@ -253,7 +254,7 @@ class Node:
         t_half = time.perf_counter()  # other nodes of this process may have run since the publish half ended
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
-        peers = self._take_peer_groups(gathered, counts)
+        peers = self._take_peer_groups(r, gathered, counts)
         t_gather = time.perf_counter()
 
         learned = learn_round(self.learning, r, own, peers)
@@ -303,10 +304,11 @@ class Node:
         self.pipeline.start(r)
         return own
 
-    def _take_peer_groups(self, groups: list[Group], counts: Counter) -> list[Group]:
+    def _take_peer_groups(self, r: int, groups: list[Group], counts: Counter) -> list[Group]:
         p = self.parts
         taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
-                                 standing=p.learner.detector.has_standing, rank=p.peer_ledger.score)
+                                 standing=p.learner.detector.has_standing, rank=p.peer_ledger.score,
+                                 origin=p.swarm.origin_of, draw=r)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)

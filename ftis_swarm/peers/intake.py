@@ -11,8 +11,10 @@ docs/node.md "Standing") come first, ranked by their earned credit (the ledger's
 and taken one group from each in turn; the peers without standing share a part of the
 budget (`strangers_share` of its tokens and groups, a quarter by default) that is both
 reserved (the others never take it, so a newcomer can earn standing) and capped (however
-many identities arrive), taken one group from each in turn in an order drawn afresh each
-update from the node's seed. Per-peer caps hold in both parts.
+many identities arrive), taken in the strangers' draw (`peers/draw.py`: network origins in
+turn, then identities in turn within an origin, in an order drawn afresh each update from
+the node's seed and round), the same order the swarm fetched them in. Per-peer caps hold
+in both parts.
 
 A group over what is left of its part waits for the next round (`peer_deferred`), taken
 first then, and is dropped if it does not fit then either (`peer_over_budget`; for a peer
@@ -24,7 +26,8 @@ completions, log-probs; not its sender or time, which the group id hashes). The 
 content keeps it; the same content from another sender is refused as `copied_group`,
 which costs that sender, and from the same sender under a new id as `peer_duplicate`.
 
-The deferred groups, the digests and the draw's counter are part of a checkpoint
+The deferred groups, the digests and the draw's counter (the draw's number when the
+node gives none) are part of a checkpoint
 (`state`), so a resumed node takes the same groups in the same order as one that ran on; a
 group offered twice in one take (deferred, then gathered again by a restarted node's
 swarm) is taken once (`peer_duplicate`).
@@ -42,6 +45,7 @@ from typing import Any, Callable, Container, Optional
 from ftis_swarm.config import NodeConfig, WireConfig
 from ftis_swarm.wire import Group, decode_group, encode_group
 from ftis_swarm.peers import faults
+from ftis_swarm.peers.draw import OriginOf, interleave, strangers_in_turns
 
 log = logging.getLogger(__name__)
 
@@ -126,18 +130,14 @@ def in_turns(offers: list[tuple[Group, bool]], order: list[str]) -> list[tuple[G
     queues: dict[str, list[tuple[Group, bool]]] = {s: [] for s in order}
     for offer in offers:
         queues[offer[0].sender].append(offer)
-    out: list[tuple[Group, bool]] = []
-    depth = 0
-    while len(out) < len(offers):
-        out.extend(q[depth] for q in queues.values() if depth < len(q))
-        depth += 1
-    return out
+    return interleave(list(queues.values()))
 
 
 class PeerIntake:
     """Holds the groups deferred to the next round and the contents seen; `take` picks an update's peers' groups."""
 
-    def __init__(self, budget: Budget, *, seed: int = 0) -> None:
+    def __init__(self, budget: Budget, *, seed: int | str = 0) -> None:
+        """`seed`: the strangers' draw's (the node's peer id, as its swarm's selection uses)."""
         self.budget = budget
         self.seed = seed
         self._deferred: list[Group] = []
@@ -146,13 +146,17 @@ class PeerIntake:
 
     def take(self, groups: list[Group], consumed: Container[str], allows: Any, *,
              standing: Optional[Callable[[str], bool]] = None,
-             rank: Optional[Callable[[str], float]] = None) -> Intake:
+             rank: Optional[Callable[[str], float]] = None, origin: Optional[OriginOf] = None,
+             draw: Optional[int] = None) -> Intake:
         """The groups this update takes from last round's deferred ones and `groups` (module docstring).
 
         `allows(peer_id) -> bool` (the ledger's) refuses a banned or denied peer's groups;
         `standing(peer_id) -> bool` (the learner's detector; None: no peer has it) splits the
         budget; `rank(peer_id) -> float` (the ledger's score; None: all equal) orders the peers
-        with standing, highest first.
+        with standing, highest first; `origin(peer_id) -> str | None` (the transport's
+        `origin_of`; None: each peer an origin of its own) groups the strangers' draw by
+        origin; `draw` is the draw's number (the node's round, as its swarm's; None: this
+        intake's count of takes).
         """
         out = Intake([], Counter(), Counter())
         deferred, self._deferred = self._deferred, []
@@ -162,11 +166,11 @@ class PeerIntake:
         earned = [o for o in fit if has(o[0].sender)]
         strangers = [o for o in fit if not has(o[0].sender)]
         score = rank or (lambda peer: 0.0)
-        draw = self._takes
+        draw = self._takes if draw is None else draw
         self._takes += 1
         earned = in_turns(earned, fair_order([g.sender for g, _ in earned], lambda s: -score(s)))
-        strangers = in_turns(strangers, fair_order([g.sender for g, _ in strangers],
-                                                   lambda s: _draw_key(self.seed, draw, s)))
+        strangers = strangers_in_turns(strangers, sender=lambda o: o[0].sender, origin_of=origin, seed=self.seed,
+                                       draw=draw)
         for part, chosen in zip(self.budget.parts(), (earned, strangers)):
             self._fill(part, chosen, out)
         return out
@@ -245,10 +249,6 @@ class PeerIntake:
         self._deferred = [decode_group(base64.b64decode(text), limits=limits) for text in saved.get("deferred", [])]
         self._first = OrderedDict((d, (s, i)) for d, s, i in saved.get("contents", []))
         self._takes = int(saved.get("takes", 0))
-
-
-def _draw_key(seed: int, draw: int, sender: str) -> str:
-    return hashlib.sha256(f"{seed}:{draw}:{sender}".encode()).hexdigest()
 
 
 def _count(out: Intake, g: Group, reason: str) -> None:

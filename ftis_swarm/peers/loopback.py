@@ -6,6 +6,7 @@ with this transport in place of the hivemind swarm (`peers/protocol.py`):
     hub = LoopbackHub()
     node = Node(cfg, swarm=hub.member("A"))   # the factory of A's swarm; peer id "A"
     hub.inject("forger", body)                 # bytes any publisher may send, honest or not
+    hub.set_origin("forger", "10.0.0.0/24")    # a network origin (default: each peer its own)
 
 It carries bytes only: a publish encodes each group of the round with the wire codec and
 posts the bodies to every other member's inbox (in publish order); a gather decodes each body and applies
@@ -17,7 +18,9 @@ the same reasons as the hivemind swarm's), a refused publisher is not read at al
 group id is delivered once. The node's intake runs after, once, in the node.
 
 What the hub stands in for: the publisher of a body is who posted it (on the hivemind
-swarm, the key that signed its pointer). There is no latency and no loss: `gather`
+swarm, the key that signed its pointer), and its origin what the hub was told
+(`member(..., origin=)`, `set_origin`; on the hivemind swarm, the address of its
+connection); by default each peer is an origin of its own, its peer id. There is no latency and no loss: `gather`
 returns at once with what was posted since the last call, so a caller that wants every
 peer's round in runs the nodes in lockstep (every publish of a round before any gather).
 Nothing here is thread-safe beyond the hub's lock on its inboxes.
@@ -47,9 +50,13 @@ class LoopbackHub:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._members: dict[str, "LoopbackSwarm"] = {}
+        self._origins: dict[str, str] = {}
 
-    def member(self, peer_id: str) -> SwarmFactory:
-        """The `SwarmFactory` a node builds its swarm with; the swarm joins the hub as `peer_id`."""
+    def member(self, peer_id: str, *, origin: Optional[str] = None) -> SwarmFactory:
+        """The `SwarmFactory` a node builds its swarm with; the swarm joins the hub as `peer_id`, from
+        `origin` (None: its own)."""
+        if origin is not None:
+            self.set_origin(peer_id, origin)
 
         def attach(cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,
                    policy: PeerPolicy = ALLOW_ALL) -> LoopbackSwarm:
@@ -69,6 +76,18 @@ class LoopbackHub:
                                   policy=policy)
             self._members[peer_id] = swarm
         return swarm
+
+    def set_origin(self, peer_id: str, origin: str) -> None:
+        """Puts `peer_id` (a member or any publisher) in network origin `origin`: the lab's crowd in one."""
+        if not origin:
+            raise ValueError("a loopback origin must not be empty")
+        with self._lock:
+            self._origins[peer_id] = origin
+
+    def origin_of(self, peer_id: str) -> str:
+        """The origin set for `peer_id`, else its own (the peer id)."""
+        with self._lock:
+            return self._origins.get(peer_id, peer_id)
 
     def inject(self, publisher: str, body: bytes) -> None:
         """Posts `body` as `publisher` to every member but the publisher: what any peer may send, forged or not."""
@@ -132,6 +151,10 @@ class LoopbackSwarm:
     def set_budget(self, budget: Optional[Budget]) -> None:
         """Kept, not used: a hub member reads every body at no cost, and the node's intake applies the budget."""
         self._budget = budget
+
+    def origin_of(self, peer_id: str) -> Optional[str]:
+        """The hub's origin of `peer_id` (`LoopbackHub.set_origin`; by default the peer's own)."""
+        return self._hub.origin_of(peer_id)
 
     def gather(self, deadline: float, *, round: Optional[int] = None) -> list[Group]:
         """The groups posted to this member since the last call that pass the checks, in posting order; at once."""

@@ -51,7 +51,7 @@ class PublishResult:
 
 @runtime_checkable
 class Swarm(Protocol):
-    """A node's membership in a swarm: the seven members the node calls (and the addresses the CLI prints)."""
+    """A node's membership in a swarm: the members the node calls (and the addresses the CLI prints)."""
 
     peer_id: str
     """The `sender` every published group must carry, and the node's name in its peers' ledgers."""
@@ -70,6 +70,12 @@ class Swarm(Protocol):
 
     def gather(self, deadline: float, *, round: Optional[int] = None) -> list[Group]:
         """Peers' groups accepted since the last call, decoded and checked; never this node's own, never one twice."""
+        ...
+
+    def origin_of(self, peer_id: str) -> Optional[str]:
+        """The network origin a peer's groups come from (the hivemind swarm: the /24 or /48 of its live
+        connection, `relayed` through a relay; the loopback: what the hub says), None when not known. The
+        strangers' draw goes origin first (`peers/draw.py`); a peer of no known origin is one of its own."""
         ...
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:

@@ -36,7 +36,7 @@ from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, 
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
-from ftis_swarm.swarm.dht.publishing import Record, StoreOutcome, sign_records, store_records
+from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)
@@ -89,6 +89,7 @@ class SwarmClient:
         self._signed_bytes = 0
         self._budget: Optional[Budget] = None
         self._fill = GatherFill()
+        self._nearest = NearestPeers()  # the nearest peers of this node's keys, kept across publishes (dht.publishing)
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
@@ -246,7 +247,8 @@ class SwarmClient:
         if self._gossip is not None:
             gossiped.append(await self._gossip.publish(signed[0].signed))
         signed += sign_records(self._node, [member])
-        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas)
+        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
+                                   nearest_peers=self._nearest)
 
     def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
         """The round's pointer and this node's membership record of the current window, unsigned."""
@@ -296,7 +298,7 @@ class SwarmClient:
             raise ValueError("deadline must be >= 0 seconds")
         started = time.monotonic()
         if self._budget is not None and not self._closed:
-            self._late_on_loop(self._gatherer.open_gather(2 * deadline), deadline, "opening the gather")
+            self._late_on_loop(self._gatherer.open_gather(2 * deadline, round), deadline, "opening the gather")
         if round is None:
             self._stop.wait(deadline)
         else:
@@ -345,8 +347,8 @@ class SwarmClient:
 
     def origin_of(self, peer_id: str) -> Optional[str]:
         """The network origin of a peer's live connection (`swarm.origins`: `10.1.2.0/24`, "relayed"), or
-        None when it has none. Safe from any thread. The hook for a quota by origin on the strangers'
-        share of an update (`peers.intake`), which does not use it yet."""
+        None when it has none. Safe from any thread. The strangers' draw goes by it, origin first, in this
+        node's fetch selection and its intake (`peers.draw`)."""
         return self._peer.origins.origin_of(peer_id)
 
     def stored_by_origin(self) -> dict[str, int]:

@@ -116,6 +116,11 @@ def test_bench_attacks_on_tiny_models(tmp_path):
     assert st["copies_sent"] >= 2 and st["copies_used"] == 0  # two a round, less any past the vocabulary
     assert st["copies_refused"] + st["copier_refused"] == st["copies_sent"] and st["copies_refused"] >= 2
     assert "newcomer: first group used" in proc.stdout
+    # the 54 strangers share one origin, the newcomer has its own: its origin has a turn in every update
+    assert st["newcomer_first_used"] in (1, 2), st
+    crowd = [row.get("10.0.0.0/24", 0.0) for row in st["share_by_origin"]]
+    assert len(crowd) == 2 and all(0 < x <= 0.25 for x in crowd), st
+    assert "strangers' tokens by origin / budget, the crowd's (10.0.0.0/24)" in proc.stdout
 
 
 def test_bench_swarm_refuses_bad_flags_in_one_sentence():

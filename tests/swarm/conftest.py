@@ -122,7 +122,7 @@ class Node(Proc):
     def counters(self) -> dict:
         return self.request({"op": "counters"})
 
-    def budget(self, **fields: int) -> None:
+    def budget(self, **fields: float) -> None:
         """Sets the client's budget (`peers.intake.Budget` fields; context is not asked)."""
         assert self.request({"op": "budget", **fields}) == {"ok": True}
 

@@ -1,7 +1,8 @@
 """A budget on a real testnet: a node fetches only what its update takes, and a group not chosen costs nothing.
 
 A bootstrap peer and three nodes; two publish a round of four groups (256 completion tokens
-each) as one pointer, the third has room for three groups and two per peer. Its gather
+each) as one pointer, the third has room for three groups and two per peer, all of it the
+strangers' share. Its gather
 takes one group of each stranger in turn: exactly three bodies, never more than two of one
 publisher, the other five not fetched, not charged, and not offered again.
 """
@@ -23,7 +24,8 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     reader, b, c = nodes = [swarm.node(cfg) for _ in range(3)]
     for node in nodes:
         node.joined()
-    reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512)
+    reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512,
+                  strangers_share=1.0)  # no earned peer here: the whole budget is the strangers' share
     published = {}
     for node in (b, c):
         answers = node.publish([f"{node.peer_id}-{i}" for i in range(4)], round=0)
@@ -45,7 +47,10 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     assert (counters["chosen"], counters["fetched_bodies"], counters["not_chosen"]) == (3, 3, 5)
     assert counters["fetched_bytes"] == sum(len(published[g][1]) for g in got)
     assert counters["rejected"] == {} and counters["faults"] == {}  # left out is not charged
-    others = [node.counters() for node in (b, c)]  # without a budget: each fetches the other's four
+    stop_at = time.monotonic() + 30.0  # without a budget: each fetches the other's four (in the background)
+    while min(node.counters()["fetched_bodies"] for node in (b, c)) < 4 and time.monotonic() < stop_at:
+        time.sleep(0.2)
+    others = [node.counters() for node in (b, c)]
     assert [o["fetched_bodies"] for o in others] == [4, 4]
     served = sum(o["served_bytes"] for o in others)
     assert served == counters["fetched_bytes"] + sum(o["fetched_bytes"] for o in others)  # the five never left

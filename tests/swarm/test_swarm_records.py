@@ -37,7 +37,7 @@ def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, b
     for record in (alice.pointer(), alice.member()):
         verdict = checker.examine(record)
         assert verdict.reason == "" and verdict.owner.peer_id == alice.peer_id
-        assert checker.examine(record) is verdict  # remembered
+        assert checker.examine(record) == verdict  # remembered (by its digest; parsed again)
     mine = alice.pointer()
     refusals = {
         "unbound_key": alice.pointer(key=pointer_key(RUN, bob.peer_id, W)),  # under another peer's key
@@ -86,6 +86,20 @@ def test_a_round_pointer_is_one_record_for_a_round_and_its_views_bind_each_body(
     assert check_body(body, pointer, vocab_size=1000, limits=WireConfig())[1] == ""
     lied = pointer.copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
     assert check_body(body, lied, vocab_size=1000, limits=WireConfig())[1] == "pointer_mismatch"
+
+
+def test_a_record_read_again_costs_no_rsa_and_the_checker_keeps_only_its_digest(alice, bob):
+    checker, pointer = bob.checker, alice.pointer(n_groups=3)
+    first = checker.examine(pointer)
+    assert first.reason == "" and isinstance(first.content, RoundPointer)
+    rsa_checks = []
+    real = checker._rsa.validate
+    checker._rsa.validate = lambda record: rsa_checks.append(record) or real(record)
+    again = checker.examine(pointer)
+    assert again.reason == "" and again.content == first.content and rsa_checks == []  # remembered: parsed, not verified
+    assert list(checker._accepted.values()) == [None] * len(checker._accepted)  # digests only, no parsed records
+    forged = DHTRecord(pointer.key, pointer.subkey, pointer.value[:-3] + b"xx]", pointer.expiration_time)
+    assert checker.examine(forged).reason == "bad_signature" and len(rsa_checks) == 1  # another digest: checked
 
 
 def test_strict_decoding_refuses_extension_types_at_once(alice):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from collections import Counter
 
 import base58
+import numpy as np
 
-from ftis_swarm.peers.intake import Budget
-from ftis_swarm.swarm.fetch.selection import STRANGERS_SHARE, Selection
+from ftis_swarm.peers.intake import Budget, PeerIntake
+from ftis_swarm.swarm.fetch.selection import Selection
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
+
+from wire_samples import groups_from
 
 BUDGET = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=1000, max_tokens_per_peer=500, context=4096)
 
@@ -49,22 +53,44 @@ def _offer(selection: Selection, *rounds: list[GroupPointer]) -> None:
             assert selection.offer(p) == []
 
 
-def test_earned_peers_are_chosen_at_once_and_strangers_only_once_a_gather_opens():
+def test_earned_peers_are_chosen_at_once_and_strangers_only_once_a_gather_opens_each_tier_in_its_part():
     sel = _selection({"earned-a": 2.0, "earned-b": 1.0})
     _offer(sel, _round("earned-b", groups=5), _round("earned-a", groups=5), _round("s1", groups=4), _round("s2", groups=4))
-    first = sel.choose(earned_owed=True)
+    first = sel.choose()
     by_peer = names(first.chosen)
-    reserve = int(STRANGERS_SHARE * BUDGET.max_tokens)
+    reserve = int(BUDGET.strangers_share * BUDGET.max_tokens)
     assert by_peer == {"earned-a": 5, "earned-b": 2}  # the higher score first, within the budget less the reserve
     assert sel.used() == (700, 7) and BUDGET.max_tokens - reserve == 750  # an eighth group would cross 750
     sel.open()
-    second = sel.choose(earned_owed=True)  # an earned round still owed: strangers get the reserve alone
-    assert names(second.chosen) == {"s1": 1, "s2": 1}  # one of each in turn
-    assert sel.used()[0] == 900 <= 700 + reserve
-    third = sel.choose(earned_owed=False)  # every earned round in: the rest of the budget, earned first
-    assert names(third.chosen) == {"earned-b": 1}
-    assert sel.used() == (1000, 10)
-    assert sel.in_flight() == 10 and sel.choose(earned_owed=False).chosen == []
+    second = sel.choose()  # the reserve: strangers and earned-b's three left over, one of each publisher in turn
+    assert len(second.chosen) == 2 and set(names(second.chosen)) <= {"s1", "s2", "earned-b"}
+    assert max(names(second.chosen).values()) == 1
+    assert sel.used() == (900, 9) and reserve == 250  # a third group would cross 250
+    assert sel.choose().chosen == []  # neither tier takes the other's part (the intake's rule)
+    assert sel.in_flight() == 9
+
+
+def test_the_strangers_share_comes_from_the_budget():
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=1000, max_tokens_per_peer=500, context=4096,
+                    strangers_share=0.5)
+    sel = _selection({}, budget=budget)
+    _offer(sel, *(_round(f"s{i}", groups=2) for i in range(8)))
+    sel.open()
+    assert sel.used() == (0, 0) and len(sel.choose().chosen) == 5 and sel.used() == (500, 5)
+    none = _selection({}, budget=dataclasses.replace(budget, strangers_share=0.0))
+    _offer(none, _round("s", groups=2))
+    none.open()
+    assert none.choose().chosen == []  # no share: strangers are never fetched
+
+
+def test_a_scored_peer_keeps_a_strangers_chance_when_the_whole_budget_is_the_strangers_share():
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096,
+                    strangers_share=1.0)
+    sel = _selection({"scored": 1.0}, budget=budget)
+    _offer(sel, _round("scored", groups=2), _round("s", groups=2))
+    assert sel.choose().chosen == []  # no earned part at all
+    sel.open()
+    assert names(sel.choose().chosen) == {"scored": 2, "s": 2}  # drawn with the strangers, as the intake would
 
 
 def test_caps_per_peer_and_oversized_groups_cost_nothing():
@@ -73,7 +99,7 @@ def test_caps_per_peer_and_oversized_groups_cost_nothing():
     huge = _round("s-huge", groups=1, tokens=2000)
     _offer(sel, _round("s1", groups=6, tokens=100), huge)
     sel.open()
-    choice = sel.choose(earned_owed=False)
+    choice = sel.choose()
     assert names(choice.chosen) == {"s1": 2}  # 250 tokens per peer: two groups of 100
     assert choice.dropped == huge  # no budget ever takes it: dropped at once, never fetched
     left = sel.next_gather()
@@ -86,12 +112,12 @@ def test_a_refused_body_gives_its_tokens_back_and_an_accepted_one_keeps_them():
                                                max_tokens_per_peer=400, context=4096))
     pointers = _round("e", groups=4)
     _offer(sel, pointers)
-    chosen = sel.choose(earned_owed=True).chosen
+    chosen = sel.choose().chosen
     assert len(chosen) == 3  # 400 less the strangers' 100
     sel.settled(chosen[0], accepted=True)
     sel.settled(chosen[1], accepted=False)
     assert sel.used() == (200, 2) and sel.in_flight() == 1
-    assert [p.group_id for p in sel.choose(earned_owed=True).chosen] == [pointers[3].group_id]
+    assert [p.group_id for p in sel.choose().chosen] == [pointers[3].group_id]
 
 
 def test_a_newer_round_replaces_the_offers_of_an_older_one():
@@ -102,19 +128,20 @@ def test_a_newer_round_replaces_the_offers_of_an_older_one():
     late = _round("s", groups=1, round=1, at=1500.0)[0]
     assert sel.offer(late) == [late]  # an older round than the one on offer
     sel.open()
-    assert {p.round for p in sel.choose(earned_owed=False).chosen} == {2}
+    assert {p.round for p in sel.choose().chosen} == {2}
 
 
 def test_strangers_are_drawn_at_random_seeded_and_every_publisher_is_used_over_a_run():
     publishers = [f"s{i:02d}" for i in range(32)]
-    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096)
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096,
+                    strangers_share=1.0)
 
     def gathers(seed: str, n: int) -> list[list[str]]:
         sel, out = _selection({}, seed=seed, budget=budget), []
         for g in range(n):
             _offer(sel, *(_round(p, groups=2, round=g, at=1000.0 * (g + 1)) for p in publishers))
             sel.open()
-            chosen = sel.choose(earned_owed=False).chosen
+            chosen = sel.choose().chosen
             for p in chosen:
                 sel.settled(p, accepted=True)
             out.append(sorted(names(chosen)))
@@ -126,3 +153,46 @@ def test_strangers_are_drawn_at_random_seeded_and_every_publisher_is_used_over_a
     assert a == gathers("node-a", 40)  # seeded: the same node makes the same draws
     assert a != b  # two nodes draw differently
     assert {p for chosen in a + b for p in chosen} == set(publishers)  # over a run every publisher is used
+
+
+def _groups_and_pointers(rng, name: str, n: int) -> tuple[list, list[GroupPointer]]:
+    """`n` groups of 20 completion tokens from `name`, and the pointers that announce them (oldest first)."""
+    publisher = pid(name)
+    NAMES[publisher] = name
+    groups = groups_from(rng, publisher, n, length=10)
+    groups = [type(g).build(**{f: getattr(g, f) for f in _FIELDS}, sender=publisher, created_at=1000.0 + i)
+              for i, g in enumerate(groups)]
+    pointers = [GroupPointer(v=RECORD_VERSION, group_id=g.group_id, size=100, sha256=g.group_id + "0" * 32,
+                             publisher=publisher, created_at=g.created_at, run_id="run", tokenizer_fp="tok", window=1,
+                             round=0, round_groups=n, tokens=g.num_completion_tokens, puzzle="0" * 16)
+                for g in groups]
+    return groups, pointers
+
+
+_FIELDS = ("run_id", "model_id", "policy_version", "tokenizer_fp", "task_id", "item_id", "prompt_ids", "temperature",
+           "completion_ids", "logp_gen")
+
+
+def test_the_swarm_fetches_for_the_strangers_share_exactly_what_the_intake_takes():
+    rng = np.random.default_rng(5)
+    crowd = [_groups_and_pointers(rng, f"crowd-{i:02d}", 2) for i in range(12)]
+    lone = [_groups_and_pointers(rng, f"lone-{i}", 2) for i in range(2)]
+    origins = {**{pid(f"crowd-{i:02d}"): "10.0.0.0/24" for i in range(12)}, pid("lone-0"): "10.0.1.0/24"}
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=200, context=4096,
+                    strangers_share=0.25)  # 100 tokens: five groups of 20 for strangers
+    for draw in range(6):
+        sel = Selection(budget, seed="node", score=lambda peer: 0.0, origin_of=origins.get)
+        _offer(sel, *(pointers for _, pointers in crowd + lone))
+        sel.open(round=draw)
+        fetched = {p.group_id for p in sel.choose().chosen}
+        groups = [g for gs, _ in crowd + lone for g in gs]
+        taken = PeerIntake(budget, seed="node").take(groups, {}, lambda peer: True, origin=origins.get, draw=draw)
+        assert len(fetched) == 5 and [g.group_id for g in taken.kept if g.group_id in fetched] == \
+            [g.group_id for g in taken.kept]
+        assert {g.group_id for g in taken.kept} == fetched  # the same groups, from all on offer
+        only = PeerIntake(budget, seed="node").take([g for g in groups if g.group_id in fetched], {},
+                                                    lambda peer: True, origin=origins.get, draw=draw)
+        assert {g.group_id for g in only.kept} == fetched  # and of what was fetched the intake takes it all
+        by_origin = Counter(origins.get(g.sender, g.sender) for g in taken.kept)
+        # three origins (the crowd's, lone-0's, and lone-1 alone: none known) take turns: 12 identities, 2 of 5
+        assert sorted(by_origin.values()) == [1, 2, 2] and by_origin["10.0.0.0/24"] <= 2

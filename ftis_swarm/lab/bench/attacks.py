@@ -21,7 +21,9 @@ and the 24-layer sibling), and a divergent pair, SmolLM2 against itself with lay
 dropped.
 
 **Standing** (`standing.py`): 20 fresh identities, short forgeries, a turncoat, a copier
-and an honest newcomer against two earned peers, over `standing_rounds` rounds.
+and an honest newcomer against two earned peers, over `standing_rounds` rounds; the 54
+strangers of the crowd share one network origin and the newcomer has its own, so the
+strangers' draw (`peers/draw.py`, origin first) is measured by origin.
 """
 
 from __future__ import annotations

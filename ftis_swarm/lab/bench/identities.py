@@ -18,8 +18,9 @@ sets `FTIS_SWARM__PUZZLE__*`, as the tests do), in one run:
    max_stored_records`, against what the per-identity quotas alone would let it store
    (`max_records_per_peer` per requesting peer and per identity, at most the storage).
 
-The crowd's share of updates needs a per-origin strangers' share in `peers.intake`, which
-is not there yet (`SwarmClient.origin_of` is its hook); this phase does not report it.
+The crowd's share of updates (the strangers' draw by origin, `peers/draw.py`) is measured by
+`bench attacks`, its standing part (a crowd of one origin against a newcomer of another);
+this phase does not report it.
 """
 
 from __future__ import annotations
@@ -170,6 +171,6 @@ def format_identities(bench: IdentityBench) -> str:
         f"the per-peer quotas alone would allow {by_identity:.1%}",
         f"  honest groups delivered to every other honest node meanwhile: "
         f"{bench.honest_delivered}/{bench.honest_published} in {bench.rounds} rounds",
-        "  the crowd's share of updates: not measured (no per-origin strangers' share in peers.intake yet)",
+        "  the crowd's share of updates: see `bench attacks` (its standing part, by origin)",
     ]
     return "\n".join(lines)

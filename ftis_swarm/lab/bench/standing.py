@@ -14,15 +14,21 @@ standing (docs/node.md, "Standing"). Then every round offers, in this order:
 - the two earned peers: two honest groups each; the turncoat: two groups forged at -0.5;
 - a copier: the first earned peer's groups, re-signed.
 
+The crowd, the forgers and the copier (54 identities) share one network origin, the
+newcomer has its own, and the earned peers and the turncoat theirs: the intake's strangers'
+draw goes origin first (`peers/draw.py`), as the node's does with its transport's `origin_of`.
+
 Figures: the crowd's and all strangers' share of the peers' tokens in each update (the cap
 is `strangers_share`); per forgery kind, samples trained at a weight above 1 while the
 identity had no standing (the goal is 0) and after it had standing (the turncoat); the
-newcomer's first used group and its tokens to standing; copies refused.
+newcomer's first used group and its tokens to standing; copies refused; the strangers'
+tokens in each update by origin.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -49,6 +55,7 @@ CROWD, SPLIT = 20, 10
 FORGERIES = {"minus_3": -3.0, "minus_0.5": -0.5, "t_min": 0.0}
 """Forgery kind -> shift of `logp_gen` (`t_min` claims T_MIN and the log-probs at T = 1 instead)."""
 EARNED = ("earned-1", "earned-2")
+CROWD_ORIGIN, NEWCOMER_ORIGIN = "10.0.0.0/24", "10.0.1.0/24"
 
 
 @dataclass
@@ -80,6 +87,8 @@ class StandingFigures:
     copier_refused: int = 0
     """Refused because the copier was banned (its copies' cost)."""
     copies_used: int = 0
+    share_by_origin: list[dict[str, float]] = field(default_factory=list)
+    """Per round: origin -> the tokens of its identities without standing in the update / the peers' token budget."""
 
 
 def forgers() -> list[tuple[str, str]]:
@@ -116,10 +125,21 @@ def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: 
 
     def take_and_learn(r: int, offered: list[Group]) -> tuple[list[Group], dict[str, float], Any]:
         mine = own.generate(prompts_for(arith.sample(2, seed=100 + r), tok), SAMPLING.group_size, SAMPLING)
-        taken = intake.take(offered, {}, ledger.allows, standing=det.has_standing, rank=ledger.score)
+        taken = intake.take(offered, {}, ledger.allows, standing=det.has_standing, rank=ledger.score,
+                            origin=origin_of, draw=r)
         ledger.charge_counts(taken.by_peer, me="self")
         learned = learn_round(learning, r, mine, taken.kept)
         return taken.kept, learned.metrics, taken
+
+    crowd = [f"fresh-{i:02d}" for i in range(CROWD)]
+    forged_ids = forgers()
+    origins = {**{p: CROWD_ORIGIN for p in [*crowd, *(f for f, _ in forged_ids), "copier"]},
+               "newcomer": NEWCOMER_ORIGIN}
+
+    everyone = [*origins, *EARNED, "turncoat"]
+
+    def origin_of(peer: str) -> str:
+        return origins.get(peer, peer)
 
     r, warmup = 0, 0
     veterans = [*EARNED, "turncoat"]
@@ -129,8 +149,6 @@ def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: 
         take_and_learn(r, honest_groups([p for p in veterans for _ in range(2)], r, salt=1))
     fig = StandingFigures(warmup_rounds=warmup, rounds=rounds, strangers_share=[], crowd_share=[],
                           strangers_of_used=[])
-    crowd = [f"fresh-{i:02d}" for i in range(CROWD)]
-    forged_ids = forgers()
     for main in range(1, rounds + 1):
         r += 1
         progress(f"round {main} of {rounds} (20 fresh identities, {len(forged_ids)} forgers)")
@@ -143,12 +161,18 @@ def run_standing_bench(receiver: tuple[Any, Any], honest_model: Any, *, rounds: 
                     for g in honest_groups(["turncoat", "turncoat"], r, salt=6)]
         copies = [rebuilt(g, sender="copier", created_at=g.created_at + 1.0) for g in earned if g.sender == EARNED[0]]
         offered += earned + turncoat + copies
-        had = {g.sender: det.has_standing(g.sender) for g in offered}  # what the intake reads
+        # what the intake reads; every identity, as a group deferred from an earlier round may be taken now
+        had = {s: det.has_standing(s) for s in {*everyone, *(g.sender for g in offered)}}
         kept, metrics, taken = take_and_learn(r, offered)
         budget, used = intake.budget.max_tokens, sum(g.num_completion_tokens for g in kept) or 1
         strangers = sum(g.num_completion_tokens for g in kept if not had[g.sender])
         fig.strangers_share.append(strangers / budget)
         fig.strangers_of_used.append(strangers / used)
+        by_origin: Counter[str] = Counter()
+        for g in kept:
+            if not had[g.sender]:
+                by_origin[origin_of(g.sender)] += g.num_completion_tokens
+        fig.share_by_origin.append({o: n / budget for o, n in by_origin.items()})
         fig.crowd_share.append(sum(g.num_completion_tokens for g in kept if g.sender in crowd) / budget)
         fig.copies_sent += len(copies)
         fig.copies_used += sum(g.sender == "copier" for g in kept)
@@ -201,6 +225,11 @@ def format_standing(f: StandingFigures, *, share: float) -> str:
     for kind in [*FORGERIES, "turncoat"]:
         lines.append(f"{kind:<12}{f.forged_trained.get(kind, 0):>9}{f.over_1_before.get(kind, 0):>14}"
                      f"{f.over_1_after.get(kind, 0):>13}{f.forgers_flagged.get(kind, 0):>9}")
+    named = {CROWD_ORIGIN: f"the crowd's ({CROWD_ORIGIN})", NEWCOMER_ORIGIN: f"the newcomer's ({NEWCOMER_ORIGIN})"}
+    origins = sorted({o for row in f.share_by_origin for o in row}, key=lambda o: (o not in named, o))
+    for origin in origins:
+        lines.append(f"strangers' tokens by origin / budget, {named.get(origin, origin)}: "
+                     + " ".join(f"{row.get(origin, 0.0):.2f}" for row in f.share_by_origin))
     first = "never" if f.newcomer_first_used is None else f"round {f.newcomer_first_used}"
     standing = ("not within the run" if f.newcomer_standing_round is None else
                 f"round {f.newcomer_standing_round}, after {f.newcomer_standing_tokens} tokens")

@@ -13,6 +13,11 @@ its peers has answered): the other stores go on in the background, and their ans
 counted (`dht_stores_late`, `dht_stores_refused`) but reported to nobody. So a publish
 waits for the nearest peers' lookup and the first `enough` acceptances, never for the
 slowest replica.
+
+The keys of a node's records stay the same for a whole window (its pointer key and its
+membership key), so the nearest peers found for them are kept (`NearestPeers`) for
+`NEAREST_SECONDS`, or until fewer than `enough` of them took a record: most publishes of
+a window then cost no lookup at all, only the signatures and the first acceptances.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
+from typing import Optional
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
@@ -76,20 +83,55 @@ def sign_records(node: DHTNode, records: list[Record]) -> list[SignedRecord]:
     return out
 
 
+NEAREST_SECONDS = 30.0
+"""How long the nearest peers of a key are used without a new lookup (peers that join meanwhile get the
+next window's records, or the next lookup's)."""
+
+
+class NearestPeers:
+    """The nearest other peers of each key, looked up once and kept `seconds` (see the module docstring)."""
+
+    def __init__(self, seconds: float = NEAREST_SECONDS, clock=time.monotonic):
+        self._seconds, self._clock = seconds, clock
+        self._found: dict[DHTID, tuple[list[PeerID], float]] = {}
+
+    async def find(self, node: DHTNode, kids: list[DHTID]) -> dict[DHTID, list[PeerID]]:
+        now = self._clock()
+        for kid in [k for k, (_, at) in self._found.items() if now - at > self._seconds]:
+            del self._found[kid]
+        missing = [kid for kid in kids if kid not in self._found]
+        if missing:
+            nearest = await node.find_nearest_nodes(missing, k_nearest=node.num_replicas, exclude_self=True)
+            for kid in missing:
+                peers = list(nearest.get(kid, {}).values())
+                if peers:  # none found: look again next time
+                    self._found[kid] = (peers, now)
+        return {kid: self._found[kid][0] if kid in self._found else [] for kid in kids}
+
+    def forget(self, kid: DHTID) -> None:
+        """Look `kid`'s nearest peers up again next time (too few of them took a record)."""
+        self._found.pop(kid, None)
+
+
 _LATE: set[asyncio.Task] = set()
 """Stores still running after `store_records` returned (held here so that they run to the end)."""
 
 
 async def store_records(node: DHTNode, signed: list[SignedRecord], counters: SwarmCounters, *,
-                        enough: int) -> list[StoreOutcome]:
+                        enough: int, nearest_peers: Optional[NearestPeers] = None) -> list[StoreOutcome]:
     """Stores each signed record on the nearest other peers of its key, and locally; one outcome per record.
 
     Returns once each record is held by `enough` peers or all its peers answered (see the module docstring).
+    `nearest_peers` keeps the lookups between calls (None: one lookup each call).
     """
     protocol = node.protocol
-    nearest = await node.find_nearest_nodes([s.kid for s in signed], k_nearest=node.num_replicas, exclude_self=True)
-    outcomes = await asyncio.gather(*(_store_everywhere(protocol, list(nearest.get(s.kid, {}).values()), s, counters,
-                                                        enough=enough) for s in signed))
+    cache = nearest_peers if nearest_peers is not None else NearestPeers(seconds=0.0)
+    nearest = await cache.find(node, [s.kid for s in signed])
+    outcomes = await asyncio.gather(*(_store_everywhere(protocol, nearest[s.kid], s, counters, enough=enough)
+                                      for s in signed))
+    for s, outcome in zip(signed, outcomes):
+        if outcome.accepted < enough:
+            cache.forget(s.kid)
     if not protocol.client_mode:  # after the first remote stores, so that no routing-table push pre-empts them
         for s in signed:
             protocol.storage.store_subkey(s.kid, s.record.subkey, s.signed.value, s.record.expiration)

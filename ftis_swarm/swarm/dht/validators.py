@@ -23,8 +23,10 @@
    per new (key, run, nonce), remembered; `bad_puzzle`, or `puzzle_busy` while new
    identities come faster than the verifier's rate (`NOT_A_FAULT`: nobody is blamed for it).
 
-The checker remembers the verdicts on the records it accepted (by a length-prefixed
-sha256), so records read again at every poll cost one hash. Only acceptances are
+The checker remembers the records it accepted by their digest alone (a length-prefixed
+sha256 of key, subkey, value and expiry: about 170 bytes an entry), so a record read again
+at every poll costs one hash and a parse, never the RSA check or the puzzle again; the
+parsed content is not kept (it would cost about 2.6 KB a record). Only acceptances are
 remembered: a record that passes once passes later too (the one time-dependent check, an
 expiry too far ahead, only gets easier as time passes). hivemind itself calls `validate`
 (a bool) on the records of its own searches; the swarm's storage guard and reader call
@@ -112,24 +114,28 @@ class RecordChecker(RecordValidatorBase):
         self.max_record_bytes = max_record_bytes
         self.max_lifetime = ttl + max_clock_skew
         self._rsa = RSASignatureValidator(private_key)
-        self._accepted: OrderedDict[bytes, Verdict] = OrderedDict()
+        self._accepted: OrderedDict[bytes, None] = OrderedDict()  # digests only: see the module docstring
         self._capacity = capacity
 
     def examine(self, record: DHTRecord) -> Verdict:
         """The verdict on `record`, with its owner and parsed content when it is accepted."""
         digest = record_digest(record)
-        remembered = self._accepted.get(digest)
-        if remembered is not None:
+        if digest in self._accepted:
             self._accepted.move_to_end(digest)
-            return remembered
+            verdict = self._check(record, proven=True)
+            if not verdict.reason:
+                return verdict
+            del self._accepted[digest]  # cannot happen for one digest, one record; checked again in full
         verdict = self._check(record)
         if not verdict.reason:
-            self._accepted[digest] = verdict
+            self._accepted[digest] = None
             if len(self._accepted) > self._capacity:
                 self._accepted.popitem(last=False)
         return verdict
 
-    def _check(self, record: DHTRecord) -> Verdict:
+    def _check(self, record: DHTRecord, *, proven: bool = False) -> Verdict:
+        """The checks in order; `proven`: this very record passed them all before (its digest is remembered),
+        so its signature and its owner's puzzle are not checked again."""
         if len(record.value) > self.max_record_bytes:
             return Verdict(faults.OVERSIZE_RECORD)
         if record.expiration_time > get_dht_time() + self.max_lifetime:
@@ -150,7 +156,7 @@ class RecordChecker(RecordValidatorBase):
             return Verdict(faults.BAD_SCHEMA, owner)
         if key_id(key).to_bytes() != record.key:
             return Verdict(faults.UNBOUND_KEY, owner)
-        if not self._rsa.validate(record):
+        if not proven and not self._rsa.validate(record):
             return Verdict(faults.BAD_SIGNATURE, owner)
         try:
             content = _SCHEMAS.get(owner.name, RoundPointer).parse_strict(value)
@@ -161,7 +167,7 @@ class RecordChecker(RecordValidatorBase):
         if signer != owner.peer_id or (
                 isinstance(content, RoundPointer) and round_name(content.round) != owner.name):
             return Verdict(faults.OWNER_MISMATCH, owner)
-        reason = self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # last: the dearest check
+        reason = "" if proven else self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # the dearest
         if reason:
             return Verdict(reason, owner)
         return Verdict("", owner, content)

@@ -20,7 +20,7 @@ reads a poll; neither hides another peer's pointers.
 Each new pointer is screened (run id, tokenizer, age, size, policy) and handed to the
 `FetchScheduler`; with a budget (`use_budget`) it is an offer instead, and only the
 offers `Selection` chooses go to the scheduler (`selection`: earned peers first, then
-strangers at random, within what the node's next update takes; `open_gather` and
+strangers in the strangers' draw by origin, within what the node's next update takes; `open_gather` and
 `close_gather` bound one gather's budget). A fetched body must match its signed pointer and pass the wire decoder
 with this node's limits and vocabulary. Accepted groups wait in an inbox that `drain`
 empties. A group id is delivered at most once; rejections are remembered per (publisher,
@@ -122,13 +122,15 @@ class Gatherer:
         """From now on fetch only what `budget` takes (`selection`); None: every group (the default)."""
         policy = self._policy
         self._selection = None if budget is None else Selection(
-            budget, seed=self._peer_id, score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0)
+            budget, seed=self._peer_id, score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0,
+            origin_of=self._origins.origin_of if self._origins is not None else None)
 
-    async def open_gather(self, horizon: float) -> None:
-        """A gather began: strangers may be chosen; peers seen within `horizon` s count as live."""
+    async def open_gather(self, horizon: float, round: Optional[int] = None) -> None:
+        """A gather (for the node's round `round`: the strangers' draw) began: strangers may be chosen;
+        peers seen within `horizon` s count as live."""
         self._horizon = horizon
         if self._selection is not None:
-            self._selection.open()
+            self._selection.open(round)
             self._select()
             self._scheduler.schedule()
 
@@ -161,7 +163,7 @@ class Gatherer:
     def _select(self) -> None:
         if self._selection is None:
             return
-        choice = self._selection.choose(earned_owed=bool(self._earned_owed(self._horizon)))
+        choice = self._selection.choose()
         for pointer in choice.dropped:
             self._pass(pointer)
         for pointer in choice.chosen:

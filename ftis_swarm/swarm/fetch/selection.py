@@ -2,15 +2,18 @@
 
 Pointers are cheap and bodies are not, so with a budget (`SwarmClient.set_budget`, the
 node's `peers.intake.Budget`) the gatherer fetches only the groups an update can take.
-Every screened group of a peer's newest round is an offer; `choose` picks from the offers:
+Every screened group of a peer's newest round is an offer; `choose` picks from the offers
+by the intake's own rule (`peers/intake.py`), the budget split in the same two parts
+(`Budget.parts`: `strangers_share` of its tokens and groups, the node's
+`learner.strangers_share`):
 
 1. **earned peers** (policy score > 0), highest score first, at any time (their bodies are
-   fetched while the node still generates), within the budget less the strangers' share;
-2. once a gather is open (`open`), **strangers** (every other allowed peer): publishers in
-   a seeded random order, one group of each in turn, within the budget; while an earned
-   peer's round is still owed they may use only the strangers' share
-   (`STRANGERS_SHARE` of `max_tokens`), so the earned tier is never first-come;
-3. once no earned peer is owed, earned groups left over and then strangers take what is left.
+   fetched while the node still generates), within the earned part;
+2. once a gather is open (`open`), **strangers** (every other allowed peer, and earned
+   offers left over) within the strangers' part, in the strangers' draw (`peers/draw.py`: network origins in turn, then
+   identities in turn within an origin, then each one's groups oldest first), the same
+   function, seed (the node's peer id) and draw number (the round the gather is for) as
+   the intake's, so a group fetched for the strangers' share is the one the update takes.
 
 Every choice keeps the budget's caps: `max_tokens` and `max_groups` for the update, and
 `max_tokens_per_peer` and `max_groups_per_peer` per publisher, counting the completion
@@ -18,9 +21,14 @@ tokens each pointer signs (a body with other counts is refused as `pointer_misma
 A group never chosen costs nothing: not fetched, not charged; at the end of the gather
 (`next_gather`) the offers left are dropped (`not_chosen`), and a newer round of a
 publisher drops its older offers. A chosen group whose body is refused gives its tokens
-back. The random order is seeded by the node's peer id and the gather's number, so two
-nodes pick different strangers and, over a run, every honest publisher's groups are used
+back. Two nodes draw differently, so over a run every honest publisher's groups are used
 by someone (docs/scale.md).
+
+The tiers differ from the intake's in one way: the swarm knows the ledger's score, not
+the learner's standing, so a peer with credit and no standing yet is fetched as earned
+and drawn by the intake as a stranger; its offers left over from the earned part are
+drawn with the strangers' here too, so it keeps a stranger's chance. (A peer with
+standing whose groups overflow the earned part may then be fetched for nothing.)
 
 Pure bookkeeping, no I/O: the gatherer calls it on the swarm's event loop thread.
 """
@@ -28,16 +36,12 @@ Pure bookkeeping, no I/O: the gatherer calls it on the swarm's event loop thread
 from __future__ import annotations
 
 import dataclasses
-import math
-import random
 from collections import Counter
-from typing import Callable
+from typing import Callable, Optional
 
+from ftis_swarm.peers.draw import OriginOf, strangers_in_turns
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm.records import GroupPointer
-
-STRANGERS_SHARE = 0.25
-"""Part of the budget's tokens held for strangers while earned peers' rounds are owed."""
 
 
 @dataclasses.dataclass
@@ -51,15 +55,21 @@ class Choice:
 class Selection:
     """The offers and the budget of the current gather (see the module docstring)."""
 
-    def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float]):
+    def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float],
+                 origin_of: Optional[OriginOf] = None):
         self.budget = budget
-        self._seed, self._score = seed, score
-        self._reserve = math.ceil(STRANGERS_SHARE * budget.max_tokens)
+        self._seed, self._score, self._origin_of = seed, score, origin_of
+        earned, strangers = budget.parts()
+        self._parts = {True: (earned.tokens, earned.groups), False: (strangers.tokens, strangers.groups)}
         self._offers: dict[str, dict[str, GroupPointer]] = {}  # publisher -> group id -> pointer (newest round)
         self._in_flight: dict[str, GroupPointer] = {}
         self._tokens_of: Counter[str] = Counter()
         self._groups_of: Counter[str] = Counter()
+        self._tier_of: dict[str, bool] = {}  # group id -> chosen in the earned part (True) or the strangers'
+        self._tier_tokens: Counter[bool] = Counter()
+        self._tier_groups: Counter[bool] = Counter()
         self._gathers = 0
+        self._draw = 0
         self._open = False
 
     def offer(self, pointer: GroupPointer) -> list[GroupPointer]:
@@ -73,11 +83,13 @@ class Selection:
         held[pointer.group_id] = pointer
         return older
 
-    def open(self) -> None:
-        """A gather began: strangers may be chosen from now on."""
+    def open(self, round: Optional[int] = None) -> None:
+        """A gather began (for the node's round `round`: the draw's number; None: this selection's
+        count of gathers): strangers may be chosen from now on."""
         self._open = True
+        self._draw = self._gathers if round is None else round
 
-    def choose(self, *, earned_owed: bool) -> Choice:
+    def choose(self) -> Choice:
         """Picks the offers to fetch now (see the module docstring for the order)."""
         out = Choice()
         for publisher, held in list(self._offers.items()):  # offers no budget can ever take
@@ -85,24 +97,27 @@ class Selection:
                 del held[p.group_id]
                 out.dropped.append(p)
         earned = sorted((p for p in self._offers if self._score(p) > 0), key=lambda p: (-self._score(p), p))
-        self._take(earned, limit=self.budget.max_tokens - self._reserve, out=out)
-        if self._open:
-            strangers = sorted(p for p in self._offers if self._score(p) <= 0)
-            random.Random(f"{self._seed}/{self._gathers}").shuffle(strangers)
-            used_by_earned = sum(self._tokens_of[p] for p in self._tokens_of if self._score(p) > 0)
-            self._take(strangers, limit=used_by_earned + self._reserve, out=out, one_each=True)
-            if not earned_owed:
-                self._take(earned, limit=self.budget.max_tokens, out=out)
-                strangers.sort(key=lambda p: self._groups_of[p])  # stable: the draw goes on where it stopped
-                self._take(strangers, limit=self.budget.max_tokens, out=out, one_each=True)
+        for publisher in earned:
+            for pointer in self._queue(publisher):
+                if self._fits(pointer, earned=True):
+                    self._choose(pointer, out, earned=True)
+        if self._open:  # earned offers left over too: a scored peer without standing is the intake's stranger
+            offers = [g for p in sorted(self._offers) for g in self._queue(p)]
+            for pointer in strangers_in_turns(offers, sender=lambda g: g.publisher, origin_of=self._origin_of,
+                                              seed=self._seed, draw=self._draw):
+                if self._fits(pointer, earned=False):
+                    self._choose(pointer, out, earned=False)
         return out
 
     def settled(self, pointer: GroupPointer, *, accepted: bool) -> None:
         """A chosen group's body was accepted, or refused (its tokens go back to the budget)."""
         if self._in_flight.pop(pointer.group_id, None) is None or accepted:
             return
+        tier = self._tier_of.pop(pointer.group_id)
         self._tokens_of[pointer.publisher] -= pointer.tokens or 0
         self._groups_of[pointer.publisher] -= 1
+        self._tier_tokens[tier] -= pointer.tokens or 0
+        self._tier_groups[tier] -= 1
 
     def in_flight(self) -> int:
         """Chosen groups whose bodies are not in yet."""
@@ -115,9 +130,11 @@ class Selection:
         self._offers.clear()
         self._tokens_of.clear()
         self._groups_of.clear()
+        self._tier_tokens.clear()
+        self._tier_groups.clear()
+        self._tier_of = {gid: self._tier_of[gid] for gid in self._in_flight}
         for p in self._in_flight.values():
-            self._tokens_of[p.publisher] += p.tokens or 0
-            self._groups_of[p.publisher] += 1
+            self._count(p, self._tier_of[p.group_id])
         self._gathers += 1
         self._open = False
         return dropped
@@ -130,36 +147,29 @@ class Selection:
         b, n = self.budget, p.tokens or 0
         return n <= b.max_tokens and n <= b.max_tokens_per_peer and b.max_groups > 0 and b.max_groups_per_peer > 0
 
-    def _fits(self, p: GroupPointer, limit: int) -> bool:
+    def _fits(self, p: GroupPointer, *, earned: bool) -> bool:
+        """Whether `p` fits the budget, its tier's part (earned or strangers') and its publisher's caps."""
         b, n = self.budget, p.tokens or 0
         tokens, groups = self.used()
-        return (tokens + n <= min(limit, b.max_tokens) and groups < b.max_groups
+        part_tokens, part_groups = self._parts[earned]
+        return (tokens + n <= b.max_tokens and groups < b.max_groups
+                and self._tier_tokens[earned] + n <= part_tokens and self._tier_groups[earned] < part_groups
                 and self._tokens_of[p.publisher] + n <= b.max_tokens_per_peer
                 and self._groups_of[p.publisher] < b.max_groups_per_peer)
 
-    def _take(self, publishers: list[str], *, limit: int, out: Choice, one_each: bool = False) -> None:
-        """Chooses offers of `publishers` in order while they fit under `limit` tokens: all that fit
-        of each publisher in turn, or (`one_each`) one group of each publisher a pass."""
-        queues = {p: sorted(self._offers.get(p, {}).values(), key=lambda g: (g.created_at, g.group_id))
-                  for p in publishers}
-        while True:
-            progressed = False
-            for publisher in publishers:
-                queue = queues[publisher]
-                while queue:
-                    pointer = queue.pop(0)
-                    if not self._fits(pointer, limit):
-                        continue
-                    self._choose(pointer, out)
-                    progressed = True
-                    if one_each:
-                        break
-            if not (one_each and progressed):
-                return
+    def _queue(self, publisher: str) -> list[GroupPointer]:
+        """A publisher's offers, oldest first."""
+        return sorted(self._offers.get(publisher, {}).values(), key=lambda g: (g.created_at, g.group_id))
 
-    def _choose(self, pointer: GroupPointer, out: Choice) -> None:
+    def _choose(self, pointer: GroupPointer, out: Choice, *, earned: bool) -> None:
         del self._offers[pointer.publisher][pointer.group_id]
         self._in_flight[pointer.group_id] = pointer
+        self._tier_of[pointer.group_id] = earned
+        self._count(pointer, earned)
+        out.chosen.append(pointer)
+
+    def _count(self, pointer: GroupPointer, earned: bool) -> None:
         self._tokens_of[pointer.publisher] += pointer.tokens or 0
         self._groups_of[pointer.publisher] += 1
-        out.chosen.append(pointer)
+        self._tier_tokens[earned] += pointer.tokens or 0
+        self._tier_groups[earned] += 1
