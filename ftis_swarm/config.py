@@ -372,6 +372,21 @@ class SwarmConfig(_Strict):
     """Bytes per second a body must at least arrive at; slower is a stall (`fetch_timeout` bounds it too)."""
     max_streams_per_peer: int = Field(4, ge=1, le=64)
     """Body streams this node serves at once to one requester; further requests are answered busy."""
+    hold_bytes: int = Field(64 << 20, ge=0, le=16 << 30)
+    """Bytes of other peers' accepted bodies this node keeps and serves (`fetch.bodies`: holders), each
+    until its pointer expires, the oldest dropped first; 0: it holds and announces none."""
+    upload_bytes_per_window: int = Field(0, ge=0)
+    """Body bytes this node serves per `upload_window` s, its own and held ones together (its own first,
+    held ones within half of it; one own body is always sent while the window is below the cap, so
+    at most the cap plus one body goes out a window); past it requests are answered busy. 0: no cap."""
+    upload_window: float = Field(10.0, gt=0, le=3600)
+    """Seconds of one upload window (`upload_bytes_per_window`)."""
+    max_holder_serves: int = Field(4, ge=0, le=64)
+    """Held bodies (other peers') this node serves at once; more are answered busy. 0: it serves and
+    announces none (it still keeps them, within `hold_bytes`)."""
+    have_interval: float = Field(10.0, gt=0, le=600)
+    """Seconds between two gossiped announcements of the bodies this node holds while they stay the same
+    (`records.HaveRecord`); a change is announced within a quarter of it (`gossip.haves`)."""
     num_replicas: int = Field(5, ge=1, le=64)
     """Peers nearest to a key that are asked to store each pointer."""
     min_replicas: int = Field(1, ge=1, le=64)
@@ -389,6 +404,12 @@ class SwarmConfig(_Strict):
                 f"max_fetches_per_peer={self.max_fetches_per_peer} must be below "
                 f"max_concurrent_fetches={self.max_concurrent_fetches}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _holding(self) -> "SwarmConfig":
+        if 0 < self.hold_bytes < self.wire.max_bytes:
+            raise ValueError(f"hold_bytes={self.hold_bytes} must be 0 or at least wire.max_bytes={self.wire.max_bytes}")
         return self
 
     @model_validator(mode="after")

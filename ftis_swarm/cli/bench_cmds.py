@@ -231,7 +231,8 @@ def bench_swarm(
 @bench_app.command("scale")
 def bench_scale(
     nodes: Optional[list[int]] = typer.Option(None, help="Swarm size to measure (repeatable); default 8, 16 and 32."),
-    layout: Optional[list[str]] = typer.Option(None, help="budget or all (repeatable); default both, all the baseline."),
+    layout: Optional[list[str]] = typer.Option(None, help="budget, all or holders (repeatable); default budget and "
+                                               "all, all the baseline; holders: capped uploads, one publisher leaves."),
     rounds: int = typer.Option(4, help="Rounds reported per size (after one unreported warm-up round)."),
     period: float = typer.Option(5.0, help="Seconds between two rounds of a node (and a gather's deadline)."),
     groups: int = typer.Option(16, help="Groups a node publishes a round (the paper's 16)."),
@@ -244,8 +245,8 @@ def bench_scale(
     if any(not 2 <= n <= 128 for n in counts):
         fail("--nodes must be between 2 and 128")
     layouts = tuple(layout or ["budget", "all"])
-    if any(x not in ("budget", "all") for x in layouts):
-        fail("--layout must be budget or all")
+    if any(x not in ("budget", "all", "holders") for x in layouts):
+        fail("--layout must be budget, all or holders")
     if not 1 <= rounds <= 100:
         fail("--rounds must be between 1 and 100")
     if not 0.5 <= period <= 600:

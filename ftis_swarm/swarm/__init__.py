@@ -11,12 +11,12 @@ pydantic and cryptography; never torch, transformers or vllm.
 - runtime.py     the in-process, guarded DHTNode and its pubsub daemon on a background asyncio thread
                  (LoopThread, open_peer)
 - dht/           records on the nearest peers: strict codec, validators, guarded storage, reads, stores
-- gossip/        pointers on the run's gossipsub topic: pubsub control, the gate, the channel
+- gossip/        pointers on the run's gossipsub topic: pubsub control, the gate, the channel, holders' haves
 - fetch/         from pointers to checked bodies: rounds, the gatherer, the selection within a budget,
-                 the fetch scheduler, the body protocol
+                 the fetch scheduler (publishers and holders), the body protocol
 - reach.py       reachability modes (public, relayed, client) as p2pd flags; the bounded relay service
 - dialback.py    `ftis.dialback.v1`: a public peer tells a starting `auto` node whether its port is reachable
-- records.py     GroupPointer and MemberRecord schemas, subkeys, pointer and body checks
+- records.py     RoundPointer, GroupPointer, MemberRecord and HaveRecord schemas, subkeys, pointer and body checks
 - keys.py        the key layout: per-window membership keys, per-peer pointer keys
 - identity.py    the RSA identity file (peer id = record signer) and its single-process lock
 - counters.py    SwarmCounters (rejections, faults, drained per peer) and ThrottledLog

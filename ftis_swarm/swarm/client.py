@@ -26,18 +26,19 @@ from typing import Optional
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import LedgerConfig, SwarmConfig
-from ftis_swarm.swarm.fetch.bodies import BodyStore, serve_bodies
+from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap, serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.gatherer import Gatherer
 from ftis_swarm.swarm.gossip.gate import GossipGate
+from ftis_swarm.swarm.gossip.haves import HaveAnnouncer
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
 from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, MemberRecord,
+from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer
 from ftis_swarm.wire import Group, content_id, encode_group
@@ -75,11 +76,12 @@ class SwarmClient:
         self.visible_maddrs: list[str] = peer.visible_maddrs
         """Multiaddrs other peers can pass to `--peers` to join through this node."""
         self._counters = peer.counters
-        self._bodies = BodyStore()
+        self._bodies = BodyStore(hold_bytes=cfg.hold_bytes)
         self._reader = KeyReader(self._node, peer.checker, self._counters)
         self._gatherer = Gatherer(reader=self._reader, p2p=self._node.p2p,
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
-                                  counters=self._counters, policy=policy, origins=peer.origins)
+                                  counters=self._counters, policy=policy, origins=peer.origins,
+                                  on_accepted=self._hold)
         self._arrivals: dict[str, float] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
@@ -94,7 +96,9 @@ class SwarmClient:
         self._loop.run(serve_bodies(self._node.p2p, self._bodies, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate, max_streams_per_peer=cfg.max_streams_per_peer,
                                     policy=policy, counters=self._counters,
-                                    on_served=lambda n: self._counters.add("served_bytes", n)), timeout=10.0)
+                                    upload=UploadCap(bytes_per_window=cfg.upload_bytes_per_window,
+                                                     window=cfg.upload_window, max_held_serves=cfg.max_holder_serves),
+                                    on_served=self._served), timeout=10.0)
         self._gossip: Optional[GossipChannel] = None
         if cfg.gossip:
             gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
@@ -106,6 +110,22 @@ class SwarmClient:
             self._loop.run(self._gossip.start(), timeout=10.0)
             self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
+        self._announcer = None
+        if self._gossip is not None and cfg.hold_bytes > 0 and cfg.max_holder_serves > 0:  # `gossip.haves`
+            self._announcer = self._loop.submit(HaveAnnouncer(
+                node=self._node, channel=self._gossip, cfg=cfg, peer_id=self.peer_id,
+                public_key=peer.identity.identity.public_key, puzzle=peer.puzzle, held=self._bodies.held,
+                counters=self._counters).run())
+
+    def _hold(self, pointer: GroupPointer, body: bytes) -> None:
+        """Keeps an accepted body to serve to others until its pointer can no longer be alive (`fetch.bodies`)."""
+        if self._bodies.hold(pointer.group_id, body, until=pointer.created_at + self._cfg.ttl + self._cfg.max_clock_skew):
+            self._counters.add("held_bodies")
+
+    def _served(self, size: int, held: bool) -> None:
+        self._counters.add("served_bytes", size)
+        if held:
+            self._counters.add("held_served_bytes", size)
 
     def _earlier_claims(self) -> dict[int, int]:
         """{window: pointers} this identity's membership record of the current window already claims.
@@ -369,6 +389,8 @@ class SwarmClient:
             self._stop.set()
             self._gatherer.changed.set()
             self._poller.cancel()
+            if self._announcer is not None:
+                self._announcer.cancel()
             if self._gossip is not None:
                 self._loop.loop.call_soon_threadsafe(self._gossip.close)
             self._peer.close()

@@ -39,6 +39,11 @@ bodies this node downloaded and accepted. With a budget (`SwarmClient.set_budget
 `chosen` counts the groups selected for fetching and `not_chosen` those left out (never
 fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
 waited over its deadline + 10 s for the swarm's event loop to open or close its budget.
+Holders (`fetch.bodies`): `held_bodies` counts others' bodies this node kept to serve,
+`served_bytes` all body bytes it sent and `held_served_bytes` those of held bodies;
+`haves_sent`, `haves_received`: announcements of held bodies (`records.HaveRecord`) gossiped
+and admitted; `fetched_from_holders`: accepted bodies that came from a holder, not their
+publisher; `holder_fetch_failures`: fetches from holders that failed (then another source).
 `publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
 it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 Gathers of a round end `gathers_complete` (every live peer's round in) or
@@ -64,7 +69,8 @@ class SwarmCounters:
               "gossip_sent", "gossip_failed", "gossip_received", "gossip_bytes", "gossip_disconnects",
               "dht_requests", "dht_bytes", "pointers_gossiped", "pointers_read", "gathers_complete",
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
-              "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable")
+              "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
+              "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

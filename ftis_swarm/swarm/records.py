@@ -15,6 +15,12 @@
   peer and window, with its puzzle nonce; each publish re-signs it with a later expiry,
   which replaces it.
 
+- `HaveRecord`, subkey `[owner:<key>]/have`, bound to the holder's own pointer key of a
+  window like a round pointer, but gossiped only: "this peer holds these bodies" (at most
+  `MAX_HELD_ANNOUNCED` group ids), with its puzzle nonce. A fetcher takes the holder as a
+  second source of those bodies (`fetch.scheduler`); the body's hash in its publisher's
+  signed pointer says whether the holder's bytes are right.
+
 The owner marker makes hivemind's `RSASignatureValidator` accept a change to a subkey
 only when signed by that key. Bodies never enter the DHT: a `get` returns all subkeys of
 a key in one message under p2pd's 4 MiB cap.
@@ -48,7 +54,10 @@ MAX_GROUPS_PER_ROUND = 32
 """Groups one round pointer names: 32 sign into a value of 2.9 KB, under `max_record_bytes` (4 KiB)."""
 MAX_TOKENS_PER_GROUP = 1 << 24
 
-_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/(r[0-9]{1,13}|member)$")
+_SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/(r[0-9]{1,13}|member|have)$")
+HAVE_SUBKEY_NAME = "have"
+MAX_HELD_ANNOUNCED = 64
+"""Group ids one have record names: 64 sign into about 1.9 KB."""
 _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
 _RUN_ID = r"^[A-Za-z0-9._-]{1,64}$"
 
@@ -201,13 +210,42 @@ class MemberRecord(_StrictRecord):
     _updated_finite = pydantic.validator("updated_at", allow_reuse=True)(_finite)
 
 
+class HaveRecord(_StrictRecord):
+    """The signed gossip message saying that a peer holds other peers' bodies and serves them (a holder)."""
+
+    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
+    holder: pydantic.constr(strict=True, regex=_PEER_ID)
+    """The peer id of the subkey's owner key: the peer that serves the bodies."""
+    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
+    window: pydantic.conint(strict=True, ge=0)
+    """The window it was signed in: its key is `pointer_key(run_id, holder, window)`."""
+    created_at: pydantic.confloat(strict=True, ge=0)
+    """When it was signed (each announcement differs from the last)."""
+    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    """The holder's puzzle nonce for the run (`puzzle`)."""
+    groups: pydantic.conlist(pydantic.conbytes(strict=True, min_length=16, max_length=16), min_items=1,
+                             max_items=MAX_HELD_ANNOUNCED)
+    """The held groups' ids (the first 16 bytes of each body's sha256), each once."""
+
+    _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
+
+    @pydantic.validator("groups")
+    def _distinct(cls, groups: list[bytes]) -> list[bytes]:
+        if len(set(groups)) != len(groups):
+            raise ValueError("a have record names a group twice")
+        return groups
+
+    def group_ids(self) -> list[str]:
+        return [g.hex() for g in self.groups]
+
+
 def make_subkey(public_key: bytes, name: str) -> bytes:
     """`[owner:<key>]/<name>` (a round's `r<n>`, or "member"): the owner marker protects the record."""
     return b"[owner:" + public_key + b"]/" + name.encode()
 
 
 def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
-    """(owner public key, `r<round>` or "member"), or None when `subkey` is not of either form."""
+    """(owner public key, `r<round>`, "member" or "have"), or None when `subkey` is of none of these forms."""
     if not isinstance(subkey, bytes):
         return None
     match = _SUBKEY_RE.match(subkey)

@@ -10,7 +10,17 @@ deadline `period`. Layouts, measured in the same run:
 - `budget`: each node has the budget its update would apply (`peers.intake.Budget.of` a
   node config of the paper's round: 4 x its own tokens, 64 groups, 16 per peer) and the
   swarm fetches only what it takes (`swarm.fetch.selection`);
-- `all`: no budget, every group of every live peer fetched (the layout before).
+- `all`: no budget, every group of every live peer fetched (the layout before);
+- `holders`: the budget, and each node's upload capped at `UPLOAD_COPIES` (2) copies of its
+  own round per `period` (`upload_bytes_per_window`, `upload_window`; `fetch.bodies`), haves
+  at least every `period / 2`; the last node leaves the swarm 1 s after publishing round 1 (a departed
+  publisher), and the others go on.
+
+Holders' figures, per publisher and round: its own bodies' bytes out over one copy of its
+round (`own copies`) beside the number of peers that took a group of it (`takers`); the
+held bodies' bytes each node served (`held KiB`); and the share of the departed
+publisher's round-1 groups some node gathered, beside the same share of the publishers
+that stayed (`departed`, `stayed`).
 
 Round 0 (first connections) is not reported. Per node and round: bodies fetched, body
 bytes in and out, messages (gossip received and DHT calls) and their bytes against the
@@ -44,6 +54,10 @@ from ftis_swarm.peers.intake import Budget
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("budget", "all")
+"""The default layouts; `holders` is measured when asked for."""
+DEPART_ROUND = 1
+UPLOAD_COPIES = 2
+"""The holders layout's upload cap: copies of a node's own round per period (own bodies first, held ones in half)."""
 MESH_DEGREE = 6
 """gossipsub's D in the bundled p2pd: each message reaches a peer from about D mesh peers."""
 PAPER_GROUPS, PAPER_SIZE = 16, 48 * 1024
@@ -83,6 +97,15 @@ class ScaleRow:
     """CPU seconds of the workers and their p2pd daemons, per node and round."""
     load: float
     """The 1-minute load average at the end of the rounds."""
+    own_copies: float = math.nan
+    """Mean bytes of its own bodies a publisher served per round, over one copy of its round."""
+    takers: float = math.nan
+    """Mean peers that gathered at least one group of a publisher, per round."""
+    held_kib_out: float = math.nan
+    """Mean KiB of held (others') bodies a node served per round."""
+    departed_share: float = math.nan
+    stayed_share: float = math.nan
+    """Share of the departed publisher's round-1 groups some node gathered; the same for the others (holders)."""
     failed: str = ""
     """Why the size did not run to the end (empty when it did)."""
 
@@ -143,11 +166,15 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonPr
 def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
              size: int, per_worker: int) -> ScaleRow:
     cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}", join_timeout=JOIN_TIMEOUT)
+    if layout == "holders":
+        cfg = cfg.model_copy(update={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
+                                     "have_interval": period / 2})
     workers = _start(n, cfg, logs, per_worker)
     try:
         start_at = time.time() + 2.0
         cmd = {"op": "run", "rounds": rounds + 1, "period": period, "groups": groups, "size": size,
-               "budget": asdict(budget) if layout == "budget" else None, "start_at": start_at, "nodes": n}
+               "budget": asdict(budget) if layout in ("budget", "holders") else None, "start_at": start_at,
+               "nodes": n, "depart": DEPART_ROUND if layout == "holders" else None}
         for w in workers:
             w.send(cmd)
         answers = [w.read() for w in workers]
@@ -158,11 +185,30 @@ def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, pe
     finally:
         for w in workers:
             w.kill()
-    return _figures(n, layout, answers, rounds=rounds, budget=budget)
+    return _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size)
 
 
-def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget) -> ScaleRow:
-    rows = [r for a in answers for r in a["rows"] if r["round"] >= 1]
+def _holding(rows: list[dict], *, copy_bytes: int) -> dict:
+    """The holders' figures of `ScaleRow` from the node rows (round 0 left out)."""
+    gathered = [r for r in rows if not r.get("departed")]
+    publishers = [r for r in rows if r["publish_ok"]]
+    takers = [len({g["node"] for g in gathered if g["round"] == p["round"] and p["peer_id"] in g["senders"]})
+              for p in publishers]
+    own = [(p["traffic"]["served_bytes"] - p["traffic"]["held_served_bytes"]) / copy_bytes
+           for p in publishers if not p.get("departed")]
+    got = {gid for g in gathered if g["round"] >= DEPART_ROUND for gid in g["arrivals"]}
+    departed = [gid for r in rows if r.get("departed") for gid, _ in r["published"]]
+    stayed = [gid for r in rows if r["round"] == DEPART_ROUND and not r.get("departed") for gid, _ in r["published"]]
+    share = lambda ids: sum(gid in got for gid in ids) / len(ids) if ids else math.nan  # noqa: E731
+    return dict(own_copies=float(np.mean(own)) if own else math.nan,
+                takers=float(np.mean(takers)) if takers else math.nan,
+                held_kib_out=float(np.mean([r["traffic"]["held_served_bytes"] for r in rows])) / 1024,
+                departed_share=share(departed), stayed_share=share(stayed))
+
+
+def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget, copy_bytes: int) -> ScaleRow:
+    every = [r for a in answers for r in a["rows"] if r["round"] >= 1]
+    rows = [r for r in every if not r.get("departed")]
     published = {gid: start for a in answers for r in a["rows"] for gid, start in r["published"]}
     visible = [at - published[gid] for r in rows for gid, at in r["arrivals"].items() if gid in published]
     used_share = []
@@ -185,6 +231,7 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         publishers_used=float(np.mean(used_share)),
         cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
         load=max(a["load"][1] for a in answers),
+        **_holding(every, copy_bytes=copy_bytes),
     )
 
 
@@ -212,6 +259,16 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
             f"{r.body_kib_out:>8.0f} {r.messages:>6.0f} {r.pointer_kib:>7.1f} {r.gossip_estimate_kib:>7.1f} "
             f"{r.publish_p50_ms:>7.1f} {r.visible_p50_ms:>7.0f} {r.fill_p50_ms:>7.0f} {r.fill_share:>6.2f} "
             f"{r.publishers_used:>5.2f} {r.cpu_s:>6.2f} {r.load:>5.1f}")
+    held = [r for r in rows if not r.failed]
+    if held:
+        lines.append(f"{'nodes':>5} {'layout':>7} {'own copies':>10} {'takers':>6} {'held KiB':>8} {'departed':>8} "
+                     f"{'stayed':>6}")
+        lines += [f"{r.nodes:>5} {r.layout:>7} {r.own_copies:>10.2f} {r.takers:>6.1f} {r.held_kib_out:>8.0f} "
+                  f"{r.departed_share:>8.2f} {r.stayed_share:>6.2f}" for r in held]
+    lines.append("own copies: a publisher's own bodies' bytes out per round over one copy of its round; takers: "
+                 "peers that gathered a group of it; held KiB: others' bodies a node served per round; departed, "
+                 "stayed: share of round-1 groups of the publisher that left (holders), of those that stayed, "
+                 "some node gathered")
     lines.append("x all: body KiB in over the fetch-everything row of the same size; x 8: over the layout's "
                  "smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")

@@ -7,15 +7,16 @@ that scores a peer by how many of its groups this node used (as the ledger credi
 It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "maddrs"} once its nodes joined, then:
 
     {"op": "run", "rounds": R, "period": s, "groups": g, "size": bytes, "budget": {Budget fields} or null,
-     "start_at": unix time, "nodes": N}
+     "start_at": unix time, "nodes": N, "depart": round or null}
         each node publishes a round of g synthetic groups every `period` s, at its own phase
         (node i at start_at + (i / N) * period: not one burst), then gathers it with the
-        round's deadline `period`; answers {"rows": [one per node and round], "cpu_s": CPU
+        round's deadline `period` (with "depart", the last node leaves `DEPART_AFTER` s after publishing
+        that round, its row marked "departed"); answers {"rows": [one per node and round], "cpu_s": CPU
         seconds of this process and its p2pd daemons over the run, "load": [1-min load
         average at start, at end]}
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 
-A row: {"node", "round", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
+A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
 "arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
 "tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before}}.
 """
@@ -39,7 +40,9 @@ from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
-           "served_bytes", "chosen", "not_chosen")
+           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders")
+DEPART_AFTER = 1.0
+"""Seconds a departing node stays after publishing its last round (its first fetchers come in that time)."""
 
 
 class UsedPolicy:
@@ -72,13 +75,25 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
                                   seed=index * 100_000 + r * 100 + i) for i in range(cmd["groups"])]
         started = time.time()
         result = client.publish_round(groups, round=r)
+        departs = cmd.get("depart") is not None and r == cmd["depart"] and index == cmd["nodes"] - 1
+        if departs:  # the last node leaves the swarm after its first fetches: only holders have its groups
+            time.sleep(DEPART_AFTER)
+            after = client.counters()
+            rows.append({"node": index, "round": r, "peer_id": client.peer_id, "publish_s": result.seconds,
+                         "publish_ok": result.ok, "pointer_bytes": result.pointer_bytes, "departed": True,
+                         "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "senders": [],
+                         "bodies": 0, "tokens": 0, "fill_s": 0.0, "max_tokens": 0,
+                         "traffic": {name: after[name] - before[name] for name in TRAFFIC}})
+            client.shutdown()
+            return rows
         got = client.gather(period, round=r)
         fill = client.last_fill()
         for group in got:
             policy.credit(group.sender)
         after = client.counters()
         rows.append({
-            "node": index, "round": r, "publish_s": result.seconds, "publish_ok": result.ok,
+            "node": index, "round": r, "peer_id": client.peer_id, "publish_s": result.seconds,
+            "publish_ok": result.ok,
             "pointer_bytes": result.pointer_bytes,
             "published": [[gid, started] for gid in result.group_ids],
             "arrivals": client.arrival_times(), "senders": [g.sender for g in got], "bodies": len(got),

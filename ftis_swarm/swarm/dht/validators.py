@@ -4,8 +4,8 @@
 
 1. envelope: the signed value is at most `max_record_bytes` (`oversize_record`); its
    expiry lies no further ahead than `ttl + max_clock_skew` (`far_expiry`: nobody can
-   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/r<round>`
-   or `[owner:<rsa key>]/member` (`not_pointer_form`).
+   squat a key or keep a record alive for good); the subkey is `[owner:<rsa key>]/r<round>`,
+   `[owner:<rsa key>]/member` or `[owner:<rsa key>]/have` (`not_pointer_form`).
 2. key binding: the value decodes (strict msgpack, no extension types; else `bad_schema`),
    is of this version (`old_version` for an integer `v` below `RECORD_VERSION`), and names
    the run, window (and shard count) whose key, for this owner, is the one the record is
@@ -14,9 +14,11 @@
 3. hivemind's `RSASignatureValidator`: exactly one valid signature by the owner key over
    (key, subkey, value, expiry) (`bad_signature`). An overwrite of another peer's subkey,
    a forged signature and a replay with a changed expiry fail here.
-4. content: the value is a `RoundPointer` or `MemberRecord` (strict schema, no coercion,
-   no extra fields; `bad_schema`) whose publisher is the owner's peer id and whose round
-   is the subkey's (`owner_mismatch`).
+4. content: the value is a `RoundPointer`, `MemberRecord` or `HaveRecord` (by the subkey's
+   name; strict schema, no coercion, no extra fields, at most `MAX_HELD_ANNOUNCED` group
+   ids; `bad_schema`) whose publisher (holder) is the owner's peer id and whose round is the
+   subkey's (`owner_mismatch`). A have record is meant for gossip; one stored in the DHT lands
+   under its holder's own pointer key, and costs that key's room alone.
 5. the owner's identity puzzle for the record's run (`puzzle.PuzzleVerifier`): one scrypt
    per new (key, run, nonce), remembered; `bad_puzzle`, or `puzzle_busy` while new
    identities come faster than the verifier's rate (`NOT_A_FAULT`: nobody is blamed for it).
@@ -49,13 +51,16 @@ from hivemind.utils.timed_storage import get_dht_time
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier
-from ftis_swarm.swarm.records import RECORD_VERSION, MemberRecord, RoundPointer, parse_subkey, round_name
+from ftis_swarm.swarm.records import (HAVE_SUBKEY_NAME, RECORD_VERSION, HaveRecord, MemberRecord, RoundPointer,
+                                      parse_subkey, round_name)
 from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
 MAX_SUBKEY_BYTES = 2048
-Content = Union[RoundPointer, MemberRecord]
+Content = Union[RoundPointer, MemberRecord, HaveRecord]
+_SCHEMAS = {MEMBER_SUBKEY_NAME: MemberRecord, HAVE_SUBKEY_NAME: HaveRecord}
+"""The schema of a subkey's name; any other name is a round's (`r<n>`)."""
 NOT_A_FAULT = frozenset({faults.PUZZLE_BUSY})
 """Refusals that say nothing about the sender: counted, never charged to a peer."""
 
@@ -70,7 +75,7 @@ def unpack_strict(data: bytes, *, max_bytes: int) -> object:
 
 @dataclasses.dataclass(frozen=True)
 class Owner:
-    """Who a record's subkey says owns it, and what it names (a round's `r<n>`, or "member")."""
+    """Who a record's subkey says owns it, and what it names (a round's `r<n>`, "member" or "have")."""
 
     public_key: bytes
     name: str
@@ -154,11 +159,12 @@ class RecordChecker(RecordValidatorBase):
         if not proven and not self._rsa.validate(record):
             return Verdict(faults.BAD_SIGNATURE, owner)
         try:
-            content = (MemberRecord if owner.name == MEMBER_SUBKEY_NAME else RoundPointer).parse_strict(value)
+            content = _SCHEMAS.get(owner.name, RoundPointer).parse_strict(value)
         except ValueError as exc:
-            logger.debug("refused a record that is not a pointer or membership record: %s", exc)
+            logger.debug("refused a record that is not a pointer, membership or have record: %s", exc)
             return Verdict(faults.BAD_SCHEMA, owner)
-        if content.publisher != owner.peer_id or (
+        signer = content.holder if isinstance(content, HaveRecord) else content.publisher
+        if signer != owner.peer_id or (
                 isinstance(content, RoundPointer) and round_name(content.round) != owner.name):
             return Verdict(faults.OWNER_MISMATCH, owner)
         reason = "" if proven else self.puzzles.check(owner.public_key, content.run_id, content.puzzle)  # the dearest

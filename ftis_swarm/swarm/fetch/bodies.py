@@ -1,4 +1,4 @@
-"""Group bodies travel over libp2p streams from their publisher, never through the DHT.
+"""Group bodies travel over libp2p streams from their publisher or a holder, never through the DHT.
 
 Protocol `ftis.body.v1`, one body per stream:
 
@@ -14,12 +14,22 @@ slot for seconds, not forever. The server answers at most `max_streams_per_peer`
 one requester at once (the rest: busy), and gives up on a requester that does not read
 its body at `min_body_rate`. Streams move 140+ MiB/s on loopback and are not bound by
 p2pd's 4 MiB message cap.
+
+Holders: a node keeps the bodies it accepted from others (`BodyStore.hold`, at most
+`hold_bytes`, each until its pointer can no longer be alive) and serves them through the
+same protocol: a body is named by its hash in a signed pointer, so whoever sends it, the
+fetcher checks it alike. Serving is bounded by `UploadCap`: with `upload_bytes_per_window`
+set, this node serves at most about that many bytes per `upload_window` s, its own bodies
+first (one is sent while the window's bytes are below the cap) and held ones at lowest
+priority (only within half the cap, and at most `max_holder_serves` at once); past that it
+answers busy, which costs the requester a poll's wait and nobody points.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -62,10 +72,13 @@ class BodyRefused(Exception):
 
 
 class BodyStore:
-    """This node's own encoded groups, served until their records expire (thread-safe)."""
+    """This node's own encoded groups, and others' it holds (at most `hold_bytes` of them), each served
+    until its record expires (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hold_bytes: int = 0) -> None:
         self._bodies: dict[str, tuple[bytes, float]] = {}
+        self._held: dict[str, tuple[bytes, float]] = {}  # in the order they were accepted
+        self._hold_bytes, self._held_bytes = hold_bytes, 0
         self._lock = threading.Lock()
 
     def put(self, group_id: str, body: bytes, *, until: float) -> None:
@@ -73,11 +86,40 @@ class BodyStore:
             self._evict(time.time())
             self._bodies[group_id] = (body, until)
 
+    def hold(self, group_id: str, body: bytes, *, until: float) -> bool:
+        """Keeps another peer's accepted body to serve; the oldest held ones go when `hold_bytes` is full.
+        False when it does not fit at all (or holding is off)."""
+        if len(body) > self._hold_bytes:
+            return False
+        with self._lock:
+            self._evict(time.time())
+            if group_id in self._bodies or group_id in self._held:
+                return group_id in self._held
+            while self._held and self._held_bytes + len(body) > self._hold_bytes:
+                self._drop_held(next(iter(self._held)))
+            self._held[group_id] = (body, until)
+            self._held_bytes += len(body)
+            return True
+
     def get(self, group_id: str) -> bytes | None:
+        found = self.lookup(group_id)
+        return found[0] if found else None
+
+    def lookup(self, group_id: str) -> tuple[bytes, bool] | None:
+        """(body, whether it is held for another peer) or None."""
         with self._lock:
             self._evict(time.time())
             entry = self._bodies.get(group_id)
-        return entry[0] if entry else None
+            if entry is not None:
+                return entry[0], False
+            entry = self._held.get(group_id)
+        return (entry[0], True) if entry else None
+
+    def held(self, limit: int) -> list[str]:
+        """The ids of the `limit` most recently held bodies, newest first."""
+        with self._lock:
+            self._evict(time.time())
+            return list(reversed(self._held))[:limit]
 
     def __len__(self) -> int:
         with self._lock:
@@ -86,19 +128,56 @@ class BodyStore:
     def _evict(self, now: float) -> None:
         for gid in [g for g, (_, until) in self._bodies.items() if until < now]:
             del self._bodies[gid]
+        for gid in [g for g, (_, until) in self._held.items() if until < now]:
+            self._drop_held(gid)
+
+    def _drop_held(self, group_id: str) -> None:
+        body, _ = self._held.pop(group_id)
+        self._held_bytes -= len(body)
+
+
+class UploadCap:
+    """What this node may still upload in the current window (see the module docstring); loop thread only."""
+
+    HELD_SHARE = 0.5
+    """The part of the cap held bodies may fill: own bodies always have the rest."""
+
+    def __init__(self, *, bytes_per_window: int, window: float, max_held_serves: int):
+        self._cap, self._window, self._max_held = bytes_per_window, window, max_held_serves
+        self._started, self._used, self._held_serving = -math.inf, 0, 0
+
+    def admit(self, size: int, *, held: bool, now: float) -> bool:
+        """Whether a body of `size` bytes may be sent now; when True, `release(held)` must follow."""
+        if now - self._started >= self._window:
+            self._started, self._used = now, 0
+        if held and (self._held_serving >= self._max_held
+                     or (self._cap and self._used + size > self._cap * self.HELD_SHARE)):
+            return False
+        if self._cap and self._used >= self._cap:
+            return False
+        self._used += size
+        self._held_serving += held
+        return True
+
+    def release(self, held: bool) -> None:
+        self._held_serving -= held
 
 
 async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float, min_rate: int,
                        max_streams_per_peer: int, policy: PeerPolicy, counters: SwarmCounters,
-                       on_served: Callable[[int], None] = lambda n: None) -> None:
+                       upload: UploadCap | None = None,
+                       on_served: Callable[[int, bool], None] = lambda n, held: None) -> None:
     """Registers the stream handler that answers peers' body requests from `store`.
 
     Every way a requester can misbehave ends its stream and counts as its fault:
     `too_many_streams`, `bad_request`, `slow_request` (no id within `first_byte_timeout`),
     `slow_reader` (the body not taken at `min_rate`), `serve_error` (anything unexpected,
-    logged with its traceback). `on_served(n)` is called with the size of each body sent.
+    logged with its traceback). `upload` (None: no cap) bounds what is sent (a refused body is
+    answered busy, no one's fault). `on_served(n, held)` is called with the size of each body
+    sent and whether it was held for another peer.
     """
     active: Counter[str] = Counter()
+    upload = upload or UploadCap(bytes_per_window=0, window=1.0, max_held_serves=MAX_SERVING_STREAMS)
     log = ThrottledLog(logger, "refused body requests")
 
     async def handle(info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -115,7 +194,7 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float,
             active[peer] += 1
             try:
                 fault = await _answer(reader, writer, store, first_byte_timeout=first_byte_timeout,
-                                      min_rate=min_rate, on_served=on_served)
+                                      min_rate=min_rate, upload=upload, on_served=on_served)
             finally:
                 active[peer] -= 1
                 if active[peer] <= 0:
@@ -136,7 +215,8 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float,
 
 
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, store: BodyStore, *,
-                  first_byte_timeout: float, min_rate: int, on_served: Callable[[int], None]) -> str:
+                  first_byte_timeout: float, min_rate: int, upload: UploadCap,
+                  on_served: Callable[[int, bool], None]) -> str:
     """Reads one request and writes its answer; the fault of the requester, if any."""
     try:
         raw = await asyncio.wait_for(reader.readexactly(_ID_LEN), first_byte_timeout)
@@ -146,18 +226,22 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, st
         group_id = raw.decode("ascii")
     except UnicodeDecodeError:
         return faults.BAD_REQUEST
-    body = store.get(group_id)
-    if body is None:
-        writer.write(_MISSING)
+    found = store.lookup(group_id)
+    if found is None or not upload.admit(len(found[0]), held=found[1], now=time.monotonic()):
+        writer.write(_MISSING if found is None else _BUSY)
         await asyncio.wait_for(writer.drain(), first_byte_timeout)
         return ""
-    writer.write(_FOUND + len(body).to_bytes(_LEN_BYTES, "big"))
-    writer.write(body)
+    body, held = found
     try:
-        await asyncio.wait_for(writer.drain(), first_byte_timeout + len(body) / min_rate)
-    except asyncio.TimeoutError:
-        return faults.SLOW_READER
-    on_served(len(body))
+        writer.write(_FOUND + len(body).to_bytes(_LEN_BYTES, "big"))
+        writer.write(body)
+        try:
+            await asyncio.wait_for(writer.drain(), first_byte_timeout + len(body) / min_rate)
+        except asyncio.TimeoutError:
+            return faults.SLOW_READER
+    finally:
+        upload.release(held)
+    on_served(len(body), held)
     return ""
 
 

@@ -1,6 +1,7 @@
 """The background half of `gather`: learn of pointers (pushed, or read from the DHT), fetch and check bodies.
 
-Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
+Holders' signed haves, admitted on the topic, go to the scheduler as second sources of
+those bodies (`_note_have`). Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
 groups' `GroupPointer`s (`RoundPointer.views`). Pushed: each peer gossips its signed pointer on the run's topic
 as it publishes it (`channel`, `gossip`), and an admitted one is considered at once
 (`on_gossip`). Read: every `dht_poll_interval` (with gossip off, every `poll_interval`)
@@ -41,7 +42,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
@@ -54,7 +55,7 @@ from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_be
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
-from ftis_swarm.swarm.records import GroupPointer, MemberRecord, RoundPointer, check_body, screen_pointer
+from ftis_swarm.swarm.records import GroupPointer, HaveRecord, MemberRecord, RoundPointer, check_body, screen_pointer
 from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.wire import Group
@@ -87,7 +88,8 @@ class Gatherer:
 
     def __init__(self, *, reader: KeyReader, p2p: P2P, cfg: SwarmConfig, peer_id: str, tokenizer_fp: str,
                  vocab_size: Optional[int], counters: SwarmCounters, policy: PeerPolicy,
-                 origins: Optional[OriginBook] = None):
+                 origins: Optional[OriginBook] = None,
+                 on_accepted: Callable[[GroupPointer, bytes], None] = lambda pointer, body: None):
         self._reader, self._cfg, self._peer_id, self._policy = reader, cfg, peer_id, policy
         self._tokenizer_fp, self._vocab_size, self._counters = tokenizer_fp, vocab_size, counters
         self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
@@ -107,7 +109,7 @@ class Gatherer:
         self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
-        self._origins = origins
+        self._origins, self._on_accepted = origins, on_accepted
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
                                          origin_of=origins.origin_of if origins is not None else lambda peer: None)
@@ -230,6 +232,9 @@ class Gatherer:
     def on_gossip(self, record: FoundRecord) -> None:
         """A pointer admitted from the run's topic: considered at once, as if read from its key."""
         pointer = record.content
+        if isinstance(pointer, HaveRecord):
+            self._note_have(record)
+            return
         if not isinstance(pointer, RoundPointer):
             return
         member, cfg = (pointer.publisher, pointer.window), self._cfg
@@ -242,6 +247,15 @@ class Gatherer:
         for view in pointer.views():
             self._consider(view, source="pointers_gossiped")
         self._select()
+        self._scheduler.schedule()
+
+    def _note_have(self, record: FoundRecord) -> None:
+        """A holder's admitted announcement: a second source of those bodies (`scheduler`)."""
+        have = record.content
+        if have.run_id != self._cfg.run_id or record.owner == self._peer_id:
+            return
+        self._counters.add("haves_received")
+        self._scheduler.note_holders(record.owner, have.group_ids(), until=record.expiration)
         self._scheduler.schedule()
 
     def owed(self, horizon: float) -> list[str]:
@@ -353,6 +367,7 @@ class Gatherer:
         self._accepted[pointer.group_id] = (pointer.publisher, self._forget_after(pointer))
         self._counters.add("fetched_bytes", len(body))
         self._counters.add("fetched_bodies")
+        self._on_accepted(pointer, body)  # the client holds it to serve others (`bodies`)
         with self._lock:
             self._inbox.append((group, time.time()))
             self._inbox_by_peer[pointer.publisher] += 1

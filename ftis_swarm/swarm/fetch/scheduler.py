@@ -23,12 +23,25 @@ wait only, and so does p2pd's "dial backoff" (`reach.in_dial_backoff`: the dial 
 before it is counted; the pointer waits `reach.DIAL_BACKOFF` seconds). Each failed attempt
 is counted against the publisher (`body_<reason>`, priced 0 in `peers/faults.py`: load,
 links and restarts cause them; the back-off above is all it loses).
+
+Holders: a peer that gossiped a signed `HaveRecord` naming a group (`note_holders`) is a second
+source of its body. A fetch goes to the publisher while it is not suspended (busy, failed),
+else to the holder of the group with the fewest fetches from this node in flight, then the
+fewest failures; a publisher's series of failures rejects only the pointers no holder has. A
+holder that answers missing, busy, unreachable or stalls is suspended as a publisher would be
+(missing: for that group; after `max_fetch_attempts` failures in a row: forgotten) and the
+pointer goes back to pending, not counted against its publisher. The holder alone pays for
+the bytes it sent: a length or sha256 that differs from the signed pointer is its
+`size_mismatch` / `hash_mismatch` (priced as in `peers/faults.py`: the bytes contradict the
+pointer its signed announcement says it holds), never its publisher's; a body that matches
+the hash is the publisher's own signed content, and `on_body` judges it as such.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 from collections import Counter
 from typing import Callable, Optional
@@ -60,6 +73,17 @@ class _Publisher:
     turn: int = 0
 
 
+MAX_HOLDERS_PER_GROUP = 8
+MAX_HELD_GROUPS = 4096
+"""Groups whose holders are remembered; past it the ones whose announcements end first go."""
+
+
+@dataclasses.dataclass
+class _Holder:
+    failures: int = 0
+    resume_at: float = 0.0
+
+
 class FetchScheduler:
     """Pending pointers and the fetches of their bodies (runs on the swarm's event loop)."""
 
@@ -76,6 +100,34 @@ class FetchScheduler:
         self._in_flight = self._strangers_in_flight = 0
         self._turns = 0
         self._tasks: set[asyncio.Task] = set()
+        self._held_by: dict[str, dict[str, float]] = {}  # group id -> {holder: its announcement ends}
+        self._holders: dict[str, _Holder] = {}
+        self._source_in_flight: Counter[str] = Counter()
+
+    def note_holders(self, holder: str, group_ids: list[str], *, until: float) -> None:
+        """`holder` announced (signed) that it holds these bodies until `until`."""
+        for group_id in group_ids:
+            held = self._held_by.setdefault(group_id, {})
+            held[holder] = until
+            if len(held) > MAX_HOLDERS_PER_GROUP:
+                del held[min(held, key=held.get)]
+        self._holders.setdefault(holder, _Holder())
+        while len(self._held_by) > MAX_HELD_GROUPS:
+            del self._held_by[min(self._held_by, key=lambda g: max(self._held_by[g].values()))]
+
+    def _has_holder(self, group_id: str) -> bool:
+        return bool(self._held_by.get(group_id))
+
+    def _source(self, pointer: GroupPointer, state: _Publisher, now: float) -> Optional[str]:
+        """Whom to fetch `pointer`'s body from now: its publisher unless suspended, else its least loaded
+        holder that is not; None when no source is free."""
+        if now >= state.resume_at:
+            return pointer.publisher
+        free = [h for h, until in self._held_by.get(pointer.group_id, {}).items()
+                if until > now and now >= self._holders[h].resume_at]
+        if not free:
+            return None
+        return min(free, key=lambda h: (self._source_in_flight[h], self._holders[h].failures, h))
 
     def add(self, pointer: GroupPointer) -> None:
         state = self._publishers.setdefault(pointer.publisher, _Publisher(allowance=self._cfg.max_fetches_per_peer))
@@ -113,7 +165,9 @@ class FetchScheduler:
             started = False
             for publisher in order:
                 state = self._publishers[publisher]
-                if not state.pending or now < state.resume_at or state.in_flight >= state.allowance:
+                if not state.pending or state.in_flight >= state.allowance:
+                    continue
+                if now < state.resume_at and not any(self._has_holder(g) for g in state.pending):
                     continue
                 if self._room(publisher) - state.in_flight <= 0:
                     self._defer(publisher, state)
@@ -124,9 +178,12 @@ class FetchScheduler:
                 origin = self._origin_of(publisher)
                 if origin is not None and self._origin_in_flight[origin] >= self._cfg.max_fetches_per_origin:
                     continue
-                pointer = min(state.pending.values(),
-                              key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
-                self._start(pointer, state, stranger, origin)
+                sources = {p.group_id: self._source(p, state, now) for p in state.pending.values()}
+                ready = [p for p in state.pending.values() if sources[p.group_id] is not None]
+                if not ready:
+                    continue
+                pointer = min(ready, key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
+                self._start(pointer, state, stranger, origin, sources[pointer.group_id])
                 started = True
                 if self._in_flight >= self._cfg.max_concurrent_fetches:
                     return
@@ -136,6 +193,14 @@ class FetchScheduler:
         for publisher, state in list(self._publishers.items()):
             if not (state.pending or state.in_flight or state.proven) and now > state.resume_at + self._cfg.ttl:
                 del self._publishers[publisher]
+        for group_id, held in list(self._held_by.items()):
+            for holder in [h for h, until in held.items() if until < now]:
+                del held[holder]
+            if not held:
+                del self._held_by[group_id]
+        live = {h for held in self._held_by.values() for h in held}
+        for holder in [h for h in self._holders if h not in live and not self._source_in_flight[h]]:
+            del self._holders[holder]
 
     def cancel(self) -> None:
         for task in list(self._tasks):
@@ -147,8 +212,10 @@ class FetchScheduler:
                 self._deferred.add((publisher, group_id))
                 self._counters.add("deferred")
 
-    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str]) -> None:
+    def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str],
+               source: str) -> None:
         del state.pending[pointer.group_id]
+        self._source_in_flight[source] += 1
         state.fetching.add(pointer.group_id)
         state.in_flight += 1
         state.turn = self._turns = self._turns + 1
@@ -156,15 +223,16 @@ class FetchScheduler:
         self._strangers_in_flight += stranger
         if origin is not None:
             self._origin_in_flight[origin] += 1
-        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger, origin))
+        task = asyncio.get_running_loop().create_task(self._fetch(pointer, state, stranger, origin, source))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str]) -> None:
+    async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str],
+                     source: str) -> None:
         cfg = self._cfg
         body, error = b"", None
         try:
-            body = await fetch_body(self._p2p, pointer.publisher, pointer.group_id, size=pointer.size,
+            body = await fetch_body(self._p2p, source, pointer.group_id, size=pointer.size,
                                     timeout=cfg.fetch_timeout, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate)
         except (BodyUnavailable, BodyRefused) as exc:
@@ -177,9 +245,14 @@ class FetchScheduler:
             state.in_flight -= 1
             self._in_flight -= 1
             self._strangers_in_flight -= stranger
+            self._source_in_flight[source] -= 1
+            if not self._source_in_flight[source]:
+                del self._source_in_flight[source]
             if origin is not None:
                 self._origin_in_flight[origin] -= 1
-        if error is None and self._on_body(pointer, body):
+        if source != pointer.publisher:
+            self._from_holder(pointer, state, source, body, error)
+        elif error is None and self._on_body(pointer, body):
             state.failures, state.proven = 0, True
             state.allowance = min(cfg.max_fetches_per_peer, state.allowance + 1)
         elif error is None:  # a body that does not match its pointer (rejected by `on_body`)
@@ -192,6 +265,43 @@ class FetchScheduler:
         else:
             self._on_reject(pointer, faults.FETCH_ERROR, repr(error))
         self.schedule()
+
+    def _from_holder(self, pointer: GroupPointer, state: _Publisher, holder: str, body: bytes,
+                     error: Optional[BaseException]) -> None:
+        """The end of a fetch from a holder: the holder answers for its bytes, the publisher for its content."""
+        if error is None and hashlib.sha256(body).hexdigest() != pointer.sha256:
+            error = BodyRefused(faults.HASH_MISMATCH, f"{holder} sent bytes whose sha256 differs from the pointer")
+        if error is None:
+            self._holders[holder].failures = 0
+            if self._on_body(pointer, body):
+                self._counters.add("fetched_from_holders")
+                state.proven = True
+            else:
+                state.allowance = max(1, state.allowance // 2)
+        elif isinstance(error, BodyUnavailable) and error.reason == faults.BODY_BUSY:
+            self._holders[holder].resume_at = get_dht_time() + self._cfg.poll_interval
+            state.pending[pointer.group_id] = pointer
+        else:
+            self._holder_failed(pointer, holder, error)
+            state.pending[pointer.group_id] = pointer
+        self.schedule()
+
+    def _holder_failed(self, pointer: GroupPointer, holder: str, error: BaseException) -> None:
+        """Charges the holder (its body_* reason, or what its bytes contradict) and suspends or forgets it."""
+        reason = getattr(error, "reason", faults.FETCH_ERROR)
+        if not isinstance(error, (BodyUnavailable, BodyRefused)):
+            logger.error("fetching group %s from holder %s failed unexpectedly: %r", pointer.group_id, holder, error)
+        self._counters.add("holder_fetch_failures")
+        self._counters.fault(holder, Counter({reason: 1}))
+        state = self._holders[holder]
+        state.failures += 1
+        state.resume_at = get_dht_time() + min(self._cfg.ttl / 4, self._cfg.poll_interval * 2 ** (state.failures - 1))
+        if reason == faults.BODY_MISSING or isinstance(error, BodyRefused):
+            self._held_by.get(pointer.group_id, {}).pop(holder, None)
+        if isinstance(error, BodyRefused) or state.failures >= self._cfg.max_fetch_attempts:
+            for held in self._held_by.values():
+                held.pop(holder, None)
+        logger.debug("fetch of %s from holder %s failed (%s); another source next", pointer.group_id, holder, error)
 
     def _unavailable(self, pointer: GroupPointer, state: _Publisher, exc: BodyUnavailable) -> None:
         cfg, now = self._cfg, get_dht_time()
@@ -219,10 +329,13 @@ class FetchScheduler:
             else:
                 logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
                             state.failures, exc, len(state.pending) + 1)
-            for other in list(state.pending.values()):
+            for other in [p for p in state.pending.values() if not self._has_holder(p.group_id)]:
                 self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
-            self._on_reject(pointer, final, str(exc))
-        elif state.attempts[pointer.group_id] >= cfg.max_fetch_attempts:
+            if self._has_holder(pointer.group_id):
+                state.pending[pointer.group_id] = pointer
+            else:
+                self._on_reject(pointer, final, str(exc))
+        elif state.attempts[pointer.group_id] >= cfg.max_fetch_attempts and not self._has_holder(pointer.group_id):
             self._on_reject(pointer, final, str(exc))
         else:
             state.pending[pointer.group_id] = pointer

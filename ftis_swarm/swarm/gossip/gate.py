@@ -1,11 +1,12 @@
-"""Gossiped pointers: the message format, and the gate every message passes before anything acts on it.
+"""Gossiped pointers and haves: the message format, and the gate every message passes before anything acts on it.
 
 A gossip message is one DHT record, self-contained, exactly as a peer would store it:
 
     msgpack [1, key id (20 bytes), subkey (serialized, as in the DHT), signed value, expiry]
 
 about 0.9 KB plus 76 bytes per group for a round pointer (2.1 KB for 16 groups; the
-owner's RSA public key in the subkey is 0.4 KB of it). The
+owner's RSA public key in the subkey is 0.4 KB of it), or a holder's `HaveRecord` (0.9 KB
+plus 17 bytes per held group; `fetch.bodies`). The
 record is checked by the same `RecordChecker` as a record read from the DHT (signature,
 owner, size, expiry, key binding, schema), so a gossiped pointer is worth exactly what
 the DHT record is. `GossipGate.admit` takes one message from a sender (the peer that
@@ -18,7 +19,7 @@ that fails:
    exceed `burst` is banned for `LedgerConfig.gossip_ban_seconds * 2^k` (k earlier bans;
    at most `max_ban_seconds` and a quarter of the TTL) and disconnected, again at most every `DISCONNECT_EVERY` s while it sends;
 3. `oversize` (more than `MAX_MESSAGE_BYTES`), `bad_message` (not the form above);
-4. `not_pointer_form`, `not_pointer` (a membership record: only pointers are gossiped),
+4. `not_pointer_form`, `not_pointer` (a membership record: only pointers and haves are gossiped),
    `not_sender` (the record's owner is not the sender: nobody gossips another's pointer);
 5. `replayed` (a record this gate admitted before), then every refusal of
    `RecordChecker.examine` under its own name (`bad_signature`, `far_expiry`, ...).
@@ -44,7 +45,7 @@ from hivemind.dht.validation import DHTRecord
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord
-from ftis_swarm.swarm.records import RoundPointer
+from ftis_swarm.swarm.records import HaveRecord, RoundPointer
 from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of, record_digest
 from ftis_swarm.peers import faults
 
@@ -147,7 +148,7 @@ class GossipGate:
             return MessageVerdict(faults.PUZZLE_BUSY)
         if verdict.reason:
             return MessageVerdict(faults.gossip_twin(verdict.reason))
-        if not isinstance(verdict.content, RoundPointer):
+        if not isinstance(verdict.content, (RoundPointer, HaveRecord)):
             return MessageVerdict(faults.GOSSIP_NOT_POINTER)
         self._admitted[digest] = None
         if len(self._admitted) > MAX_REMEMBERED:

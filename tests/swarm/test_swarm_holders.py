@@ -1,0 +1,193 @@
+"""Holders: a node keeps the bodies it accepted and serves them to others, within its own upload cap."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections import Counter
+from typing import Optional
+
+import pytest
+from hivemind.p2p import P2P
+
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.peers import faults
+from ftis_swarm.peers.policy import ALLOW_ALL
+from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.fetch.bodies import BodyStore, BodyUnavailable, UploadCap, fetch_body, serve_bodies
+from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
+from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, encode_message
+from ftis_swarm.swarm.keys import pointer_key
+from ftis_swarm.swarm.records import (HAVE_SUBKEY_NAME, MAX_HELD_ANNOUNCED, RECORD_VERSION, GroupPointer, HaveRecord,
+                                      make_subkey)
+
+from record_peers import RUN, TTL, W, Scores
+
+STEP = 2.0
+
+
+def test_a_store_holds_others_bodies_within_its_bytes_dropping_the_oldest_first():
+    store = BodyStore(hold_bytes=10_000)
+    later = time.time() + 600
+    store.put("o" * 32, b"own" * 1000, until=later)
+    assert store.hold("a" * 32, b"a" * 4000, until=later) and store.hold("b" * 32, b"b" * 4000, until=later)
+    assert store.hold("c" * 32, b"c" * 4000, until=later)  # 12,000 > 10,000: the oldest held one goes
+    assert store.lookup("a" * 32) is None
+    assert store.lookup("b" * 32) == (b"b" * 4000, True) and store.lookup("o" * 32) == (b"own" * 1000, False)
+    assert store.held(8) == ["c" * 32, "b" * 32]
+    assert not store.hold("d" * 32, b"d" * 10_001, until=later)  # larger than the whole room
+    store.hold("e" * 32, b"e", until=time.time() - 1)
+    assert store.lookup("e" * 32) is None  # expired: never served
+    assert not BodyStore().hold("f" * 32, b"f", until=later)  # holding off by default
+
+
+def test_the_upload_cap_serves_own_bodies_first_and_held_ones_within_half_of_it():
+    cap = UploadCap(bytes_per_window=10_000, window=10.0, max_held_serves=1)
+    assert cap.admit(4000, held=True, now=0.0)  # 4,000 <= 5,000: held bodies may fill half
+    assert not cap.admit(100, held=True, now=0.0)  # one held serve at once
+    cap.release(True)
+    assert not cap.admit(2000, held=True, now=0.0)  # 6,000 > 5,000
+    assert cap.admit(5000, held=False, now=0.0) and cap.admit(3000, held=False, now=0.0)  # own: while below the cap
+    assert not cap.admit(1, held=False, now=0.0)  # 12,000 >= 10,000: busy until the window ends
+    assert cap.admit(4000, held=True, now=10.0)  # a new window
+
+
+def test_config_refuses_a_hold_smaller_than_one_body():
+    with pytest.raises(ValueError, match="hold_bytes=1000 must be 0 or at least wire.max_bytes"):
+        SwarmConfig(hold_bytes=1000)
+    assert SwarmConfig(hold_bytes=0).hold_bytes == 0
+
+
+@pytest.mark.net
+@pytest.mark.slow
+def test_a_holder_serves_a_held_body_and_answers_busy_past_its_cap():
+    own, held = os.urandom(6000), os.urandom(6000)
+
+    async def run() -> tuple[bytes, str, bytes, list[tuple[int, bool]]]:
+        holder = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        maddrs = [str(m) for m in await holder.get_visible_maddrs()]
+        fetcher = await P2P.create(initial_peers=maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        store, served = BodyStore(hold_bytes=1 << 20), []
+        store.put("o" * 32, own, until=time.time() + 600)
+        assert store.hold("h" * 32, held, until=time.time() + 600)
+        await serve_bodies(holder, store, first_byte_timeout=STEP, min_rate=1 << 20, max_streams_per_peer=4,
+                           policy=ALLOW_ALL, counters=SwarmCounters(),
+                           upload=UploadCap(bytes_per_window=14_000, window=600.0, max_held_serves=2),
+                           on_served=lambda n, is_held: served.append((n, is_held)))
+        target = holder.peer_id.to_base58()
+
+        async def get(gid: str, body: bytes) -> bytes:
+            return await fetch_body(fetcher, target, gid, size=len(body), timeout=30.0, first_byte_timeout=STEP,
+                                    min_rate=1 << 20)
+
+        try:
+            first = await get("h" * 32, held)  # 6,000 <= 7,000: within the held half
+            with pytest.raises(BodyUnavailable) as busy:
+                await get("h" * 32, held)  # 12,000 > 7,000: own bodies keep the rest
+            second = await get("o" * 32, own)
+            return first, busy.value.reason, second, served
+        finally:
+            await fetcher.shutdown()
+            await holder.shutdown()
+
+    first, reason, second, served = asyncio.run(run())
+    assert first == held and second == own
+    assert reason == "body_busy"
+    assert served == [(6000, True), (6000, False)]
+
+
+class _Writer:
+    def write(self, data: bytes) -> None:
+        assert len(data) == 32
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class _Sources:
+    """The stream layer of `hivemind.P2P` (what a daemon hands back): each peer answers as `answers` says."""
+
+    def __init__(self, answers: dict[str, Optional[bytes]]):
+        self.answers, self.asked = answers, Counter()
+
+    async def call_binary_stream_handler(self, peer_id, name: str):
+        peer = peer_id.to_base58()
+        self.asked[peer] += 1
+        body = self.answers[peer]
+        if body is None:  # a publisher that went away
+            raise OSError(f"failed to dial {peer}: connection refused")
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"\x00" + len(body).to_bytes(8, "big") + body)
+        return None, reader, _Writer()
+
+
+def _peer(letter: str) -> str:
+    return "Qm" + letter * 44
+
+
+def test_a_holders_wrong_bytes_cost_the_holder_and_the_body_comes_from_another_source():
+    body = os.urandom(2048)
+    publisher, liar, honest = _peer("p"), _peer("a"), _peer("b")  # the liar sorts first among equal holders
+    digest = hashlib.sha256(body).hexdigest()
+    wanted = GroupPointer(v=RECORD_VERSION, group_id=digest[:32], size=len(body), sha256=digest, publisher=publisher,
+                          created_at=time.time(), run_id="run", tokenizer_fp="tok", window=1, round=0,
+                          round_groups=1, puzzle="0" * 16)
+    sources = _Sources({publisher: None, liar: os.urandom(len(body)), honest: body})
+    counters, accepted, rejected = SwarmCounters(), [], []
+    scheduler = FetchScheduler(p2p=sources, cfg=SwarmConfig(poll_interval=0.05), policy=ALLOW_ALL,
+                               counters=counters, room=lambda p: 100,
+                               on_body=lambda p, got: accepted.append(got) or True,
+                               on_reject=lambda p, reason, detail: rejected.append(reason))
+
+    async def run() -> None:
+        scheduler.note_holders(liar, [wanted.group_id], until=time.time() + 600)
+        scheduler.note_holders(honest, [wanted.group_id], until=time.time() + 600)
+        scheduler.add(wanted)
+        stop_at = time.monotonic() + 30.0
+        while not accepted and time.monotonic() < stop_at:
+            scheduler.schedule()
+            await asyncio.sleep(0.02)
+        scheduler.cancel()
+
+    asyncio.run(run())
+    assert accepted == [body] and rejected == []
+    charged = counters.drain_peer_faults()
+    assert charged[liar] == Counter({faults.HASH_MISMATCH: 1})  # the holder's bytes, the holder's fault
+    assert set(charged[publisher]) == {faults.BODY_UNREACHABLE}  # gone: back-off only, priced 0
+    assert honest not in charged
+    assert faults.cost_of(faults.SWARM_PREFIX + faults.HASH_MISMATCH) > 0
+    assert faults.cost_of(faults.SWARM_PREFIX + faults.BODY_UNREACHABLE) == 0
+    assert sources.asked[liar] == 1 and sources.asked[honest] == 1
+    assert counters.snapshot()["fetched_from_holders"] == 1
+
+
+def _have(peer, groups: list[bytes], **changes: object):
+    value = {"v": RECORD_VERSION, "holder": peer.peer_id, "run_id": RUN, "window": W, "created_at": time.time(),
+             "puzzle": peer.puzzle, "groups": groups, **changes}
+    return peer.sign(pointer_key(RUN, peer.peer_id, W), make_subkey(peer.public_key, HAVE_SUBKEY_NAME), value)
+
+
+def test_a_gossiped_have_is_checked_like_any_record_and_bounded(alice, bob):
+    gate = GossipGate(checker=bob.checker, policy=Scores(), rate=100.0, burst=1000, ttl=TTL)
+    now, ids = time.time(), [os.urandom(16) for _ in range(MAX_HELD_ANNOUNCED)]
+    message = encode_message(_have(alice, ids))
+    assert len(message) < MAX_MESSAGE_BYTES
+    admitted = gate.admit(alice.peer_id, message, now)
+    assert admitted.reason == "" and isinstance(admitted.record.content, HaveRecord)
+    assert admitted.record.content.group_ids() == [g.hex() for g in ids]
+    refusals = {
+        "too many groups": _have(alice, ids + [os.urandom(16)]),
+        "a short id": _have(alice, [os.urandom(15)]),
+        "a group twice": _have(alice, [ids[0], ids[0]]),
+        "an extra field": _have(alice, ids[:1], extra=1),
+    }
+    assert {name: gate.admit(alice.peer_id, encode_message(r), now).reason for name, r in refusals.items()} == {
+        name: "gossip_bad_schema" for name in refusals}
+    assert gate.admit(alice.peer_id, encode_message(_have(alice, ids[:1], holder=bob.peer_id)), now).reason == \
+        "gossip_owner_mismatch"  # a have says who holds: only that peer may sign it
+    assert faults.cost_of(faults.SWARM_PREFIX + "gossip_bad_schema") > 0
