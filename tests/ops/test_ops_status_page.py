@@ -53,10 +53,12 @@ def _wait(what: str, fn, timeout: float, proc=None):
 
 
 def _rounds_shown(browser) -> list[int]:
-    from selenium.webdriver.common.by import By
-
-    rows = browser.find_elements(By.CSS_SELECTOR, "#rounds tr")[1:]
-    return [int(r.find_elements(By.TAG_NAME, "td")[0].text) for r in rows if r.find_elements(By.TAG_NAME, "td")]
+    # read in one script, atomically: the page replaces its rows every second, which makes elements
+    # found one call earlier stale
+    cells = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#rounds tr')).slice(1)"
+        ".map(row => row.querySelector('td')).filter(td => td !== null).map(td => td.textContent.trim());")
+    return [int(text) for text in cells]
 
 
 def test_status_page_loads_shows_the_nodes_and_updates(tmp_path):

@@ -60,12 +60,14 @@ def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_thro
 
 
 def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_plainly_by_homes(swarm) -> None:
+    """No node holds others' bodies here (`hold_bytes` 0): the publisher is the only source, as
+    without holders (tests/swarm/test_swarm_holding.py has a holder serve a publisher's groups)."""
     with nat_testbed() as bed:
         peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
                                 prefix=tuple(bed.wrap("boot", [])))
         roles = {"pub": "public", "home1": "relayed", "home2": "client"}
         nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
-                                               relay_wait=60.0, max_fetch_attempts=2),
+                                               relay_wait=60.0, max_fetch_attempts=2, hold_bytes=0),
                                   prefix=tuple(bed.wrap(role, []))) for role, mode in roles.items()}
         for node in nodes.values():
             node.joined()
@@ -80,7 +82,8 @@ def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_pl
             assert nodes["home1"].gather(1.0)["bodies"] == []
         counters = nodes["home1"].counters()
         assert counters["publishers_unreachable"] == 1, counters  # once, not once per group
-        assert counters["rejected"].get("fetch_failed", 0) == 2, counters
+        # both groups refused after their failed fetches (a dial that a loaded loop times out ends `stalled`)
+        assert counters["rejected"].get("fetch_failed", 0) + counters["rejected"].get("stalled", 0) == 2, counters
         warnings = [line for line in nodes["home1"].tail(None).splitlines()
                     if " WARN" in line and "cannot fetch the groups of" in line]
         assert warnings and nodes["home2"].peer_id in warnings[0], nodes["home1"].tail()
