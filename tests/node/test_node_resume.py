@@ -47,8 +47,11 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
     dirs = [tmp_path / "node-a", tmp_path / "node-b"]
     # b runs longer than a, so it is still publishing while a restarts; it is stopped with SIGTERM. (Alone, b's
     # gathers end at once: its rounds take a second or less, hence so many.)
+    # a's rounds wait up to 10 s: b is a stranger to it (no standing yet), and a gather ends at its deadline
+    # without a stranger's group that has not arrived (b's first publish may come late on a loaded machine)
     cmds = [node_command(s, index=i, run_dir=d, peers=maddrs, run_id="resume-test", rounds=ROUNDS + B_EXTRA * i,
-                         flags=TINY_FLAGS + ("--round-deadline", "3")) for i, (s, d) in enumerate(zip(specs, dirs))]
+                         flags=TINY_FLAGS + ("--round-deadline", "10" if i == 0 else "3"))
+            for i, (s, d) in enumerate(zip(specs, dirs))]
     procs = []
     try:
         procs = [start_node(c, d, s) for c, d, s in zip(cmds, dirs, specs)]

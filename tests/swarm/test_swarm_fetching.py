@@ -48,8 +48,8 @@ class Writer:
 
 
 class StandInP2P:
-    """Answers each stream as its publisher's behaviour says: "good", "hang", "error", "undialable" or
-    "backing off"."""
+    """Answers each stream as its publisher's behaviour says: "good", "hang", "error", "undialable",
+    "backing off" or "gone"."""
 
     def __init__(self, behaviour: dict[str, str]):
         self.behaviour = behaviour
@@ -65,6 +65,10 @@ class StandInP2P:
         kind = self.behaviour[publisher]
         if kind == "undialable":  # what p2pd says of a peer behind NAT with no relay slot
             raise OSError(f"failed to dial {publisher}: no addresses")
+        if kind == "gone":  # one failed dial, then p2pd's backoff for good (p2pd grows it while dials fail)
+            self.refused[publisher] += 1
+            raise OSError(f"failed to dial {publisher}: all dials failed * [/ip4/11.0.0.2/tcp/1/p2p-circuit] " +
+                          ("i/o timeout" if self.refused[publisher] == 1 else "dial backoff"))
         if kind == "backing off":  # one failed circuit dial, then p2pd's backoff for a second, then a stream
             self.dials[publisher] = self.dials.get(publisher) or time.monotonic()
             if self.opened[publisher] == 0 and self.refused[publisher] == 0:
@@ -223,6 +227,22 @@ def test_a_dial_backoff_after_one_failed_dial_is_waited_out_not_counted_as_anoth
     assert harness.p2p.refused[home] == 2  # the failed dial, and the fetch beside it that p2pd refused
     assert harness.counters.snapshot()["faults"] == {"body_unreachable": 1}  # the refusal is not a second failure
     assert time.monotonic() - started >= 5.0  # it waited p2pd's backoff out
+
+
+def test_a_publisher_p2pd_keeps_backing_off_from_is_still_dropped_and_said_unreachable():
+    gone = peer(7)
+    harness = Harness({gone: "gone"}, max_fetch_attempts=2)
+
+    async def run() -> None:
+        await harness.until(lambda: bool(harness.rejected), add=[pointer(gone) for _ in range(2)])
+        harness.scheduler.cancel()
+
+    started = time.monotonic()
+    asyncio.run(run())
+    assert harness.rejected == {(gone, "fetch_failed"): 2} and harness.accepted == []
+    assert harness.counters.snapshot()["publishers_unreachable"] == 1
+    assert harness.counters.snapshot()["faults"] == {"body_unreachable": 2}  # the dial, then a backoff long after
+    assert time.monotonic() - started >= 10.0  # the backoffs soon after the failed dial were waited out
 
 
 def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_again():

@@ -19,8 +19,10 @@ is tried again unless it failed `max_fetch_attempts` times; once the publisher h
 that many times in a row, all its pending pointers are rejected with the failure's reason
 (`stalled`, else `fetch_failed`). A body that cannot match its pointer halves the
 allowance too. A success gives back one slot and resets the count. `busy` costs a short
-wait only, and so does p2pd's "dial backoff" (`reach.in_dial_backoff`: the dial that failed
-before it is counted; the pointer waits `reach.DIAL_BACKOFF` seconds). Each failed attempt
+wait only, and so does p2pd's "dial backoff" within `2 x reach.DIAL_BACKOFF` of the publisher's
+last counted failure (`reach.in_dial_backoff`: the echo of the dial that failed before, which is
+counted; the pointer waits `reach.DIAL_BACKOFF` seconds). A backoff later than that counts, so a
+publisher nobody can dial is still dropped (and said unreachable) after `max_fetch_attempts`. Each failed attempt
 is counted against the publisher (`body_<reason>`, priced 0 in `peers/faults.py`: load,
 links and restarts cause them; the back-off above is all it loses).
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import hashlib
 import logging
 from collections import Counter
@@ -71,6 +74,8 @@ class _Publisher:
     failures: int = 0
     resume_at: float = 0.0
     turn: int = 0
+    failed_at: float = -math.inf
+    """When its last counted failure was (a dial backoff soon after it is that failure's echo)."""
 
 
 MAX_HOLDERS_PER_GROUP = 8
@@ -310,12 +315,14 @@ class FetchScheduler:
             state.resume_at = max(state.resume_at, now + cfg.poll_interval)
             return
         self._counters.add("fetch_retries")
-        if exc.reason == faults.BODY_UNREACHABLE and reach.in_dial_backoff(exc):  # the failed dial is counted
+        if (exc.reason == faults.BODY_UNREACHABLE and reach.in_dial_backoff(exc)
+                and now - state.failed_at < 2 * reach.DIAL_BACKOFF):  # the echo of a failed dial just counted
             state.pending[pointer.group_id] = pointer
             state.resume_at = max(state.resume_at, now + reach.DIAL_BACKOFF)
             return
         self._counters.fault(pointer.publisher, Counter({exc.reason: 1}))
         state.failures += 1
+        state.failed_at = now
         state.allowance = max(1, state.allowance // 2)
         state.resume_at = now + min(cfg.ttl / 4, cfg.poll_interval * 2 ** (state.failures - 1))
         state.attempts[pointer.group_id] += 1
