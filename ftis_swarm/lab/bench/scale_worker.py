@@ -35,7 +35,7 @@ from typing import Optional
 import psutil
 
 from ftis_swarm.config import SwarmConfig
-from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE, synthetic_group
+from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE, _send, synthetic_group
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
 
@@ -146,11 +146,6 @@ def main() -> None:
         with ThreadPoolExecutor(max_workers=len(clients)) as pool:
             list(pool.map(lambda c: c.shutdown(), clients))
     _send({"ok": True})
-
-
-def _send(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":
