@@ -5,6 +5,8 @@
 - loading.py   load_model / load_tokenizer: a resolved model in a dtype on a device
 - smollm2.py   the embedded SmolLM2-135M-Instruct (GGUF converted once) and its siblings with layers dropped
                (SIBLINGS: mini, slim, slim27, slim26)
+- logit_bias.py smollm2-bias<sigma>: SmolLM2 with a fixed seeded logit bias (digits, EOS, specials exempt),
+               added in a forward hook on the head by load_model (the experiment's peer with a dial)
 - hub.py       check_model_reachable / hub_source: a hub model cached, reachable, or neither (then one sentence in seconds)
 - cache.py     cache_dir / cached_checkpoint: $FTIS_CACHE_DIR, built once, renamed into place
 - quiet.py     no_progress_bars: transformers' and the hub's tqdm bars off while models load

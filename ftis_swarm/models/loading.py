@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ftis_swarm.models.hub import loadable_model
+from ftis_swarm.models.logit_bias import attach_logit_bias
 from ftis_swarm.models.quiet import no_progress_bars
 from ftis_swarm.models.registry import ModelNotFoundError
 
@@ -48,7 +49,8 @@ def _tokenizer_at(path: str, name: str) -> Any:
 
 
 def load_model(name: str, *, dtype: str = "fp32", device: str = "cpu") -> tuple[Any, Any]:
-    """`(model, tokenizer)` for `name`: a causal LM in `dtype` on `device`, in eval mode."""
+    """`(model, tokenizer)` for `name`: a causal LM in `dtype` on `device`, in eval mode (with its
+    logit bias hooked on when its config has one, `logit_bias.attach_logit_bias`)."""
     from transformers import AutoModelForCausalLM
 
     torch_type = torch_dtype(dtype)
@@ -59,4 +61,5 @@ def load_model(name: str, *, dtype: str = "fp32", device: str = "cpu") -> tuple[
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_type)
     except (OSError, ValueError) as exc:
         raise ModelNotFoundError(f"could not load model {name!r} from {path}: {_first_sentence(exc)}") from exc
+    attach_logit_bias(model)  # a `smollm2-bias<sigma>` checkpoint: its head adds the fixed bias
     return model.to(device).eval(), tokenizer

@@ -2,7 +2,8 @@
 
 Three kinds of name: a short name of ours (`smollm2-135m`, the embedded default converted
 once into the cache; `smollm2-mini`, `smollm2-slim`, `smollm2-slim27` and
-`smollm2-slim26`, its smaller siblings; the Qwen2.5 family by its short
+`smollm2-slim26`, its smaller siblings; `smollm2-bias<sigma>`, SmolLM2 with a fixed random
+logit bias of scale sigma, the experiment's peer with a dial (models/logit_bias.py); the Qwen2.5 family by its short
 name, `Qwen2.5-1.5B` -> `Qwen/Qwen2.5-1.5B`), a local checkpoint folder, or a hub id
 (`owner/name`), which passes through untouched for transformers to fetch on machines that
 reach the hub. Anything else is refused here with one sentence, before anything loads.
@@ -17,6 +18,7 @@ from typing import Callable
 
 from ftis_swarm.errors import UserError
 from ftis_swarm.models import smollm2
+from ftis_swarm.models.logit_bias import bias_name, parse_bias_name
 
 
 class ModelNotFoundError(UserError, LookupError):
@@ -44,7 +46,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 
 def short_names() -> list[str]:
     """Our short names, for help texts and error messages."""
-    return sorted(_LOCAL) + ["Qwen2.5-<size>[-Instruct]", "Qwen2.5-Coder-<size>[-Instruct]", "Qwen2.5-Math-<size>[-Instruct]"]
+    return sorted(_LOCAL) + ["smollm2-bias<sigma>", "Qwen2.5-<size>[-Instruct]", "Qwen2.5-Coder-<size>[-Instruct]", "Qwen2.5-Math-<size>[-Instruct]"]
 
 
 def _classify(name: str) -> tuple[str, str]:
@@ -57,6 +59,12 @@ def _classify(name: str) -> tuple[str, str]:
     key = raw.lower()
     if key in _LOCAL:
         return "embedded", key
+    try:
+        sigma = parse_bias_name(key)
+    except ValueError as exc:
+        raise ModelNotFoundError(str(exc)) from None
+    if sigma is not None:
+        return "embedded", bias_name(sigma)
     if key in QWEN_SHORT_NAMES:
         return "hub", QWEN_SHORT_NAMES[key]
     path = Path(raw).expanduser()
@@ -99,5 +107,8 @@ def portable_model_name(name: str) -> str:
 def resolve_model(name: str) -> str:
     """A local checkpoint folder or a hub id for `name`; converts the embedded models on first use."""
     kind, value = _classify(name)
-    return str(_LOCAL[value]()) if kind == "embedded" else value
+    if kind != "embedded":
+        return value
+    sigma = parse_bias_name(value)
+    return str(smollm2.biased_smollm2(sigma) if sigma is not None else _LOCAL[value]())
 

@@ -125,9 +125,18 @@ SIBLINGS: dict[str, tuple[int, ...]] = {
 }
 """Short name -> the layers of SmolLM2's 30 that sibling keeps (each built once into `<name>-v1`).
 
-`smollm2-slim27` and `smollm2-slim26` drop one and two more late layers than `smollm2-slim`
-(25-27 and 24-27): the candidates of the experiment's pilot for a learner B further from A
+`smollm2-slim27` drops layers 25-27 (one more than `smollm2-slim`, whose 26-27 are gone) and
+`smollm2-slim26` drops 25-28 (a fourth late layer, 28, not 24): the candidates of the experiment's pilot for a learner B further from A
 (docs/experiment.md has the pilot's figures)."""
+
+
+def biased_smollm2(sigma: float) -> Path:
+    """The checkpoint of `smollm2-bias<sigma>` (models/logit_bias.py): the converted SmolLM2 with a logit bias."""
+    from ftis_swarm.models.logit_bias import bias_name, build_biased
+
+    src = converted_smollm2()
+    with no_progress_bars():
+        return cached_checkpoint(f"{bias_name(sigma)}-v1", lambda out: build_biased(src, out, sigma))
 
 
 def sibling_smollm2(name: str) -> Path:

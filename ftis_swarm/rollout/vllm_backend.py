@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ftis_swarm.config import SamplingConfig
+from ftis_swarm.errors import UserError
 from ftis_swarm.models import load_tokenizer, resolve_model
+from ftis_swarm.models.logit_bias import has_logit_bias
 from ftis_swarm.rollout.base import (
     Completion,
     GroupHeader,
@@ -93,6 +95,9 @@ class VLLMBackend(RolloutBackend):
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         cuda = _on_cuda()
         config = AutoConfig.from_pretrained(path)
+        if has_logit_bias(config):
+            raise UserError(f"model {model!r} adds a logit bias in a forward hook that vLLM never runs; "
+                            "use the transformers backend for it")
         try:
             gen_config: Any = GenerationConfig.from_pretrained(path)
         except OSError:
