@@ -28,22 +28,22 @@ def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
 
 @app.command()
 def experiment(
-    quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, 4 arms, learner B the smaller sibling): a couple of minutes."),
+    quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, the 5 arms, 8 held-out items): a couple of minutes."),
     run_dir: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
     figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <run-dir>/figures)."),
-    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, solo-2x, vertical-<mode>[-stale<k>], horizontal-<mode> (modes: see join --help-modes)."),
-    seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds, e.g. 0,1,2."),
+    arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, solo-2x, vertical-<mode>[-stale<k>], horizontal-<mode>, a swarm arm optionally with @C=..,g=..,filter_rule=.. (modes: see join --help-modes)."),
+    seeds: Optional[str] = typer.Option(None, help="Seeds: comma-separated (0,1,2) or a range (0..11, both ends included)."),
     rounds: Optional[int] = typer.Option(None, help="Rounds per run."),
     prompts_per_round: Optional[int] = typer.Option(None, help="Own prompts per learner per round (P)."),
     group_size: Optional[int] = typer.Option(None, "--group-size", "-G", help="Completions per prompt, G (even)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per sampled completion."),
     model_a: Optional[str] = typer.Option(None, help="Learner A's model (default smollm2-135m)."),
-    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-slim27 with a LoRA adapter; same tokenizer as A)."),
+    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-bias2: SmolLM2 with a fixed logit bias of scale 2; same tokenizer as A)."),
     lr_a: Optional[float] = typer.Option(None, help="Learner A's learning rate."),
     lr_b: Optional[float] = typer.Option(None, help="Learner B's learning rate."),
     lora_rank_a: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank for A (default 0: the full model)."),
-    lora_rank_b: Optional[int] = typer.Option(None, help="B's LoRA rank (default 16); 0 trains B's full model."),
+    lora_rank_b: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank for B (default 0: the full model)."),
     dtype: Optional[str] = typer.Option(None, help="Learner autocast: fp32 or bf16."),
     limit: Optional[int] = typer.Option(None, help="Held-out test items (the same in every arm; default: every distinct one)."),
     eval_samples: Optional[int] = typer.Option(None, help="Sampled held-out completions an item beside the greedy one (default 8; 0: greedy only)."),
@@ -52,7 +52,7 @@ def experiment(
     eval_max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per greedy held-out answer."),
     micro_batch: Optional[int] = typer.Option(None, help="Sequences per forward/backward (ftis-node plan says what fits)."),
     activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute layer activations in backward."),
-    pilot: Optional[Path] = typer.Option(None, help="The pilot's JSON (`ftis-node bench pilot --json`, e.g. docs/pilot.json): whether its gate passed for learner B decides if the correction claims count as tested."),
+    pilot: Optional[Path] = typer.Option(None, help="The pilot's JSON (`ftis-node bench pilot --sigmas ... --json`, e.g. docs/pilot_sigma.json): whether its gate passed for learner B decides if the claims count as tested; its per-seed sd, when there, sizes the a-priori MDE."),
     workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
     threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
@@ -60,7 +60,7 @@ def experiment(
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
     old_eval_items: Optional[int] = typer.Option(None, "--eval-items", hidden=True),
 ) -> None:
-    """Two heterogeneous learners alone and together (nois/tis/ftis, vertical vs horizontal), several seeds."""
+    """Two learners alone and together (solo, nois, tis, ftis, fvis), several seeds: the pre-registered claims."""
     from pydantic import ValidationError
 
     from ftis_swarm.lab.experiment.config import ExperimentConfig, merged, quick_config
@@ -83,6 +83,11 @@ def experiment(
     arm_list, seed_list = _pair(arms, "--arms"), _pair(seeds, "--seeds")
     if arm_list is not None:
         dotted["arms"] = arm_list
+    if seed_list is not None and len(seed_list) == 1 and ".." in seed_list[0]:
+        first, _, last = seed_list[0].partition("..")
+        if not (first.isdigit() and last.isdigit() and int(first) <= int(last)):
+            fail(f"--seeds: a range is first..last with first <= last, got {seeds!r}")
+        seed_list = [str(s) for s in range(int(first), int(last) + 1)]
     if seed_list is not None:
         if not all(s.isdigit() for s in seed_list):
             fail(f"--seeds must be non-negative integers, got {seeds!r}")
@@ -143,7 +148,7 @@ def experiment(
 
     from ftis_swarm.lab.experiment.arms import run_experiment
     from ftis_swarm.lab.experiment.report import format_table, plot_all
-    from ftis_swarm.lab.experiment.stats import statistics, statistics_markdown
+    from ftis_swarm.lab.experiment.claims_tables import statistics, statistics_markdown
     from ftis_swarm.cli.app import setup_logging
     from ftis_swarm.cli.progress import Bar
 
@@ -173,8 +178,9 @@ def experiment(
     table = format_table(result)
     (out / "summary.json").write_text(json.dumps(result))
     (out / "table.md").write_text(table + "\n")
-    stats_md = statistics_markdown(result, gate["passed"])
-    (out / "stats.json").write_text(json.dumps(statistics(result, gate["passed"]), indent=1))
+    pilot_sd = (pilot_data or {}).get("per_seed_sd")
+    stats_md = statistics_markdown(result, gate["passed"], pilot_sd=pilot_sd)
+    (out / "stats.json").write_text(json.dumps(statistics(result, gate["passed"], pilot_sd=pilot_sd), indent=1))
     (out / "stats.md").write_text(f"{gate['reason']}.\n\n{stats_md}\n")
     paths = plot_all(result, figures or out / "figures")
     typer.echo(table)

@@ -7,8 +7,10 @@ share (the task, rounds, prompts a round, sampling, the learner's dtype and micr
 `NodeConfig` with `model` and `learner` keys only (a learner's model, rate and LoRA
 adapter), so the two nodes run the same rounds on the same schedule. An arm is a few more
 overrides (`arm_config`): the node's seed for the run seed, the loss mode, the prompts
-factor of `solo-2x`, and a vertical arm's `max_staleness`. What is the experiment's own
-(the arms, the seeds, the held-out evaluation) is declared here.
+factor of `solo-2x`, a vertical arm's `max_staleness`, and the F-TIS settings an arm name
+carries after `@` (`vertical-ftis@C=4,g=20,filter_rule=and`: the cap C, the KL threshold g and
+the filter rule, validated by `FTISConfig`). What is the experiment's own (the arms, the
+seeds, the held-out evaluation and its pre-registered end point) is declared here.
 
     cfg = ExperimentConfig(node={"rounds": 4, "sampling": {"group_size": 6}}, arms=["solo", "vertical-ftis"])
     cfg.node.rounds                                  # 4: the shared NodeConfig
@@ -21,13 +23,17 @@ from typing import Any, NamedTuple, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ftis_swarm.config import LOSS_MODES, NodeConfig, format_validation_error
+from ftis_swarm.config import LOSS_MODES, FTISConfig, NodeConfig, format_validation_error
 
 MODES = tuple(LOSS_MODES)
-FULL_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis", "vertical-ftis-stale1")
-"""The full experiment's arms: alone, alone with the swarm's sample count, the swarm uncorrected and
-corrected, mixed groups, and the corrected swarm one version stale (`max_staleness` 1)."""
-QUICK_ARMS = ("solo", "solo-2x", "vertical-nois", "vertical-ftis", "horizontal-ftis")
+FULL_ARMS = ("solo", "vertical-nois", "vertical-tis", "vertical-ftis", "vertical-fvis")
+"""The pre-registered design's arms (issue 29), which separate the causes: alone; the peer's samples
+uncorrected (weight 1, negatives kept); weighted min(exp(x), C) without the filter; weighted and
+filtered (F-TIS); filtered with the untruncated weight exp(x) (F-VIS, whose collapses are counted).
+`nois` -> `tis` isolates the weights, `tis` -> `ftis` the filter, `ftis` -> `fvis` the truncation."""
+QUICK_ARMS = FULL_ARMS
+FTIS_ARM_KEYS = {"C": float, "g": float, "filter_rule": str}
+"""The F-TIS settings an arm name may set after `@`, and their types."""
 RUN_ID = "experiment"
 LEARNER_SEED_STRIDE = 1_000_000
 """Learner i of seed s is the node with seed `s + LEARNER_SEED_STRIDE * i` (A: the seed itself)."""
@@ -35,7 +41,7 @@ LEARNER_KEYS = frozenset({"model", "learner"})
 """The NodeConfig keys a learner's overrides may set; the rest is the shared `node`."""
 
 BASE_NODE: dict[str, Any] = {
-    "task": "arith_mix", "rounds": 6, "prompts_per_round": 2, "backend": "transformers",
+    "task": "arith_mix", "rounds": 4, "prompts_per_round": 2, "backend": "transformers",
     "sampling": {"temperature": 0.7, "max_new_tokens": 16, "group_size": 6},
     "learner": {"dtype": "fp32", "micro_batch": 32},
     "swarm": {"run_id": RUN_ID, "wire": {"max_group_size": 64}},
@@ -43,16 +49,21 @@ BASE_NODE: dict[str, Any] = {
 """The experiment's defaults of the shared node, over NodeConfig's own. `learner.dtype` fp32: on
 this machine's CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the
 fp32 one, its learning 7.5 x (rollout and evaluation stay fp32 either way)."""
+PEER_MODEL = "smollm2-bias2"
+"""Learner B of the pre-registered design: SmolLM2 with a fixed logit bias of scale sigma
+(models/logit_bias.py), sigma picked by the pilot's rule (`lab.experiment.sigma_pilot`,
+docs/pilot_sigma.json); 2 until that pilot is rerun on the machine of the full run."""
 FULL_LEARNERS: tuple[dict[str, Any], dict[str, Any]] = (
     {"model": "smollm2-135m", "learner": {"lr": 2e-5}},
-    {"model": "smollm2-slim27", "learner": {"lr": 2e-4, "lora": {"rank": 16, "alpha": 32.0}}},
+    {"model": PEER_MODEL, "learner": {"lr": 2e-5}},
 )
-"""A, then B: SmolLM2-135M fully fine-tuned, and the pilot's best sibling (layers 25-27 dropped)
-training a LoRA adapter of rank 16, alpha 2 x rank (docs/experiment.md, docs/pilot.json)."""
-QUICK_LEARNERS: tuple[dict[str, Any], dict[str, Any]] = (
-    {"model": "smollm2-135m", "learner": {"lr": 2e-5}}, {"model": "smollm2-mini", "learner": {"lr": 2e-5}})
-"""The quick setting pairs A with the smallest sibling: its samples are off-policy for A from the
+"""A, then B: SmolLM2-135M and the biased SmolLM2, both fully fine-tuned at A's learning rate
+(the pilot's second step picks it: docs/experiment.md)."""
+QUICK_LEARNERS = FULL_LEARNERS
+"""The quick setting runs the same pair: B's bias makes its samples off-policy for A from the
 first round, so one round exercises weights and filter."""
+END_ROUND = 4
+"""The pre-registered end point: held-out accuracy after round 4 (evaluated after rounds 2 and 4)."""
 
 
 class ArmSpec(NamedTuple):
@@ -63,11 +74,39 @@ class ArmSpec(NamedTuple):
     prompts_factor: int = 1
     staleness: Optional[int] = None
     """`max_staleness` of this arm's vertical rounds; None: the shared node's."""
+    ftis: tuple[tuple[str, Any], ...] = ()
+    """F-TIS settings of the arm's name after `@` (`C`, `g`, `filter_rule`), over the learner's own."""
+
+
+def _ftis_overrides(arm: str, text: str) -> tuple[tuple[str, Any], ...]:
+    """`C=2,g=50` -> `(("C", 2.0), ("g", 50.0))`, checked by `FTISConfig`; ValueError of one sentence."""
+    out: dict[str, Any] = {}
+    for piece in text.split(","):
+        key, eq, value = piece.partition("=")
+        if not eq or key not in FTIS_ARM_KEYS or key in out:
+            raise ValueError(f"arm {arm!r}: after '@' give key=value pairs, each of {', '.join(FTIS_ARM_KEYS)} at "
+                             f"most once, separated by commas")
+        try:
+            out[key] = FTIS_ARM_KEYS[key](value)
+        except ValueError:
+            raise ValueError(f"arm {arm!r}: {key} must be a number, got {value!r}") from None
+    try:
+        FTISConfig(**out)
+    except ValidationError as exc:
+        raise ValueError(f"arm {arm!r}: {format_validation_error(exc)}") from None
+    return tuple(out.items())
 
 
 def arm_spec(arm: str) -> ArmSpec:
     """`solo`, `solo-2x` (twice the prompts a round: as many samples learned as a swarm arm),
-    `vertical-<mode>` or `horizontal-<mode>`, a vertical one optionally ending `-stale<k>`."""
+    `vertical-<mode>` or `horizontal-<mode>`, a vertical one optionally ending `-stale<k>`; a
+    swarm arm optionally followed by `@` and F-TIS settings (`vertical-ftis@C=4,g=20`)."""
+    base, at, settings = arm.partition("@")
+    if at:
+        spec = arm_spec(base)
+        if spec.kind == "solo":
+            raise ValueError(f"arm {arm!r}: a solo arm learns no peer sample, so it takes no F-TIS settings")
+        return spec._replace(ftis=_ftis_overrides(arm, settings))
     if arm == "solo":
         return ArmSpec("solo", "ftis")
     if arm == "solo-2x":
@@ -111,7 +150,8 @@ class ExperimentConfig(BaseModel):
     learners: tuple[dict[str, Any], dict[str, Any]] = FULL_LEARNERS
     """A's and B's overrides on `node` (keys `model` and `learner`); both must share a tokenizer."""
     arms: list[str] = Field(default_factory=lambda: list(FULL_ARMS))
-    seeds: list[int] = Field(default_factory=lambda: list(range(6)))
+    seeds: list[int] = Field(default_factory=lambda: list(range(12)))
+    """Run seeds: 12 at the pilot's per-seed sd up to 0.05, 16 above (`claims.seeds_needed`); the pilot uses others."""
     eval_task: Optional[str] = None
     """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: the node's task."""
     eval_items: Optional[int] = Field(None, ge=1)
@@ -123,7 +163,10 @@ class ExperimentConfig(BaseModel):
     eval_temperature: Optional[float] = Field(None, gt=0, le=10)
     """Temperature of the sampled held-out completions; None: the node's sampling temperature."""
     eval_rounds: list[int] = Field(default_factory=list)
-    """Rounds after which held-out accuracy is measured; empty: the last only."""
+    """Rounds after which held-out accuracy is measured; empty: rounds 2 and END_ROUND (those the run has), else the last."""
+    end_round: Optional[int] = None
+    """The end point the claims test, one of `eval_rounds`; None: the last of them (END_ROUND, 4, by default),
+    written to config.json before the first run, so it is fixed before any result exists."""
 
     @field_validator("node", mode="before")
     @classmethod
@@ -163,9 +206,14 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"node.sampling.group_size must be even and at least 4 (horizontal groups split it in "
                              f"two), got {g}")
         if not self.eval_rounds:
-            self.eval_rounds = [rounds]
+            self.eval_rounds = [r for r in (2, END_ROUND) if r <= rounds] or [rounds]
         if any(not 1 <= r <= rounds for r in self.eval_rounds):
             raise ValueError(f"eval_rounds must lie in 1..{rounds}, got {self.eval_rounds}")
+        self.eval_rounds = sorted(set(self.eval_rounds))
+        if self.end_round is None:
+            self.end_round = self.eval_rounds[-1]
+        if self.end_round not in self.eval_rounds:
+            raise ValueError(f"end_round {self.end_round} must be one of eval_rounds {self.eval_rounds}")
         for i, name in enumerate(self.learner_names):
             self.learner_node(i, where=f"learner {name}")
         return self
@@ -189,13 +237,14 @@ def arm_config(cfg: ExperimentConfig, index: int, seed: int, arm: str) -> NodeCo
     base = cfg.learner_node(index)
     staleness = (base.max_staleness if spec.staleness is None else spec.staleness) if spec.kind == "vertical" else 0
     changes = {"seed": learner_seed(seed, index), "prompts_per_round": base.prompts_per_round * spec.prompts_factor,
-               "max_staleness": staleness, "learner": {"ftis": {"mode": spec.mode}}}
+               "max_staleness": staleness, "learner": {"ftis": {"mode": spec.mode, **dict(spec.ftis)}}}
     return node_config(merged(base.model_dump(), changes), where=f"arm {arm}")
 
 
 def quick_config(**overrides: Any) -> ExperimentConfig:
     """The `--quick` setting: every arm kind once, one round, small groups, 8 held-out items; a couple of minutes."""
     base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], eval_items=8,
-                                eval_samples=2, node={"rounds": 1, "prompts_per_round": 2, "sampling": {"group_size": 4}})
+                                eval_samples=2,
+                                node={"rounds": 1, "prompts_per_round": 2, "sampling": {"group_size": 4}})
     base.update(overrides)
     return ExperimentConfig(**base)

@@ -10,8 +10,10 @@ experiment's fixed statistics (`stats.py`, which states the rules):
   is at least the observed one (at most, for "less"), ties counted; its smallest value is
   `2^-n`. Above MAX_EXACT_SEEDS values, RANDOM_PATTERNS patterns drawn with a fixed rng;
 - `bootstrap_interval`: percentile interval of the mean difference over resampled seeds
-  and, given per-item differences, resampled items within each drawn seed (the same items
-  for both arms, so the pairing on items is kept); a fixed rng seed, reproducible;
+  and, given per-item differences, items resampled jointly: one draw of item indices used
+  for every drawn seed (every seed scores the same held-out questions, so an item's
+  difficulty is shared across seeds and resampling it per seed would understate the spread),
+  and the same items for both arms, so the pairing on items is kept; a fixed rng seed;
 - `min_detectable_effect`: `(t_{1-alpha,n-1} + t_{power,n-1}) * sd(d) / sqrt(n)`, the true
   mean difference these seeds would detect with probability `power` at level `alpha`.
 """
@@ -82,7 +84,7 @@ def bootstrap_interval(diffs: Sequence[float], item_diffs: Optional[np.ndarray] 
                        draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED,
                        level: float = 0.95) -> tuple[float, float]:
     """Percentile interval of the mean difference, resampling seeds and, given `item_diffs` `(seeds, items)`
-    (arm minus base per item), the items within each drawn seed."""
+    (arm minus base per item, the same items in every seed), the items jointly: one item draw for all seeds."""
     x = np.asarray(diffs, dtype=float)  # (n,)
     if x.size == 0:
         return math.nan, math.nan
@@ -96,7 +98,7 @@ def bootstrap_interval(diffs: Sequence[float], item_diffs: Optional[np.ndarray] 
             means[lo:lo + k] = x[pick].mean(axis=1)  # (k,)
             continue
         m = item_diffs.shape[1]
-        items = rng.integers(0, m, size=(k, n, m))  # (k, n, m) items, the same for both arms
+        items = rng.integers(0, m, size=(k, 1, m))  # (k, 1, m) items: one draw for every seed and both arms
         means[lo:lo + k] = item_diffs[pick[..., None], items].mean(axis=(1, 2))  # (k,)
     low, high = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(low), float(high)

@@ -1,37 +1,26 @@
-"""The experiment's statistics, fixed before the run: paired tests, claims and verdicts.
+"""The experiment's paired tests, fixed before the run: every arm against a base, per learner.
 
-The statistic is held-out greedy pass@1 after the last round (each run's last evaluation, the
-node's own greedy decoder), per learner; sampled accuracy (`correct / samples` per item) is
-reported beside it. Arms are paired by seed (every arm of a seed shares the prompt schedule
-and the starting weights) and, within a seed, by item (every evaluation scores the same items
-in the same order; the item digests are checked).
+The statistic is held-out greedy pass@1 at the pre-registered end point (the evaluation
+after round `end_round` of the run's config, else its last; the node's own greedy decoder),
+per learner; sampled accuracy (`correct / samples` per item) is reported beside it. Arms are
+paired by seed (every arm of a seed shares the prompt schedule and the starting weights)
+and, within a seed, by item (every evaluation scores the same items in the same order; the
+item digests are checked).
 
 For the seeds both arms have, with per-seed differences `d = arm - base` (plus the margin `m`
 of a non-inferiority test: the null is `mean(d) = -m`), `paired_tests.py` gives a one-sided
 paired t-test (scipy's), an exact sign-flip test (ties counted; its least p is `2^-n`, so
 fewer than 6 seeds never reach ALPHA, and the notes say so), a 95% bootstrap percentile
 interval of the mean difference (BOOTSTRAP_DRAWS draws, rng seed BOOTSTRAP_SEED, resampling
-seeds and, within each drawn seed, items, the same items for both arms; seeds only, said in
+seeds and, jointly across seeds, items, the same items for both arms; seeds only, said in
 the notes, when an evaluation lacks per-item results or the arms' items differ) and the
 minimum detectable effect at ALPHA and power POWER, `(t_{1-alpha,n-1} + t_{power,n-1}) sd(d) / sqrt(n)`.
 
-ALPHA = 0.05 / 3 (three claims). A part of a claim is "supported" when both its t-test p and
-its sign-flip p are below ALPHA, "refuted" when the opposite one-sided t-test p is below
-ALPHA, else "not shown". Claims (CLAIMS), each on greedy pass@1:
-
-- H1 `vertical-ftis` >= `solo`: B gains (diff > 0) and A is non-inferior within 0.05 (diff > -0.05);
-- H2 `vertical-nois` < `solo` for A;
-- H3 `vertical-ftis` > `horizontal-ftis`, for both learners.
-
-A claim is supported when all its parts are, refuted when any part is, else not shown. A
-claim counts as tested only when the pilot gate passed (`gate_passed`, the caller's reading
-of the pilot's verdict) and the run's ESS holds: the mean over seeds of the mean over rounds
-of `ess@1` in learner A's records of `vertical-ftis` (B's samples weighed under A) is at
-most ESS_MAX. The ESS is reported either way; an untested claim's verdict is still computed
-and shown, labelled "not tested".
-
-Secondary: every arm against `solo` (main) and `solo-2x` (secondary), both learners, greedy
-and sampled, one-sided "greater". Optimiser steps (a record's `optimizer_step`, else
+ALPHA = 0.025, one-sided: 0.05 shared by the two pre-registered claims (`claims.py`, which
+holds them, their verdict rules, the collapse rule and the a-priori MDE). Every other
+comparison here (each arm against `solo`, both learners, greedy and sampled, "greater";
+a stale arm against its fresh twin) is secondary and uncorrected: its verdict
+(`verdict`) is a description, not a claim. Optimiser steps (a record's `optimizer_step`, else
 `update_steps > 0`; unknown when neither is there) and rows withheld by the forgery detector
 (`withheld_forgery`, 0 when absent) are summed over a run's rounds and averaged over seeds.
 """
@@ -39,7 +28,6 @@ and sampled, one-sided "greater". Optimiser steps (a record's `optimizer_step`, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
@@ -49,8 +37,8 @@ from ftis_swarm.lab.experiment.paired_tests import (BOOTSTRAP_DRAWS, BOOTSTRAP_S
 
 Metric = Literal["greedy", "sampled"]
 
-ALPHA = 0.05 / 3
-"""One-sided level of every test: 0.05 shared by the three claims."""
+ALPHA = 0.05 / 2
+"""One-sided level of every test: 0.05 shared (Bonferroni) by the two pre-registered claims."""
 NONINFERIORITY_MARGIN = 0.05
 ESS_MAX = 0.6
 """The pilot gate's ESS bound, required again of the run for a claim to count as tested."""
@@ -59,33 +47,23 @@ LEARNERS = ("A", "B")
 _OPPOSITE = {"greater": "less", "less": "greater"}
 
 
-@dataclass(frozen=True)
-class Part:
-    """One one-sided paired comparison of a claim."""
-
-    arm: str
-    base: str
-    learner: str
-    alternative: Alternative = "greater"
-    margin: float = 0.0
-
-
-CLAIMS: tuple[tuple[str, str, tuple[Part, ...]], ...] = (
-    ("H1", "vertical-ftis >= solo: B gains, A non-inferior within 0.05",
-     (Part("vertical-ftis", "solo", "B"), Part("vertical-ftis", "solo", "A", margin=NONINFERIORITY_MARGIN))),
-    ("H2", "vertical-nois < solo for A", (Part("vertical-nois", "solo", "A", "less"),)),
-    ("H3", "vertical-ftis > horizontal-ftis for both learners",
-     (Part("vertical-ftis", "horizontal-ftis", "A"), Part("vertical-ftis", "horizontal-ftis", "B"))),
-)
+def end_point(run: dict[str, Any], end_round: Optional[int]) -> Optional[dict[str, Any]]:
+    """The run's evaluation after `end_round` (None: its last); None when the run has none there."""
+    evals = run.get("evals") or []
+    if end_round is None:
+        return evals[-1] if evals else None
+    return next((ev for ev in evals if ev.get("round") == end_round), None)
 
 
 def end_evals(result: dict[str, Any], arm: str, learner: str) -> dict[int, dict[str, Any]]:
-    """`{seed: the learner's evaluation after the last round}` of an arm's finished runs."""
+    """`{seed: the learner's evaluation at the end point}` of an arm's finished runs (the config's
+    `end_round`, pre-registered; the last evaluation for a result without one)."""
+    end_round = result.get("config", {}).get("end_round")
     out = {}
     for run in result.get("runs", []):
-        evals = run.get("evals") or []
-        if run.get("arm") == arm and evals and isinstance(evals[-1].get(learner), dict):
-            out[int(run["seed"])] = evals[-1][learner]
+        ev = end_point(run, end_round) if run.get("arm") == arm else None
+        if ev is not None and isinstance(ev.get(learner), dict):
+            out[int(run["seed"])] = ev[learner]
     return out
 
 
@@ -147,33 +125,17 @@ def paired(result: dict[str, Any], arm: str, base: str, learner: str, metric: Me
 
 
 def verdict(test: dict[str, Any]) -> str:
-    """"supported", "refuted" or "not shown" of one paired test, by the fixed rule (NaN p: not shown)."""
+    """"supported" when both the t-test p and the sign-flip p are below ALPHA, "refuted" when the
+    opposite one-sided t-test p is (a secondary comparison's rule), else "not shown" (NaN p: not shown)."""
     if test["t_p"] < ALPHA and test["sign_p"] < ALPHA:
         return "supported"
     return "refuted" if test["t_p_opposite"] < ALPHA else "not shown"
 
 
-def combine(verdicts: Sequence[str]) -> str:
-    """A claim's verdict from its parts': refuted if any is, supported if all are, else not shown."""
-    if "refuted" in verdicts:
-        return "refuted"
-    return "supported" if verdicts and all(v == "supported" for v in verdicts) else "not shown"
-
-
-def _records(result: dict[str, Any], arm: str, learner: str) -> dict[int, list[dict[str, Any]]]:
+def records(result: dict[str, Any], arm: str, learner: str) -> dict[int, list[dict[str, Any]]]:
     """`{seed: the learner's per-round records}` of an arm's runs."""
     return {int(run["seed"]): [x for x in run.get("rounds", []) if x.get("learner") == learner]
             for run in result.get("runs", []) if run.get("arm") == arm}
-
-
-def offpolicy_ess(result: dict[str, Any], arm: str = "vertical-ftis", learner: str = "A") -> float:
-    """Mean over seeds of the mean over rounds of `ess@1` (the peer's samples under the learner); NaN if none."""
-    per_seed = []
-    for recs in _records(result, arm, learner).values():
-        values = [float(x["ess@1"]) for x in recs if x.get("ess@1") is not None and math.isfinite(x["ess@1"])]
-        if values:
-            per_seed.append(float(np.mean(values)))
-    return float(np.mean(per_seed)) if per_seed else math.nan
 
 
 def _step(record: dict[str, Any]) -> float:
@@ -187,7 +149,7 @@ def _step(record: dict[str, Any]) -> float:
 def step_counts(result: dict[str, Any], arm: str, learner: str) -> dict[str, Any]:
     """Per seed, optimiser steps and forgery-withheld rows summed over rounds (and rounds with any); their means."""
     steps, withheld, flagged = [], [], []
-    for _, recs in sorted(_records(result, arm, learner).items()):
+    for _, recs in sorted(records(result, arm, learner).items()):
         known = [s for s in map(_step, recs) if not math.isnan(s)]
         steps.append(float(sum(known)) if known else math.nan)
         rows = [float(x.get("withheld_forgery") or 0.0) for x in recs]
@@ -196,21 +158,6 @@ def step_counts(result: dict[str, Any], arm: str, learner: str) -> dict[str, Any
     return {"arm": arm, "learner": learner, "seeds": len(steps), "optimizer_steps": _mean(steps),
             "optimizer_steps_per_seed": steps, "forgery_withheld": _mean(withheld),
             "forgery_withheld_per_seed": withheld, "forgery_rounds": _mean(flagged)}
-
-
-def claims(result: dict[str, Any], gate_passed: bool) -> list[dict[str, Any]]:
-    """Every claim of CLAIMS with its parts' tests and verdicts, its verdict, `tested` and its label."""
-    ess = offpolicy_ess(result)
-    tested = bool(gate_passed) and ess <= ESS_MAX
-    out = []
-    for name, statement, parts in CLAIMS:
-        tests = [paired(result, p.arm, p.base, p.learner, alternative=p.alternative, margin=p.margin) for p in parts]
-        for t in tests:
-            t["verdict"] = verdict(t)
-        v = combine([t["verdict"] for t in tests])
-        out.append({"claim": name, "statement": statement, "parts": tests, "verdict": v, "tested": tested,
-                    "label": v if tested else f"not tested ({v})", "ess": ess, "gate_passed": bool(gate_passed)})
-    return out
 
 
 def arms_with_runs(result: dict[str, Any]) -> list[str]:
@@ -258,26 +205,6 @@ def staleness_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines + _notes(tests))
 
 
-def statistics(result: dict[str, Any], gate_passed: bool) -> dict[str, Any]:
-    """Everything above as one JSON-ready dict (NaN as None), with the fixed settings and every note."""
-    cl = claims(result, gate_passed)
-    comps = {base: {m: comparisons(result, base, m) for m in ("greedy", "sampled")} for base in (MAIN_BASE,
-                                                                                                  SECONDARY_BASE)}
-    tests = [t for c in cl for t in c["parts"]] + [t for b in comps.values() for ts in b.values() for t in ts]
-    notes = [f"{a}: no finished runs" for a in (MAIN_BASE, SECONDARY_BASE) if a not in arms_with_runs(result)]
-    notes += [n for t in tests for n in t["notes"]]
-    ess = offpolicy_ess(result)
-    return _json({
-        "alpha": ALPHA, "power": POWER, "noninferiority_margin": NONINFERIORITY_MARGIN, "ess_max": ESS_MAX,
-        "bootstrap": {"draws": BOOTSTRAP_DRAWS, "seed": BOOTSTRAP_SEED, "level": 0.95},
-        "gate_passed": bool(gate_passed), "ess": ess, "ess_holds": ess <= ESS_MAX,
-        "tested": bool(gate_passed) and ess <= ESS_MAX, "claims": cl, "comparisons": comps,
-        "staleness": staleness(result),
-        "steps": [step_counts(result, arm, learner) for arm in arms_with_runs(result) for learner in LEARNERS],
-        "notes": list(dict.fromkeys(notes)),
-    })
-
-
 def _num(x: Optional[float], fmt: str = ".3f") -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, fmt)
 
@@ -294,26 +221,6 @@ def _notes(tests: Sequence[dict[str, Any]]) -> list[str]:
 
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
-
-
-def claims_markdown(result: dict[str, Any], gate_passed: bool) -> str:
-    """The claims table: per part its test, the part's verdict and the claim's label; the gate and ESS above it."""
-    cl = claims(result, gate_passed)
-    ess = cl[0]["ess"]
-    held = "holds" if ess <= ESS_MAX else ("not measured" if math.isnan(ess) else "does not hold")
-    lines = [f"Pilot gate {'passed' if gate_passed else 'not passed'}; ESS of B's samples under A in vertical-ftis "
-             f"(mean over seeds and rounds) {_num(ess)}, at most {ESS_MAX}: {held}. "
-             f"Claims {'tested' if cl[0]['tested'] else 'not tested'}; alpha {ALPHA:.4f}, one-sided, greedy pass@1.",
-             "", _row(["claim", "comparison", "learner", "seeds", "mean diff", "95% interval", "t p", "sign-flip p",
-                       "opposite t p", "MDE", "part", "claim verdict"]), "|" + "---|" * 12]
-    for c in cl:
-        for i, t in enumerate(c["parts"]):
-            sign = ">" if t["alternative"] == "greater" else "<"
-            comparison = f"{t['arm']} {sign} {t['base']}" + (f" - {t['margin']:g}" if t["margin"] else "")
-            lines.append(_row([c["claim"] if i == 0 else "", comparison, t["learner"], str(len(t["seeds"])),
-                               _num(t["mean_diff"], "+.3f"), _interval(t), _num(t["t_p"]), _num(t["sign_p"]),
-                               _num(t["t_p_opposite"]), _num(t["mde"]), t["verdict"], c["label"] if i == 0 else ""]))
-    return "\n".join(lines + _notes([t for c in cl for t in c["parts"]]))
 
 
 def comparison_markdown(result: dict[str, Any], *, base: str = MAIN_BASE, metric: Metric = "greedy") -> str:
@@ -337,18 +244,6 @@ def comparison_markdown(result: dict[str, Any], *, base: str = MAIN_BASE, metric
                                _num(steps["optimizer_steps"], ".1f"), _num(steps["forgery_withheld"], ".1f")]))
     missing = [] if base in arms_with_runs(result) else ["", f"- {base}: no finished runs, so no paired differences"]
     return "\n".join(lines + missing + _notes(list(tests.values())))
-
-
-def statistics_markdown(result: dict[str, Any], gate_passed: bool) -> str:
-    """The claims, then every arm against `solo` and `solo-2x`, greedy and sampled, under headings."""
-    parts = ["### Claims", claims_markdown(result, gate_passed)]
-    for base, what in ((MAIN_BASE, "main"), (SECONDARY_BASE, "secondary")):
-        for metric in ("greedy", "sampled"):
-            parts += [f"### Against {base} ({what}), {metric}", comparison_markdown(result, base=base, metric=metric)]
-    stale = staleness_markdown(result)
-    if stale:
-        parts += ["### Stale own samples (max_staleness)", stale]
-    return "\n\n".join(parts)
 
 
 def _mean(values: Sequence[float]) -> float:
