@@ -41,6 +41,13 @@ def test_arm_names_parse_and_bad_ones_are_refused():
             arm_spec(bad)
     with pytest.raises(ValidationError, match="solo-3x"):
         ExperimentConfig(arms=["solo", "solo-3x"])
+    spec = arm_spec("vertical-ftis@C=4,g=20,filter_rule=and")
+    assert (spec.kind, spec.mode, spec.ftis) == ("vertical", "ftis", (("C", 4.0), ("g", 20.0), ("filter_rule", "and")))
+    for bad, says in (("vertical-ftis@C=0", "C: Input should be greater than 0"), ("solo@C=2", "takes no F-TIS"),
+                      ("vertical-tis@eps=0.1", "key=value pairs, each of C, g, filter_rule"),
+                      ("vertical-ftis@filter_rule=xor", "filter_rule: Input should be 'or' or 'and'")):
+        with pytest.raises(ValueError, match=says):
+            arm_spec(bad)
 
 
 def test_pilot_gate_counts_only_a_passing_row_of_learner_b():
@@ -58,17 +65,25 @@ def test_config_refuses_odd_groups_and_eval_rounds_outside_the_run():
         ExperimentConfig(node={"sampling": {"group_size": 7}})
     with pytest.raises(ValidationError, match="eval_rounds"):
         ExperimentConfig(node={"rounds": 4}, eval_rounds=[5])
-    assert ExperimentConfig(node={"rounds": 6}).eval_rounds == [6]
+    full = ExperimentConfig()
+    assert (full.node.rounds, full.eval_rounds, full.end_round, len(full.seeds)) == (4, [2, 4], 4, 12)
+    assert ExperimentConfig(node={"rounds": 6}).eval_rounds == [2, 4]  # the end point stays round 4
+    assert ExperimentConfig(node={"rounds": 3}).end_round == 2
+    with pytest.raises(ValidationError, match="end_round 3 must be one of eval_rounds"):
+        ExperimentConfig(end_round=3)
     quick = quick_config()
     assert quick.arms == list(QUICK_ARMS) and quick.node.rounds == 1 and quick.eval_rounds == [1]
+    assert quick.end_round == 1
 
 
 def test_the_experiment_is_its_nodes_configs_validated_by_nodeconfig():
     cfg = ExperimentConfig(node={"rounds": 3, "sampling": {"group_size": 8}})
     assert cfg.node.sampling.temperature == 0.7 and cfg.node.prompts_per_round == 2  # the experiment's base
     b = arm_config(cfg, 1, 5, "vertical-nois-stale2")
-    assert (b.model, b.learner.lr, b.learner.lora.rank, b.learner.lora.alpha) == ("smollm2-slim27", 2e-4, 16, 32.0)
+    assert (b.model, b.learner.lr, b.learner.lora) == ("smollm2-bias2", 2e-5, None)
     assert (b.seed, b.rounds, b.sampling.group_size, b.learner.ftis.mode, b.max_staleness) == (1_000_005, 3, 8, "nois", 2)
+    c = arm_config(cfg, 0, 5, "vertical-ftis@C=3,filter_rule=and").learner.ftis
+    assert (c.mode, c.C, c.g, c.filter_rule) == ("ftis", 3.0, 50.0, "and")  # g stays the learner's
     a = arm_config(cfg, 0, 5, "solo-2x")
     assert (a.seed, a.prompts_per_round, a.learner.lora, a.max_staleness) == (5, 4, None, 0)
     with pytest.raises(ValidationError, match="node.rounds"):  # NodeConfig's bound, not a second one
@@ -158,7 +173,6 @@ def test_quick_experiment_end_to_end(tmp_path):
     for arm in runs:
         by_learner = {(x["round"], x["learner"]): x for x in recs(arm)}
         for x in recs(arm):
-            # solo-2x learns as many samples a round as a swarm arm, all its own
             assert x["groups"] == (P if arm == "solo" else 2 * P) and x["sequences"] == x["groups"] * G
             # a step is taken exactly when some sample kept a non-zero advantage
             assert x["optimizer_step"] == x["policy_version"] == int(x["sequences_with_gradient"] > 0)
@@ -185,17 +199,19 @@ def test_quick_experiment_end_to_end(tmp_path):
         assert x["frac_filtered"] == 0.0 and x["frac_filtered@1"] == 0.0
         assert x["mean_weight"] == 1.0 and x["ess"] == pytest.approx(1.0) and x["frac_truncated"] == 0.0
         assert x["generators_max"] == 1
-    for x in recs("vertical-ftis") + recs("horizontal-ftis"):
+    for x in recs("vertical-tis"):  # weighted, not filtered
+        assert x["frac_filtered@1"] == 0.0 and 0.0 < x["mean_weight@1"] <= C and x["mean_weight@1"] != 1.0
+    for x in recs("vertical-ftis") + recs("vertical-fvis"):
         # rule "or": every off-policy sample with a non-positive advantage is dropped (those with
         # A = 0 count in frac_zero_adv, not frac_filtered)
         assert x["frac_filtered@1"] + x["frac_zero_adv@1"] >= x["frac_nonpositive_adv@1"] > 0.0
-        assert 0.0 < x["mean_weight@1"] <= C and 0.0 < x["ess@1"] <= 1.0
-        assert 0.0 <= x["frac_truncated@1"] <= 1.0 and x["kl_mean@1"] > 0.0
+        assert 0.0 < x["ess@1"] <= 1.0 and x["kl_mean@1"] > 0.0
         assert x["mean_weight@1"] != 1.0  # the peer's samples really are weighted
-    for x in recs("vertical-ftis"):
         assert x["generators_min"] == x["generators_max"] == 1
-    for x in recs("horizontal-ftis"):
-        assert x["generators_min"] == 2  # every group mixes both learners' completions
+    for x in recs("vertical-ftis"):
+        assert 0.0 < x["mean_weight@1"] <= C and 0.0 <= x["frac_truncated@1"] <= 1.0
+    for x in recs("vertical-fvis"):
+        assert x["frac_truncated@1"] == 0.0  # untruncated: exp(x) as it is
 
     start = summary["start"]
     digests = {start["A"]["digest"], start["B"]["digest"]}
@@ -219,6 +235,7 @@ def test_quick_experiment_end_to_end(tmp_path):
     # no --pilot: the claims' verdicts are computed but none counts as tested
     stats = json.loads((out / "stats.json").read_text())
     assert stats["gate_passed"] is False and stats["tested"] is False
-    assert [c["claim"] for c in stats["claims"]] == ["H1", "H2", "H3"]
+    assert [c["claim"] for c in stats["claims"]] == ["C1", "C2"]
+    assert {(c["arm"], c["learner"]) for c in stats["collapses"]} == {(a, n) for a in QUICK_ARMS for n in "AB"}
     assert all(c["label"].startswith("not tested (") for c in stats["claims"])
     assert summary["gate"]["reason"] == "no pilot given (--pilot)" and "no pilot given" in proc.stdout

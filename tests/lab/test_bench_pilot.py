@@ -117,3 +117,30 @@ def test_heldout_evaluation_per_item_on_a_tiny_model(tiny):
 
 def _ids(res) -> list[list[list[int]]]:
     return [[list(map(int, c)) for c in g.completion_ids] for g in res.groups]
+
+
+def _sigma_row(sigma: float, ess: float, reward: float, over_c: float = 0.06, mixed: float = 0.5) -> dict:
+    return {"sigma": sigma, "ess": ess, "reward": reward, "frac_over_C": over_c, "mixed": mixed}
+
+
+def test_sigma_choice_rule_target_reached_fallback_and_none():
+    from ftis_swarm.lab.experiment.sigma_pilot import SigmaGate, choose_sigma
+
+    rows = [_sigma_row(1, 0.78, 0.31), _sigma_row(2, 0.51, 0.125), _sigma_row(2.5, 0.39, 0.11),
+            _sigma_row(3, 0.30, 0.10), _sigma_row(4, 0.2, 0.03)]
+    assert choose_sigma(rows) == (2, True)  # the mildest reaching ESS 0.4 with reward >= 0.1 (not 3: lower ESS)
+    assert choose_sigma(rows[:2] + rows[4:]) == (1, False)  # none reaches 0.4: the lowest ESS with reward >= 0.1
+    assert choose_sigma([rows[4]]) == (None, False)  # no sigma keeps the reward
+    checks = SigmaGate().checks(_sigma_row(2, 0.51, 0.125, over_c=0.049, mixed=0.3))
+    assert checks == {"ess_low": True, "over_c": False, "reward": True, "mixed": True}
+    assert not any(SigmaGate().checks(_sigma_row(1, 0.78, 0.05, over_c=0.0, mixed=0.1)).values())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--sigmas", "1,x"], "--sigmas needs comma-separated numbers"),
+    (["--sigmas", "0"], "must be in (0, 10]"),
+])
+def test_sigma_pilot_refuses_bad_flags_in_one_sentence(flags, message):
+    proc = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "bench", "pilot", *flags], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
