@@ -60,23 +60,33 @@ def bench_pilot(
     if json_path is not None and not json_path.parent.is_dir():
         fail(f"--json: folder {json_path.parent} does not exist")
 
-    import torch
-
-    from ftis_swarm.lab.experiment.config import ExperimentConfig
     from ftis_swarm.lab.experiment.pilot import pilot_table, run_pilot
 
-    torch.set_num_threads(threads)
-    defaults = ExperimentConfig().node.sampling
-    t0 = time.perf_counter()
     result = run_pilot(names, model_a=model_a, task_name=task, samples=samples, seed=seed,
-                       temperature=defaults.temperature if temperature is None else temperature,
-                       max_new_tokens=defaults.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                       progress=lambda step: typer.echo(f"  ... {step} ({time.perf_counter() - t0:.0f} s)", err=True))
+                       **_sampling(threads, temperature, max_new_tokens))
     result["threads"] = threads
     s = result["settings"]
     typer.echo(f"pilot on {result['items']} held-out items of {task}: {s['samples']} samples an item at "
                f"T = {s['temperature']}, {s['max_new_tokens']} tokens; {result['seconds']:.0f} s with {threads} thread(s)")
     typer.echo(pilot_table(result))
+    _write(result, json_path)
+
+
+def _sampling(threads: int, temperature: Optional[float], max_new_tokens: Optional[int]) -> dict:
+    """torch's threads set; the sampling keywords of a pilot (the experiment's defaults where unset) and its progress."""
+    import torch
+
+    from ftis_swarm.lab.experiment.config import ExperimentConfig
+
+    torch.set_num_threads(threads)
+    defaults = ExperimentConfig().node.sampling
+    t0 = time.perf_counter()
+    return {"temperature": defaults.temperature if temperature is None else temperature,
+            "max_new_tokens": defaults.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            "progress": lambda step: typer.echo(f"  ... {step} ({time.perf_counter() - t0:.0f} s)", err=True)}
+
+
+def _write(result: dict, json_path: Optional[Path]) -> None:
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2))
         typer.echo(f"written to {json_path}")
@@ -100,26 +110,14 @@ def _sigma_pilot(sigmas: str, *, model_a: str, task: str, temperature: Optional[
     if json_path is not None and not json_path.parent.is_dir():
         fail(f"--json: folder {json_path.parent} does not exist")
 
-    import torch
-
-    from ftis_swarm.lab.experiment.config import ExperimentConfig
     from ftis_swarm.lab.experiment.sigma_pilot import PILOT_SEED, run_sigma_pilot, sigma_table
 
-    torch.set_num_threads(threads)
-    defaults = ExperimentConfig().node.sampling
-    t0 = time.perf_counter()
     result = run_sigma_pilot(values, model_a=model_a, task_name=task, prompts=prompts, group_size=group_size,
-                             seed=PILOT_SEED if seed is None else seed,
-                             temperature=defaults.temperature if temperature is None else temperature,
-                             max_new_tokens=defaults.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                             progress=lambda step: typer.echo(f"  ... {step} ({time.perf_counter() - t0:.0f} s)",
-                                                              err=True))
+                             seed=PILOT_SEED if seed is None else seed, **_sampling(threads, temperature, max_new_tokens))
     result["threads"] = threads
     s = result["settings"]
     typer.echo(f"sigma pilot on {s['prompts']} train prompts of {task} (seed {s['seed']}), {s['group_size']} samples "
                f"a prompt at T = {s['temperature']}, {s['max_new_tokens']} tokens, C = {s['C']}; "
                f"{result['seconds']:.0f} s with {threads} thread(s)")
     typer.echo(sigma_table(result))
-    if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=2))
-        typer.echo(f"written to {json_path}")
+    _write(result, json_path)
