@@ -14,6 +14,8 @@ The only module of ftis_swarm that imports vllm (an import-linter contract). Cho
   `reset_prefix_cache()` drops KV blocks computed with the old weights. From a folder (`load_weights`): the learner writes safetensors, then
   `collective_rpc("reload_weights")` loads them in place, the same cache reset after. Adapter swap: a `LoRARequest` with a fixed id and
   `load_inplace=True`, again followed by a prefix-cache reset (the cache key is the LoRA id).
+- A model with a logit bias (`smollm2-bias<sigma>`, models/logit_bias.py) is refused: the bias is
+  a forward hook on the transformers head, which vLLM's own model never runs.
 - The engine runs in this process by default (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): no
   `__main__` guard needed in callers, and the node already gives the worker its own process.
 """

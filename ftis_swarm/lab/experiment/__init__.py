@@ -4,10 +4,13 @@
 - arms.py          the runs of a grid (a fresh process per run), resume, the pilot's gate
 - run.py           one run: one arm, one seed, two learners, each a real node on a loopback hub
 - heldout.py       the one held-out evaluator: greedy pass@1 and sampled accuracy per item
-- stats.py         the fixed paired statistics, claims and their verdicts
+- stats.py         the fixed paired tests of every arm against a base, at the end point (secondary comparisons)
+- claims.py        the pre-registered claims C1, C2 and their verdict rules, collapses, standing, the a-priori MDE
+- claims_tables.py the statistics as JSON (stats.json) and markdown (stats.md): claims first
 - paired_tests.py  paired tests over seeds: t-test, exact sign-flip, bootstrap interval, MDE
 - report.py        the table and the plots of a grid
 - pilot.py         the pilot gate: is a candidate learner B far enough from A for the correction to matter
+- sigma_pilot.py   the pre-registered design's pilot: the sweep of B = smollm2-bias<sigma>, its choice rule and gate
 
 The experiment trains with the node's own round (`node.daemon.Node`, its publish and learn
 halves, on the `peers.loopback` transport); it never copies it.
