@@ -88,18 +88,19 @@ class VLLMBackend(RolloutBackend):
         engine_options: dict[str, Any] | None = None,
     ) -> None:
         from transformers import AutoConfig, GenerationConfig
-        from vllm import LLM
 
         path = resolve_model(model)
+        config = AutoConfig.from_pretrained(path)
+        if has_logit_bias(config):
+            raise UserError(f"model {model!r} adds a logit bias in a forward hook that vLLM never runs; "
+                            "use the transformers backend for it")
+        from vllm import LLM
+
         tokenizer = load_tokenizer(path)
         super().__init__(header=header, tokenizer_fp=tokenizer_fingerprint(tokenizer))
         if in_process:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         cuda = _on_cuda()
-        config = AutoConfig.from_pretrained(path)
-        if has_logit_bias(config):
-            raise UserError(f"model {model!r} adds a logit bias in a forward hook that vLLM never runs; "
-                            "use the transformers backend for it")
         try:
             gen_config: Any = GenerationConfig.from_pretrained(path)
         except OSError:

@@ -87,3 +87,11 @@ def test_learner_logprobs_equal_generation_logprobs(biased_dir: Path, tiny_qwen:
                 gaps[name] = max(gaps[name], float(np.abs(lp.numpy() - logp_gen).max()))
     assert gaps["biased"] < 1e-4  # the learner sees the logits the sampler sampled from
     assert gaps["plain"] > 0.5  # and they are not the unbiased model's
+
+
+def test_the_vllm_backend_refuses_a_biased_model_in_one_sentence(biased_dir: Path) -> None:
+    from ftis_swarm.errors import UserError
+    from ftis_swarm.rollout.vllm_backend import VLLMBackend
+
+    with pytest.raises(UserError, match="adds a logit bias in a forward hook that vLLM never runs"):
+        VLLMBackend(str(biased_dir), header=GroupHeader("r", "b", "tiny-bias2"))
