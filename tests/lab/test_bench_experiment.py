@@ -143,7 +143,8 @@ def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
                          (["--pilot", str(tmp_path / "none.json")], "--pilot"),
                          (["--set", "eval_samples=-1"], "eval_samples"), (["--rounds", "0"], "node.rounds"),
                          (["--set", "sampling.temperature=0"], "node.sampling.temperature"),
-                         (["--set", "bogus=1"], "bogus"), (["--lr-b", "3"], "learner B")):
+                         (["--set", "bogus=1"], "bogus"), (["--lr-b", "3"], "learner B"),
+                         (["--seeds", "5..2"], "first <= last"), (["--arms", "solo,vertical-ftis@C=0"], "C: Input")):
         proc = subprocess.run(CLI + flags + ["--run-dir", str(tmp_path / "o")], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, proc.stderr

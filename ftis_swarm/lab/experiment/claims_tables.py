@@ -72,7 +72,8 @@ def claims_markdown(result: dict[str, Any], gate_passed: bool, *, pilot_sd: Opti
     for c in cl:
         for i, t in enumerate(c["parts"]):
             opposite = "<" if t["alternative"] == "greater" else ">"
-            refute = f"diff {opposite} {-t['refute_margin']:+g} at {t['refute_alpha']:.4f}"
+            bound = f"{-t['refute_margin']:+g}" if t["refute_margin"] else "0"
+            refute = f"diff {opposite} {bound} at {t['refute_alpha']:.4f}"
             lines.append(_row([c["claim"] if i == 0 else "", _comparison(t), t["learner"], str(len(t["seeds"])),
                                _num(t["mean_diff"], "+.3f"), _interval(t), _num(t["t_p"]), _num(t["sign_p"]), refute,
                                _num(t["refute_t_p"]), _num(t["refute_sign_p"]), _num(t["mde"]), t["verdict"],
@@ -85,7 +86,10 @@ def secondary_markdown(result: dict[str, Any]) -> str:
     lines = [f"Secondary, uncorrected (one-sided at {ALPHA:.4f}, not claims).", "",
              _row(["comparison", "learner", "seeds", "mean diff", "95% interval", "t p", "sign-flip p", "reading"]),
              "|" + "---|" * 8]
-    for t in secondary(result):
+    second = secondary(result)
+    if not second:
+        lines.append(_row(["-"] * 8) + "  (no pair of these arms has runs)")
+    for t in second:
         lines.append(_row([_comparison(t), t["learner"], str(len(t["seeds"])), _num(t["mean_diff"], "+.3f"),
                            _interval(t), _num(t["t_p"]), _num(t["sign_p"]), t["verdict"]]))
     lines += ["", f"Collapses (defined before the run: a non-finite loss or gradient, or held-out greedy accuracy "

@@ -226,7 +226,7 @@ def _row(cells: Sequence[str]) -> str:
 def comparison_markdown(result: dict[str, Any], *, base: str = MAIN_BASE, metric: Metric = "greedy") -> str:
     """Every arm and learner: mean end accuracies, the paired difference against `base` and its tests, steps."""
     tests = {(t["arm"], t["learner"]): t for t in comparisons(result, base, metric)}
-    lines = [f"Held-out {metric} accuracy after the last round, paired by seed against `{base}`: one-sided tests of "
+    lines = [f"Held-out {metric} accuracy at the end point, paired by seed against `{base}`: one-sided tests of "
              f"arm > {base} at alpha {ALPHA:.4f}; 95% bootstrap interval over seeds and items; MDE at power {POWER}. "
              "Optimiser steps and forgery-withheld rows: sums over rounds, mean per seed.",
              "", _row(["arm", "learner", "seeds", "end greedy", "end sampled", f"diff vs {base}", "95% interval", "t p",
