@@ -17,6 +17,8 @@
 - hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes)
 - nat_testbed.py     network namespaces behind real MASQUERADE routers (a public segment, two homes)
 - reach.py           groups between home nodes behind that NAT: relayed against client mode
+- reach_bootstrap.py the swarm after its bootstrap's SIGKILL, newcomers through any live peer (loopback)
+- reach_relay.py     the bootstrap's relay under a hostile relayed pair, honest homes beside it
 - tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
 
 A bench measures the product, never a copy of it: e2e, resume and soak start real
