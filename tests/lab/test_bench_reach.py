@@ -60,9 +60,9 @@ def test_the_relay_phase_puts_the_attacked_part_beside_the_baseline_and_the_cut_
                        baseline=RelayPart({"home1->home2": 1.0, "home2->home1": 1.0}, 4096.0),
                        attacked=RelayPart({"home1->home2": 0.75, "home2->home1": 1.0}, 40960.0),
                        circuits=3, refused=2, errors={"ConnectionResetError": 2}, written=5 << 20,
-                       per_circuit=[1000, 3000, 2000], delivered_per_round=3072.0, round_s=10.0)
+                       per_stream=[1000, 3000, 2000], delivered_per_round=3072.0, round_s=1.5)
     lines = format_relay_phase(phase).splitlines()
     assert "home1->home2                  100%         75%" in lines
     assert "bootstrap KiB/round              4          40" in lines
-    assert ("pusher: 3 circuits, 2 cut or refused, 5.0 MiB written; the sink read 0.0 MiB, 3 KiB per round; "
-            "per circuit max 3000 B, median 2000 B") in lines
+    assert ("pusher: 3 circuits, 2 cut or refused, 5.0 MiB written; the sink read 0.0 MiB, 3 KiB per round of "
+            "1.5 s (2 KiB/s); per stream max 3000 B, median 2000 B") in lines

@@ -10,8 +10,8 @@ connection and `max_circuits` circuits per peer (`swarm.relay_data_limit`,
 
 Figures: the honest home-to-home share of groups per part, the bytes in and out of the
 bootstrap's interface per round per part, and the pusher's circuits, refusals and the
-bytes each circuit delivered to the sink (what one relayed connection carried before the
-relay cut it).
+bytes each stream delivered to the sink (2 streams share one relayed connection, so a
+circuit's two together are what it carried before the relay cut it).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class RelayPhase:
     errors: dict[str, int]
     written: int
     """Bytes the pusher handed its daemon."""
-    per_circuit: list[int]
-    """Bytes the sink read from each circuit's streams (in order)."""
+    per_stream: list[int]
+    """Bytes the sink read from each stream, in order of opening (the pusher opens 2 per circuit)."""
     delivered_per_round: float
     """Bytes the sink read per attacked round."""
     round_s: float
@@ -110,7 +110,7 @@ def run_relay_phase(*, rounds: int, groups: int, size: int, deadline: float, dat
             middle, attack_started = iface_bytes(bed, "boot"), time.time()
             attacked = run_rounds(workers, rounds, rounds, groups=groups, size=size, deadline=deadline)
             after, attack_s = iface_bytes(bed, "boot"), time.time() - attack_started
-            per_circuit = sink.request({"op": "report"})["streams"]
+            per_stream = sink.request({"op": "report"})["streams"]
             pushed = hostiles[1].request({"op": "report"})
         finally:
             for proc in [*workers.values(), *hostiles]:
@@ -121,12 +121,12 @@ def run_relay_phase(*, rounds: int, groups: int, size: int, deadline: float, dat
                       baseline=RelayPart(_home_share(baseline), (middle - before) / rounds),
                       attacked=RelayPart(_home_share(attacked), (after - middle) / rounds),
                       circuits=pushed["circuits"], refused=pushed["refused"], errors=pushed["errors"],
-                      written=pushed["written"], per_circuit=per_circuit,
-                      delivered_per_round=sum(per_circuit) / rounds, round_s=attack_s / rounds)
+                      written=pushed["written"], per_stream=per_stream,
+                      delivered_per_round=sum(per_stream) / rounds, round_s=attack_s / rounds)
 
 
 def format_relay_phase(phase: RelayPhase) -> str:
-    per = sorted(phase.per_circuit) or [0]
+    per = sorted(phase.per_stream) or [0]
     lines = [f"relay under a hostile relayed pair: {phase.rounds} rounds each part, {phase.groups} groups of "
              f"{phase.size // 1024} KiB per node per round; relay limits {phase.data_limit} B per relayed "
              f"connection, {phase.max_circuits} circuits per peer",
@@ -136,8 +136,9 @@ def format_relay_phase(phase: RelayPhase) -> str:
     lines.append(f"{'bootstrap KiB/round':<22}{phase.baseline.boot_bytes_per_round / 1024:>12.0f}"
                  f"{phase.attacked.boot_bytes_per_round / 1024:>12.0f}")
     lines.append(f"pusher: {phase.circuits} circuits, {phase.refused} cut or refused, {phase.written / 2**20:.1f} MiB "
-                 f"written; the sink read {sum(phase.per_circuit) / 2**20:.1f} MiB, "
-                 f"{phase.delivered_per_round / 1024:.0f} KiB per round; per circuit max {per[-1]} B, "
+                 f"written; the sink read {sum(phase.per_stream) / 2**20:.1f} MiB, "
+                 f"{phase.delivered_per_round / 1024:.0f} KiB per round of {phase.round_s:.1f} s "
+                 f"({phase.delivered_per_round / max(phase.round_s, 1e-9) / 1024:.0f} KiB/s); per stream max {per[-1]} B, "
                  f"median {per[len(per) // 2]} B")
     lines.append(f"errors: {phase.errors}")
     return "\n".join(lines)
