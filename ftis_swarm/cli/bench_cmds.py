@@ -277,16 +277,39 @@ def bench_reach(
     size: int = typer.Option(32 * 1024, help="Bytes per group."),
     deadline: float = typer.Option(10.0, "--round-deadline", help="Seconds a round waits for every peer's groups."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+    phase: str = typer.Option("nat", help="nat: home nodes behind real NAT; bootstrap: the bootstrap killed "
+                                          "mid-run, on loopback (no root); relay: the relay under a hostile "
+                                          "relayed pair, on real NAT."),
+    nodes: int = typer.Option(6, help="Nodes joining through one bootstrap (--phase bootstrap)."),
+    relay_data_limit: int = typer.Option(1 << 20, help="The bootstrap's bytes per relayed connection (--phase relay)."),
+    relay_circuits: int = typer.Option(4, help="The bootstrap's relay circuits per peer (--phase relay)."),
 ) -> None:
-    """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode."""
+    """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode; or
+    (--phase bootstrap) a swarm that outlives its bootstrap."""
     if not 1 <= rounds <= 200 or not 1 <= groups <= 16 or not 1024 <= size <= 4 * 1024 * 1024 or deadline <= 0:
         fail("--rounds must be 1-200, --groups 1-16, --size 1 KiB-4 MiB and --round-deadline > 0")
+    if phase not in ("nat", "bootstrap", "relay") or not 3 <= nodes <= 32:
+        fail("--phase must be nat, bootstrap or relay, and --nodes 3-32")
     _check_json_path(json_path)
+    if phase == "bootstrap":
+        from ftis_swarm.lab.bench.reach_bootstrap import format_bootstrap_phase, run_bootstrap_phase
+
+        result = run_bootstrap_phase(nodes=nodes, rounds=rounds, groups=groups, size=size, timeout=deadline,
+                                     progress=_progress)
+        _report(format_bootstrap_phase(result), result, json_path)
+        return
     from ftis_swarm.lab.bench.nat_testbed import unavailable_reason
 
     reason = unavailable_reason()
     if reason:
         fail(reason)
+    if phase == "relay":
+        from ftis_swarm.lab.bench.reach_relay import format_relay_phase, run_relay_phase
+
+        relay = run_relay_phase(rounds=rounds, groups=groups, size=size, deadline=deadline, data_limit=relay_data_limit,
+                                max_circuits=relay_circuits, progress=_progress)
+        _report(format_relay_phase(relay), relay, json_path)
+        return
     from ftis_swarm.lab.bench.reach import format_reach, run_reach_bench
 
     bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress)

@@ -73,8 +73,8 @@ def reach_metrics(reach: Optional[dict[str, Any]]) -> dict[str, Any]:
     if not reach:
         return {}
     return {"reach_mode": reach["mode"], "reach_public": reach["mode"] == "public",
-            "reach_dialable": reach["dialable"], "reach_dialback_answered": reach["dialback"]["answered"],
-            "reach_dialback_reached": reach["dialback"]["reached"]}
+            "reach_dialable": reach["dialable"], "reach_mismatch": reach.get("mismatch", False),
+            "reach_dialback_answered": reach["dialback"]["answered"], "reach_dialback_reached": reach["dialback"]["reached"]}
 
 
 def reach_section(reach: Optional[dict[str, Any]], *, configured: str, mode: str) -> dict[str, Any]:

@@ -14,8 +14,10 @@ never one the asker names, so nobody can point it at a third party; it answers a
 the mode it runs in (`reach.py`), how that was decided (configured, or `auto` by dial-back
 answers), and whether peers could dial its port at the last check. `watch_reachability`
 asks again every `RECHECK_EVERY` seconds while the node runs: a port that closed (or
-opened) later is then said in a WARNING and in `dialable`, but the node keeps its mode
-until it restarts (other p2pd flags mean a new daemon and a new join).
+opened) later is then said in a WARNING, in `dialable` and in `mismatch` (the check
+contradicts the mode), but the node keeps its mode until it restarts: another mode means
+other p2pd flags, so a new daemon, a new join and a new relay slot, which a running
+node's rounds would feel more than a mode that is wrong for a while.
 """
 
 from __future__ import annotations
@@ -73,13 +75,24 @@ class Reachability:
         with self._lock:
             return self._dialable()
 
+    def _mismatch(self) -> bool:
+        dialable = self._dialable()
+        return (self.mode == "public" and dialable == "no") or (self.mode != "public" and dialable == "yes")
+
+    @property
+    def mismatch(self) -> bool:
+        """Whether the last check contradicts the mode: a public node nobody could dial, or a NAT'd mode whose
+        port a peer reached (the node keeps its mode until restarted; this says it should not)."""
+        with self._lock:
+            return self._mismatch()
+
     def snapshot(self) -> dict:
-        """JSON-able: configured, mode, decided_by, dialable, dialback {asked, answered, reached, port},
-        checked (unix time of the last check, None before one), checks."""
+        """JSON-able: configured, mode, decided_by, dialable, mismatch, dialback {asked, answered, reached,
+        port}, checked (unix time of the last check, None before one), checks."""
         with self._lock:
             return {"configured": self.configured, "mode": self.mode, "decided_by": self.decided_by,
-                    "dialable": self._dialable(), "dialback": dict(self._answers), "checked": self._checked,
-                    "checks": self._checks}
+                    "dialable": self._dialable(), "mismatch": self._mismatch(), "dialback": dict(self._answers),
+                    "checked": self._checked, "checks": self._checks}
 
 
 def _observed_ip(info: StreamInfo) -> str:

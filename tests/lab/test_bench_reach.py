@@ -6,12 +6,15 @@ import subprocess
 import sys
 
 from ftis_swarm.lab.bench.reach import ReachArm, ReachBench, format_reach
+from ftis_swarm.lab.bench.reach_bootstrap import BootstrapPhase, format_bootstrap_phase
+from ftis_swarm.lab.bench.reach_relay import RelayPart, RelayPhase, format_relay_phase
 
 CLI = [sys.executable, "-m", "ftis_swarm.cli", "bench", "reach"]
 
 
 def test_bench_reach_refuses_bad_flags_in_one_sentence() -> None:
-    for flags in (["--rounds", "0"], ["--groups", "17"], ["--size", "10"], ["--round-deadline", "0"]):
+    for flags in (["--rounds", "0"], ["--groups", "17"], ["--size", "10"], ["--round-deadline", "0"],
+                  ["--phase", "moon"], ["--phase", "bootstrap", "--nodes", "2"]):
         proc = subprocess.run(CLI + flags, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
@@ -38,3 +41,28 @@ def test_the_table_puts_each_arm_beside_the_client_baseline() -> None:
     assert "home1 first        never      9.5s" in lines and "home2 first        never     never" in lines
     assert "relayed: bootstrap 5 KiB/round (2.50x the baseline's), P 1 KiB/round" in lines
     assert "client: faults home1 {'fetch_failed': 2}" in lines
+
+
+def test_the_bootstrap_phase_says_never_for_a_node_that_missed_a_peer_and_counts_the_last_round() -> None:
+    text = format_bootstrap_phase(BootstrapPhase(
+        nodes=3, rounds=4, joined_s=12.34, see_all_s=[1.5, None, 2.25], rounds_after_kill=[4, 3, 4],
+        newcomer_joined_s={"through a live node": 9.0, "dead bootstrap first": 11.5},
+        last_round_complete=[True, True, False, True, True]))
+    lines = text.splitlines()
+    assert "saw every other, s     1.50, never, 2.25  (from round 0's start; one swarm when none is never)" in lines
+    assert "bootstrap SIGKILLed; rounds with every other node's groups, per node: [4, 3, 4] of 4" in lines
+    assert "newcomer, dead bootstrap first   joined in 11.5 s" in lines
+    assert lines[-1] == "round after they joined: 4 of 5 nodes had every other node's groups"
+
+
+def test_the_relay_phase_puts_the_attacked_part_beside_the_baseline_and_the_cut_circuits() -> None:
+    phase = RelayPhase(rounds=2, groups=2, size=32768, data_limit=1 << 20, max_circuits=4,
+                       baseline=RelayPart({"home1->home2": 1.0, "home2->home1": 1.0}, 4096.0),
+                       attacked=RelayPart({"home1->home2": 0.75, "home2->home1": 1.0}, 40960.0),
+                       circuits=3, refused=2, errors={"ConnectionResetError": 2}, written=5 << 20,
+                       per_stream=[1000, 3000, 2000], delivered_per_round=3072.0, round_s=1.5)
+    lines = format_relay_phase(phase).splitlines()
+    assert "home1->home2                  100%         75%" in lines
+    assert "bootstrap KiB/round              4          40" in lines
+    assert ("pusher: 3 circuits, 2 cut or refused, 5.0 MiB written; the sink read 0.0 MiB, 3 KiB per round of "
+            "1.5 s (2 KiB/s); per stream max 3000 B, median 2000 B") in lines

@@ -47,6 +47,15 @@ def test_homes_dial_out_but_nobody_dials_in_and_everything_is_deleted() -> None:
     bed.close()  # idempotent
 
 
+def test_the_control_home_is_reached_on_its_forwarded_port_only() -> None:
+    with nat_testbed(forward_port=7411) as bed:
+        assert len(bed.namespaces) == 9 and bed.public_addr("home3") == "11.0.0.13"
+        assert bed.tcp_reachable("boot", "home3", port=7411) and bed.tcp_reachable("home1", "home3", port=7411)
+        assert not bed.tcp_reachable("boot", "home3", port=7412)  # only the forwarded port
+        assert bed.tcp_reachable("home3", "pub") and not bed.tcp_reachable("home3", "home2")
+        assert "DNAT" in bed.run("r3", ["iptables", "-t", "nat", "-S", "PREROUTING"]).stdout
+
+
 def test_a_failure_inside_the_testbed_still_deletes_it() -> None:
     names: list[str] = []
     with pytest.raises(ZeroDivisionError):

@@ -113,6 +113,7 @@ def test_the_decided_mode_and_the_last_dial_back_are_in_the_status_and_the_metri
         "configured": "auto", "mode": "relayed", "decided_by": "dial-back", "dialable": "yes"}
     assert shown["note"] == "1 of 2 peers dialed port 4321 back at the last check"
     assert reach_metrics(reach.snapshot()) == {"reach_mode": "relayed", "reach_public": False, "reach_dialable": "yes",
+                                               "reach_mismatch": True,  # relayed, but a peer reached its port
                                                "reach_dialback_answered": 2, "reach_dialback_reached": 1}
     out = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "status", str(tmp_path)], capture_output=True,
                          text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))

@@ -4,7 +4,7 @@ The topology is ftis_swarm/lab/bench/nat_testbed.py's: the bootstrap and a publi
 a public segment, two home nodes each behind its own MASQUERADE router (one with
 --random-fully, one with a rate-limited uplink). Nobody can dial a home node; two home
 nodes reach each other only through a relay on the bootstrap, or over a connection one of
-them opened.
+them opened. The first test adds the control home3, whose router forwards its port.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from nat_support import nat_testbed
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 FETCH_DEADLINE = 30.0
+FORWARDED_PORT = 31338
 
 
 def _gather_until(node, expected: dict[str, bytes], *, seconds: float) -> dict[str, bytes]:
@@ -31,15 +32,21 @@ def _gather_until(node, expected: dict[str, bytes], *, seconds: float) -> dict[s
     return received
 
 
+def _forwarded(bed) -> dict:
+    """home3's settings: it listens on the port its router forwards, and announces the router's address."""
+    return dict(port=FORWARDED_PORT, announce=[f"/ip4/{bed.public_addr('home3')}/tcp/{FORWARDED_PORT}"])
+
+
 def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_through_the_relay(swarm) -> None:
-    with nat_testbed() as bed:
+    """home3 is the control: behind NAT too, but its router forwards its port, so `auto` must find it public."""
+    with nat_testbed(forward_port=FORWARDED_PORT) as bed:
         peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
                                 prefix=tuple(bed.wrap("boot", [])))
-        roles = {"pub": "auto", "home1": "auto", "home2": "auto"}  # each asks the bootstrap to dial it back
+        roles = ("pub", "home1", "home2", "home3")  # each in auto: it asks the bootstrap to dial it back
         started = time.monotonic()
-        nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), reachability=mode,
-                                                  relay_wait=60.0),
-                                  prefix=tuple(bed.wrap(role, []))) for role, mode in roles.items()}
+        nodes = {role: swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr(role), relay_wait=60.0,
+                                               **(_forwarded(bed) if role == "home3" else {})),
+                                  prefix=tuple(bed.wrap(role, []))) for role in roles}
         for node in nodes.values():
             node.joined()
         published = {}
@@ -53,10 +60,12 @@ def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_thro
             received = _gather_until(node, expected, seconds=FETCH_DEADLINE)
             assert received == expected, (role, node.counters(), node.tail())
         print(f"all groups crossed {time.monotonic() - started:.1f} s after the nodes started")
-        for role, mode in {"pub": "public", "home1": "relayed", "home2": "relayed"}.items():
+        for role, mode in {"pub": "public", "home1": "relayed", "home2": "relayed", "home3": "public"}.items():
             first_lines = nodes[role].tail(None)
             assert "peers dialed back port" in first_lines and f"starting {mode}" in first_lines, first_lines
             assert f"reachability {mode} (" in first_lines, first_lines
+            reach = nodes[role].counters()["reach"]
+            assert (reach["configured"], reach["mode"], reach["decided_by"]) == ("auto", mode, "dial-back"), reach
 
 
 def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_plainly_by_homes(swarm) -> None:

@@ -90,6 +90,9 @@ def test_a_check_that_no_peer_answered_leaves_dialable_unknown() -> None:
     reach = Reachability(configured="public", mode="public", decided_by="configured")
     assert reach.snapshot()["dialable"] == "unknown" and reach.snapshot()["checked"] is None
     assert reach.record_check(asked=3, answered=2, reached=0, port=4001) == "no"
+    assert reach.mismatch and reach.snapshot()["mismatch"]  # public, and nobody could dial it
     assert reach.record_check(asked=3, answered=0, reached=0, port=4001) == "unknown"
+    assert not reach.mismatch  # no answer contradicts nothing
     assert reach.record_check(asked=3, answered=3, reached=1, port=4001) == "yes"
+    assert not reach.mismatch
     assert reach.snapshot()["checks"] == 3 and reach.snapshot()["dialback"]["answered"] == 3

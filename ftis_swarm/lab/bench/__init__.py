@@ -15,8 +15,11 @@
                      samples learned per second, generate and learn alone with their shares, sync time
 - soak.py            RSS and open files of every process of a testnet over hundreds of rounds
 - hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes)
-- nat_testbed.py     network namespaces behind real MASQUERADE routers (a public segment, two homes)
+- nat_testbed.py     network namespaces behind real MASQUERADE routers (a public segment, two homes,
+                     opt-in a control home whose router forwards its port)
 - reach.py           groups between home nodes behind that NAT: relayed against client mode
+- reach_bootstrap.py the swarm after its bootstrap's SIGKILL, newcomers through any live peer (loopback)
+- reach_relay.py     the bootstrap's relay under a hostile relayed pair, honest homes beside it
 - tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
 
 A bench measures the product, never a copy of it: e2e, resume and soak start real

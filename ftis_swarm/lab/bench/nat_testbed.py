@@ -13,6 +13,10 @@ The layout, every namespace named `<prefix>-<role>` with a prefix unique to the 
             MASQUERADE out of the bridge side (r2 with --random-fully, so its mappings cannot
             be guessed); r1's uplink limited to `uplink_rate` by tbf
     home1   12.0.1.2 behind r1;   home2   12.0.2.2 behind r2
+    home3   only with `forward_port` (the control home): 12.0.3.2 behind r3 (11.0.0.13), a plain
+            MASQUERADE router that also forwards TCP `forward_port` on its public side to
+            home3 (DNAT), as a home operator who opened a port on the router would; peers
+            reach it at `public_addr("home3")`, so `auto` must find it public
 
 Every namespace is linked only to the others (the veth pairs are created inside them, never
 in the host's namespace), none has a route to the host's network, and the addresses look
@@ -39,6 +43,8 @@ PUBLIC_NET = "11.0.0"
 PUBLIC_HOSTS = {"boot": 2, "pub": 3}
 HOMES = {"home1": ("r1", 1), "home2": ("r2", 2)}
 """home namespace -> (its router, the x of its LAN 12.0.x.0/24 and of its router's 11.0.0.1x)."""
+FORWARDED_HOME = {"home3": ("r3", 3)}
+"""The control home, built only with `forward_port`: its router forwards that port to it."""
 
 
 class TestbedError(RuntimeError):
@@ -61,16 +67,21 @@ class NatTestbed:
 
     prefix: str
     uplink_rate: str = "10mbit"
+    forward_port: int = 0
+    """TCP port r3 forwards to home3 (0: no home3, r3: the testbed costs 7 namespaces, not 9)."""
     namespaces: list[str] = field(default_factory=list)
     """The names created so far, in creation order: exactly what `close` deletes."""
 
     @classmethod
-    def create(cls, *, uplink_rate: str = "10mbit") -> "NatTestbed":
-        """Builds the layout above; raises TestbedError (why) when it cannot, leaving nothing behind."""
+    def create(cls, *, uplink_rate: str = "10mbit", forward_port: int = 0) -> "NatTestbed":
+        """Builds the layout above (home3 only with `forward_port`); raises TestbedError (why) when it
+        cannot, leaving nothing behind."""
         reason = unavailable_reason()
         if reason:
             raise TestbedError(reason)
-        bed = cls(prefix=f"ftr{secrets.token_hex(3)}", uplink_rate=uplink_rate)
+        if not 0 <= forward_port < 65536:
+            raise ValueError("forward_port must be a TCP port (0: no forwarded home)")
+        bed = cls(prefix=f"ftr{secrets.token_hex(3)}", uplink_rate=uplink_rate, forward_port=forward_port)
         atexit.register(bed.close)
         try:
             bed._build()
@@ -82,13 +93,24 @@ class NatTestbed:
     def ns(self, role: str) -> str:
         return f"{self.prefix}-{role}"
 
+    @property
+    def homes(self) -> dict[str, tuple[str, int]]:
+        """The homes built: home1 and home2, and home3 with `forward_port` (as `HOMES`)."""
+        return {**HOMES, **(FORWARDED_HOME if self.forward_port else {})}
+
     def addr(self, role: str) -> str:
-        """The address peers reach `role` at (a home's own LAN address: nobody outside can reach it)."""
+        """The address `role` listens on (a home's own LAN address: nobody outside can reach it)."""
         if role in PUBLIC_HOSTS:
             return f"{PUBLIC_NET}.{PUBLIC_HOSTS[role]}"
-        if role in HOMES:
-            return f"12.0.{HOMES[role][1]}.2"
+        if role in self.homes:
+            return f"12.0.{self.homes[role][1]}.2"
         raise KeyError(f"no host {role!r} in the testbed")
+
+    def public_addr(self, role: str) -> str:
+        """The address peers dial to reach `role`: its router's public one for the forwarded home, else `addr`."""
+        if role in FORWARDED_HOME and self.forward_port:
+            return f"{PUBLIC_NET}.{10 + FORWARDED_HOME[role][1]}"
+        return self.addr(role)
 
     def wrap(self, role: str, argv: list[str]) -> list[str]:
         """`argv` to run inside `role`'s namespace."""
@@ -99,13 +121,13 @@ class NatTestbed:
         return _sh(self.wrap(role, argv), check=check, timeout=timeout)
 
     def tcp_reachable(self, src: str, dst: str, *, port: int = 7411, timeout: float = 2.0) -> bool:
-        """Whether a TCP connection from `src` reaches a listener on `dst`'s address."""
+        """Whether a TCP connection from `src` to `dst`'s `public_addr` reaches a listener on `dst`'s address."""
         server = subprocess.Popen(self.wrap(dst, [sys.executable, "-c", _LISTEN, self.addr(dst), str(port)]),
                                   stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout is not None and server.stdout.readline().strip() == "ready", "listener failed"
             started = time.monotonic()
-            done = self.run(src, [sys.executable, "-c", _CONNECT, self.addr(dst), str(port), str(timeout)],
+            done = self.run(src, [sys.executable, "-c", _CONNECT, self.public_addr(dst), str(port), str(timeout)],
                             check=False, timeout=timeout + 10.0)
             return done.returncode == 0 and time.monotonic() - started < timeout + 10.0
         finally:
@@ -139,7 +161,7 @@ class NatTestbed:
             self._add_ns(role)
             self._on_bridge(role, host, index)
             index += 1
-        for home, (router, x) in HOMES.items():
+        for home, (router, x) in self.homes.items():
             self._add_ns(router)
             self._add_ns(home)
             self._on_bridge(router, 10 + x, index)
@@ -155,6 +177,10 @@ class NatTestbed:
             if x == 1 and self.uplink_rate:
                 self.run(router, ["tc", "qdisc", "add", "dev", "wan", "root", "tbf", "rate", self.uplink_rate,
                                   "burst", "64kb", "latency", "100ms"])
+            if home in FORWARDED_HOME:
+                self.run(router, ["iptables", "-t", "nat", "-A", "PREROUTING", "-i", "wan", "-p", "tcp", "--dport",
+                                  str(self.forward_port), "-j", "DNAT", "--to-destination",
+                                  f"12.0.{x}.2:{self.forward_port}"])
 
     def close(self) -> None:
         """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""

@@ -81,17 +81,20 @@ class ReachBench:
         return dataclasses.asdict(self)
 
 
-def _iface_bytes(bed: NatTestbed, role: str) -> int:
+def iface_bytes(bed: NatTestbed, role: str) -> int:
     stats = json.loads(bed.run(role, ["ip", "-s", "-j", "link", "show", "wan"]).stdout)[0]["stats64"]
     return int(stats["rx"]["bytes"]) + int(stats["tx"]["bytes"])
 
 
-def _start_bootstrap(bed: NatTestbed, logs: Path, *, name: str) -> tuple[subprocess.Popen, list[str]]:
+def start_bootstrap(bed: NatTestbed, logs: Path, *, name: str,
+                    env: Optional[dict[str, str]] = None) -> tuple[subprocess.Popen, list[str]]:
+    """The bootstrap CLI in the `boot` namespace (`env`: swarm settings, e.g. its relay limits); its multiaddrs."""
     maddrs_file, log_file = logs / f"{name}.maddrs", logs / f"{name}.log"
     maddrs_file.unlink(missing_ok=True)
+    settings = [f"{key}={value}" for key, value in (env or {}).items()]
     with open(log_file, "w") as log:
-        proc = subprocess.Popen(bed.wrap("boot", [sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host",
-                                                  bed.addr("boot"), "--maddrs-file", str(maddrs_file)]),
+        proc = subprocess.Popen(bed.wrap("boot", ["env", *settings, sys.executable, "-m", "ftis_swarm.cli", "bootstrap",
+                                                  "--host", bed.addr("boot"), "--maddrs-file", str(maddrs_file)]),
                                 stdout=log, stderr=log, start_new_session=True)
     stop_at = time.monotonic() + 90.0
     while not maddrs_file.exists():
@@ -103,7 +106,7 @@ def _start_bootstrap(bed: NatTestbed, logs: Path, *, name: str) -> tuple[subproc
 
 def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, logs: Path) -> ReachArm:
     with NatTestbed.create() as bed:
-        boot, peers = _start_bootstrap(bed, logs, name=f"{mode}-boot")
+        boot, peers = start_bootstrap(bed, logs, name=f"{mode}-boot")
         workers: dict[str, JsonProcess] = {}
         started: dict[str, float] = {}
         try:
@@ -122,16 +125,9 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
                     worker.joined()
                     joined[role] = time.time() - started[role]
             slots = {role: any(CIRCUIT in m for m in worker.maddrs) for role, worker in workers.items()}
-            before = {role: _iface_bytes(bed, role) for role in ("boot", "pub")}
-            answers: list[dict[str, dict]] = []
-            for number in range(rounds):
-                start_at = time.time() + 0.5
-                for worker in workers.values():
-                    worker.send({"op": "round", "round": number, "size": size, "count": groups,
-                                 "expect": groups * (len(ROLES) - 1), "start_at": start_at, "timeout": deadline,
-                                 "min_seconds": 0.0})
-                answers.append({role: worker.read() for role, worker in workers.items()})
-            after = {role: _iface_bytes(bed, role) for role in ("boot", "pub")}
+            before = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
+            answers = run_rounds(workers, 0, rounds, groups=groups, size=size, deadline=deadline)
+            after = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
             faults = {}
             for role, worker in workers.items():
                 counters = worker.request({"op": "counters"})
@@ -143,6 +139,21 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
             boot.wait()
     return _figures(mode, answers, started, joined, faults, slots, rounds=rounds, per_round={r: (after[r] - before[r]) / rounds
                                                                         for r in before})
+
+
+def run_rounds(workers: dict[str, JsonProcess], first: int, count: int, *, groups: int, size: int,
+               deadline: float) -> list[dict[str, dict]]:
+    """Rounds `first` .. `first + count - 1`, every worker publishing `groups` groups of `size` bytes from one
+    start; per round {role: its worker's answer}."""
+    answers = []
+    for number in range(first, first + count):
+        start_at = time.time() + 0.5
+        for worker in workers.values():
+            worker.send({"op": "round", "round": number, "size": size, "count": groups,
+                         "expect": groups * (len(workers) - 1), "start_at": start_at, "timeout": deadline,
+                         "min_seconds": 0.0})
+        answers.append({role: worker.read() for role, worker in workers.items()})
+    return answers
 
 
 def _kind(role: str) -> str:

@@ -6,6 +6,7 @@
 - floods.py   its floods of records and its bad body servers
 - gossip.py   its gossip flood: raw gossipsub streams, messages signed by any of its identities
 - groups.py   the hostile groups a peer can make with valid signatures, built from honest ones
+- relay_push.py a hostile relayed pair: a pusher that floods a relay's circuit to its own sink
 
 The only package besides `swarm` that may import hivemind.
 """
