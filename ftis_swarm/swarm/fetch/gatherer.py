@@ -271,6 +271,14 @@ class Gatherer:
         self._select()
         self._scheduler.schedule()
 
+    async def fetch_times(self) -> dict[str, list[float]]:
+        """Seconds of the fetches that succeeded since the last call, by source (`publisher`, `holder`)."""
+        times, out = self._scheduler.fetch_times, {"publisher": [], "holder": []}
+        while times:
+            from_holder, seconds = times.popleft()
+            out["holder" if from_holder else "publisher"].append(seconds)
+        return out
+
     def owed(self, horizon: float) -> list[str]:
         """Live peers (a pointer seen within `horizon` s) whose newest round is not in yet; thread-safe."""
         policy = self._policy

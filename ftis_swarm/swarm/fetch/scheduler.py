@@ -37,6 +37,9 @@ the bytes it sent: a length or sha256 that differs from the signed pointer is it
 `size_mismatch` / `hash_mismatch` (priced as in `peers/faults.py`: the bytes contradict the
 pointer its signed announcement says it holds), never its publisher's; a body that matches
 the hash is the publisher's own signed content, and `on_body` judges it as such.
+
+`fetch_times` keeps the last `MAX_FETCH_TIMES` successful fetches' seconds (stream opened to
+body in), each marked whether a holder sent it: what a holder costs a fetcher in latency.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ import dataclasses
 import math
 import hashlib
 import logging
-from collections import Counter
+import time
+from collections import Counter, deque
 from typing import Callable, Optional
 
 from hivemind.p2p import P2P
@@ -78,6 +82,7 @@ class _Publisher:
     """When its last counted failure was (a dial backoff soon after it is that failure's echo)."""
 
 
+MAX_FETCH_TIMES = 4096
 MAX_HOLDERS_PER_GROUP = 8
 MAX_HELD_GROUPS = 4096
 """Groups whose holders are remembered; past it the ones whose announcements end first go."""
@@ -108,6 +113,8 @@ class FetchScheduler:
         self._held_by: dict[str, dict[str, float]] = {}  # group id -> {holder: its announcement ends}
         self._holders: dict[str, _Holder] = {}
         self._source_in_flight: Counter[str] = Counter()
+        self.fetch_times: deque[tuple[bool, float]] = deque(maxlen=MAX_FETCH_TIMES)
+        """(from a holder, seconds) of each successful fetch, oldest first (see the module docstring)."""
 
     def note_holders(self, holder: str, group_ids: list[str], *, until: float) -> None:
         """`holder` announced (signed) that it holds these bodies until `until`."""
@@ -235,11 +242,12 @@ class FetchScheduler:
     async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str],
                      source: str) -> None:
         cfg = self._cfg
-        body, error = b"", None
+        body, error, started = b"", None, time.monotonic()
         try:
             body = await fetch_body(self._p2p, source, pointer.group_id, size=pointer.size,
                                     timeout=cfg.fetch_timeout, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate)
+            self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
         except (BodyUnavailable, BodyRefused) as exc:
             error = exc
         except Exception as exc:  # a bug must not leave the pointer to be fetched again at every poll
