@@ -336,6 +336,11 @@ class SwarmClient:
         call (stream opened to body in, the last 4,096 at most), by whom it came from."""
         return self._loop.run(self._gatherer.fetch_times(), timeout=10.0)
 
+    def sourceless(self) -> list[str]:
+        """Group ids this node chose and gave up on for want of a source (no publisher or holder answered),
+        until a have revives them or they expire (`fetch.gatherer`)."""
+        return self._loop.run(self._gatherer.sourceless(), timeout=10.0)
+
     def _wait_for_round(self, deadline: float) -> None:
         changed, ends = self._gatherer.changed, time.monotonic() + deadline
         while not self._closed:

@@ -24,8 +24,9 @@ the cap's own check, at most 1 + one body over the cap); the held bodies' bytes 
 served (`held KiB`); of the departed publisher's round-1 groups, the bodies it served
 before it left (`served`), the share some node gathered beside the same share of the
 publishers that stayed (`departed`, `stayed`), and the share of the (peer, group) pairs
-chosen that were delivered (`wanted`: delivered over delivered plus the pointers rejected
-for want of a source and not revived); the p50 of a successful body fetch (stream to body
+chosen that were delivered (`wanted`: delivered over delivered plus those given up on for
+want of a source and not revived by the end), and that share over the groups some peer got
+(`of held`: those a holder could serve); the p50 of a successful body fetch (stream to body
 in) from the publisher and from a holder (`fetch pub`, `fetch hold`).
 
 Round 0 (first connections) is not reported. Per node and round: bodies fetched, body
@@ -46,7 +47,6 @@ import os
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -120,7 +120,9 @@ class ScaleRow:
     departed_served: float = math.nan
     """Own bodies of round 1 the departed publisher served before it left."""
     departed_wanted: float = math.nan
-    """Of the (peer, group) pairs of the departed publisher's round 1 that peers chose, the share delivered."""
+    departed_wanted_held: float = math.nan
+    """Of the (peer, group) pairs of the departed publisher's round 1 that peers chose, the share delivered;
+    the same over the groups some peer got (the ones a holder could serve)."""
     fetch_publisher_ms: float = math.nan
     fetch_holder_ms: float = math.nan
     """p50 of a successful body fetch (stream opened to body in) from the publisher, from a holder."""
@@ -212,20 +214,18 @@ def _p50_ms(values: list[float]) -> float:
 
 
 def _departed(gathered: list[dict], departed: list[dict]) -> dict:
-    """What became of the departed publisher's round: the `departed_served` and `departed_wanted` of `ScaleRow`."""
+    """What became of the departed publisher's round: `departed_served`, `departed_wanted` and
+    `departed_wanted_held` of `ScaleRow`."""
     if not departed:
         return {}
-    peer, ids = departed[0]["peer_id"], {gid for r in departed for gid, _ in r["published"]}
+    ids = {gid for r in departed for gid, _ in r["published"]}
     delivered = {(g["node"], gid) for g in gathered for gid in g["arrivals"] if gid in ids}
-    lost, revived = Counter(), Counter()
-    for g in gathered:
-        if g["round"] >= DEPART_ROUND:
-            lost[g["node"]] += g["lost"].get(peer, 0)
-            revived[g["node"]] += g["traffic"]["pointers_revived"]
-    unrecovered = sum(max(0, lost[node] - revived[node]) for node in lost)
-    wanted = len(delivered) + unrecovered
-    return dict(departed_served=float(departed[0]["served"]),
-                departed_wanted=len(delivered) / wanted if wanted else math.nan)
+    last = {g["node"]: g for g in sorted(gathered, key=lambda g: g["round"])}  # given up on: at the end
+    missed = {(node, gid) for node, g in last.items() for gid in g["sourceless"] if gid in ids} - delivered
+    held = {gid for _, gid in delivered}
+    share = lambda got, lost: len(got) / (len(got) + len(lost)) if got or lost else math.nan  # noqa: E731
+    return dict(departed_served=float(departed[0]["served"]), departed_wanted=share(delivered, missed),
+                departed_wanted_held=share(delivered, {(n, gid) for n, gid in missed if gid in held}))
 
 
 def _holding(rows: list[dict], *, copy_bytes: int, cap: int) -> dict:
@@ -312,14 +312,14 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                      f"{'fetch hold':>10}")
         lines += [f"{r.nodes:>5} {r.layout:>7} {r.own_copies:>10.2f} {r.own_copies_max:>5.2f} {r.takers:>6.1f} "
                   f"{r.upload_peak:>8.2f} {r.held_kib_out:>8.0f} {r.departed_served:>6.0f} {r.departed_share:>8.2f} "
-                  f"{r.stayed_share:>6.2f} {r.departed_wanted:>6.2f} {r.fetch_publisher_ms:>9.1f} "
+                  f"{r.stayed_share:>6.2f} {r.departed_wanted:>6.2f} {r.departed_wanted_held:>7.2f} {r.fetch_publisher_ms:>9.1f} "
                   f"{r.fetch_holder_ms:>10.1f}" for r in held]
     lines.append("own copies, most: a publisher's own bodies' bytes out per round over one copy of its round (mean, "
                  "most); takers: peers that gathered a group of it; peak/cap: most bytes a node sent in one upload "
                  "window over its cap; held KiB: others' bodies a node served per round; served: bodies the departed "
                  "publisher sent before leaving; departed, stayed: share of round-1 groups of the publisher that "
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
-                 "of the departed round chosen that were delivered; fetch pub, hold: p50 ms of a body fetch from the "
+                 "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
     lines.append("x all: body KiB in over the fetch-everything row of the same size; x 8: over the layout's "
                  "smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "

@@ -20,8 +20,8 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
 "arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
 "tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before},
-"fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "lost": {publisher: its pointers rejected
-for want of a source (fetch_failed, stalled), increase}, "upload_peak": most bytes sent in one upload window}.
+"fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "sourceless": [group ids given up on for
+want of a source, now], "upload_peak": most bytes sent in one upload window}.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
-           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders", "pointers_revived")
+           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders")
 DEPART_SERVES = 4
 """Own bodies a departing node serves of its last round before it leaves: its first few fetches, so some
 peers hold its groups (the issue's publisher that goes offline after its first few fetches)."""
-LOST = ("fetch_failed", "stalled")
+
 
 
 class UsedPolicy:
@@ -90,7 +90,7 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
                          "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "senders": [],
                          "bodies": 0, "tokens": 0, "fill_s": 0.0, "max_tokens": 0,
                          "traffic": {name: after[name] - before[name] for name in TRAFFIC},
-                         "fetch_times": client.fetch_times(), "lost": _lost(after, before),
+                         "fetch_times": client.fetch_times(), "sourceless": client.sourceless(),
                          "upload_peak": after["upload_window_peak"]})
             client.shutdown()
             return rows
@@ -108,7 +108,7 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
             "max_tokens": budget.max_tokens if budget is not None else 0,
             "traffic": {name: after[name] - before[name] for name in TRAFFIC},
-            "fetch_times": client.fetch_times(), "lost": _lost(after, before),
+            "fetch_times": client.fetch_times(), "sourceless": client.sourceless(),
             "upload_peak": after["upload_window_peak"],
         })
         before = after
@@ -125,14 +125,6 @@ def _wait_for_serves(client: SwarmClient, size: int, *, since: int, until: float
     while (served := _own_served(client.counters()) - since) < size and time.time() < until:
         time.sleep(0.05)
     return served
-
-
-def _lost(after: dict, before: dict) -> dict[str, int]:
-    """{publisher: pointers of it rejected for want of a source} between two counter snapshots."""
-    def lost(counts: dict) -> Counter[str]:
-        return Counter({peer: sum(reasons.get(r, 0) for r in LOST)
-                        for peer, reasons in counts["rejected_by_peer"].items()})
-    return {peer: n for peer, n in (lost(after) - lost(before)).items() if n}
 
 
 def _cpu_seconds() -> float:

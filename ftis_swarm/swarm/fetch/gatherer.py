@@ -279,6 +279,10 @@ class Gatherer:
             out["holder" if from_holder else "publisher"].append(seconds)
         return out
 
+    async def sourceless(self) -> list[str]:
+        """Group ids whose pointers are rejected for want of a source now (a have would revive them)."""
+        return sorted(self._sourceless)
+
     def owed(self, horizon: float) -> list[str]:
         """Live peers (a pointer seen within `horizon` s) whose newest round is not in yet; thread-safe."""
         policy = self._policy
