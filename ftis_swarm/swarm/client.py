@@ -334,12 +334,12 @@ class SwarmClient:
     def fetch_times(self) -> dict[str, list[float]]:
         """{"publisher": [...], "holder": [...]}: seconds of each body fetch that succeeded since the last
         call (stream opened to body in, the last 4,096 at most), by whom it came from."""
-        return self._loop.run(self._gatherer.fetch_times(), timeout=10.0)
+        return self._gatherer.fetch_times()
 
     def sourceless(self) -> list[str]:
         """Group ids this node chose and gave up on for want of a source (no publisher or holder answered),
         until a have revives them or they expire (`fetch.gatherer`)."""
-        return self._loop.run(self._gatherer.sourceless(), timeout=10.0)
+        return self._gatherer.sourceless()
 
     def _wait_for_round(self, deadline: float) -> None:
         changed, ends = self._gatherer.changed, time.monotonic() + deadline

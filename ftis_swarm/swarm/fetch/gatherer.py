@@ -271,17 +271,19 @@ class Gatherer:
         self._select()
         self._scheduler.schedule()
 
-    async def fetch_times(self) -> dict[str, list[float]]:
-        """Seconds of the fetches that succeeded since the last call, by source (`publisher`, `holder`)."""
+    def fetch_times(self) -> dict[str, list[float]]:
+        """Seconds of the fetches that succeeded since the last call, by source (`publisher`, `holder`);
+        from any thread (a deque's popleft is atomic), so a starved loop does not hold it up."""
         times, out = self._scheduler.fetch_times, {"publisher": [], "holder": []}
         while times:
             from_holder, seconds = times.popleft()
             out["holder" if from_holder else "publisher"].append(seconds)
         return out
 
-    async def sourceless(self) -> list[str]:
-        """Group ids whose pointers are rejected for want of a source now (a have would revive them)."""
-        return sorted(self._sourceless)
+    def sourceless(self) -> list[str]:
+        """Group ids whose pointers are rejected for want of a source now (a have would revive them); from
+        any thread (a copy of the keys, taken under the GIL at once)."""
+        return sorted(list(self._sourceless))
 
     def owed(self, horizon: float) -> list[str]:
         """Live peers (a pointer seen within `horizon` s) whose newest round is not in yet; thread-safe."""
