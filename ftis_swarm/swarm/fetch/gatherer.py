@@ -119,7 +119,8 @@ class Gatherer:
         self._origins, self._on_accepted = origins, on_accepted
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
-                                         origin_of=origins.origin_of if origins is not None else lambda peer: None)
+                                         origin_of=origins.origin_of if origins is not None else lambda peer: None,
+                                         seed=peer_id)
         self._selection: Optional[Selection] = None
         self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
         self._horizon = 2 * cfg.poll_interval

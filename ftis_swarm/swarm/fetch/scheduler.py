@@ -8,9 +8,11 @@ from strangers (publishers with no body accepted yet and no positive policy scor
 starts only when a slot is free, so its whole time (dial, header, body) runs inside its
 own timeouts (`bodies.fetch_body`). Publishers take turns: scored ones first, then proven
 ones, then strangers, each in the order it last had a turn; each publisher's least-tried,
-then freshest pointer first, and never more than its room in the current gather (`room(publisher)`,
-what `max_groups_per_peer_per_gather` leaves it); pointers held back for that are counted
-once as `deferred`.
+then newest round's pointer first, within a round in an order of this node's own (a hash of
+its peer id and the group id: fetchers of one publisher start on different groups, so its
+first serves leave holders of many of its groups, not of the same few), and never more than
+its room in the current gather (`room(publisher)`, what `max_groups_per_peer_per_gather`
+leaves it); pointers held back for that are counted once as `deferred`.
 
 Failures: a fetch that finds the publisher unreachable, without the body, broken off or
 stalled halves the publisher's allowance (to 1 at least) and suspends it for
@@ -100,8 +102,10 @@ class FetchScheduler:
     def __init__(self, *, p2p: P2P, cfg: SwarmConfig, policy: PeerPolicy, counters: SwarmCounters,
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
                  on_reject: Callable[[GroupPointer, str, str], None],
-                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None):
+                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None, seed: str = ""):
+        """`seed` (this node's peer id) orders a round's groups for this node (`_spread`)."""
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
+        self._seed = seed
         self._origin_of = origin_of
         self._origin_in_flight: Counter[str] = Counter()
         self._room, self._on_body, self._on_reject = room, on_body, on_reject
@@ -126,6 +130,10 @@ class FetchScheduler:
         self._holders.setdefault(holder, _Holder())
         while len(self._held_by) > MAX_HELD_GROUPS:
             del self._held_by[min(self._held_by, key=lambda g: max(self._held_by[g].values()))]
+
+    def _spread(self, group_id: str) -> bytes:
+        """This node's own order of a round's groups (see the module docstring)."""
+        return hashlib.sha256(f"{self._seed}/{group_id}".encode()).digest()
 
     def _has_holder(self, group_id: str) -> bool:
         return bool(self._held_by.get(group_id))
@@ -194,7 +202,7 @@ class FetchScheduler:
                 ready = [p for p in state.pending.values() if sources[p.group_id] is not None]
                 if not ready:
                     continue
-                pointer = min(ready, key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
+                pointer = min(ready, key=lambda p: (state.attempts[p.group_id], -p.round, self._spread(p.group_id)))
                 self._start(pointer, state, stranger, origin, sources[pointer.group_id])
                 started = True
                 if self._in_flight >= self._cfg.max_concurrent_fetches:
