@@ -93,11 +93,11 @@ class SwarmClient:
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
+        self._upload = UploadCap(bytes_per_window=cfg.upload_bytes_per_window, window=cfg.upload_window,
+                                 max_held_serves=cfg.max_holder_serves)
         self._loop.run(serve_bodies(self._node.p2p, self._bodies, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate, max_streams_per_peer=cfg.max_streams_per_peer,
-                                    policy=policy, counters=self._counters,
-                                    upload=UploadCap(bytes_per_window=cfg.upload_bytes_per_window,
-                                                     window=cfg.upload_window, max_held_serves=cfg.max_holder_serves),
+                                    policy=policy, counters=self._counters, upload=self._upload,
                                     on_served=self._served), timeout=10.0)
         self._gossip: Optional[GossipChannel] = None
         if cfg.gossip:
@@ -331,6 +331,16 @@ class SwarmClient:
         """{group id: unix time its body was accepted here} for the groups the last gather returned."""
         return dict(self._arrivals)
 
+    def fetch_times(self) -> dict[str, list[float]]:
+        """{"publisher": [...], "holder": [...]}: seconds of each body fetch that succeeded since the last
+        call (stream opened to body in, the last 4,096 at most), by whom it came from."""
+        return self._gatherer.fetch_times()
+
+    def sourceless(self) -> list[str]:
+        """Group ids this node chose and gave up on for want of a source (no publisher or holder answered),
+        until a have revives them or they expire (`fetch.gatherer`)."""
+        return self._gatherer.sourceless()
+
     def _wait_for_round(self, deadline: float) -> None:
         changed, ends = self._gatherer.changed, time.monotonic() + deadline
         while not self._closed:
@@ -362,14 +372,16 @@ class SwarmClient:
         return self._peer.loop.run(copy(), timeout=10.0)
 
     def counters(self) -> dict:
-        """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with two gauges:
+        """Cumulative counts (see `ftis_swarm.swarm.counters`), JSON-able, with gauges:
         `serving_bodies` (own bodies served now), `stored_records` and `stored_bytes` (records held for the
-        DHT, and the memory they are charged); and `reach`, this node's reachability
+        DHT, and the memory they are charged), `upload_window_peak` (the most body bytes sent in one
+        `upload_window`: with a cap, at most it plus one body); and `reach`, this node's reachability
         (`dialback.Reachability.snapshot`)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
         snapshot["stored_records"] = self._node.protocol.storage.held
         snapshot["stored_bytes"] = self._node.protocol.storage.held_bytes
+        snapshot["upload_window_peak"] = self._upload.peak
         snapshot["reach"] = self._peer.reach.snapshot() if self._peer.reach else None
         return snapshot
 

@@ -43,7 +43,9 @@ Holders (`fetch.bodies`): `held_bodies` counts others' bodies this node kept to 
 `served_bytes` all body bytes it sent and `held_served_bytes` those of held bodies;
 `haves_sent`, `haves_received`: announcements of held bodies (`records.HaveRecord`) gossiped
 and admitted; `fetched_from_holders`: accepted bodies that came from a holder, not their
-publisher; `holder_fetch_failures`: fetches from holders that failed (then another source).
+publisher; `holder_fetch_failures`: fetches from holders that failed (then another source);
+`pointers_revived`: pointers rejected for want of a source (`fetch_failed`, `stalled`) that a
+later have brought back (`fetch.gatherer`; their rejection stays counted).
 `publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
 it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 Gathers of a round end `gathers_complete` (every live peer's round in) or
@@ -70,7 +72,8 @@ class SwarmCounters:
               "dht_requests", "dht_bytes", "pointers_gossiped", "pointers_read", "gathers_complete",
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
               "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
-              "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures")
+              "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures",
+              "pointers_revived")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

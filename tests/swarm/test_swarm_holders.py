@@ -166,6 +166,43 @@ def test_a_holders_wrong_bytes_cost_the_holder_and_the_body_comes_from_another_s
     assert counters.snapshot()["fetched_from_holders"] == 1
 
 
+def _first_fetched(seed: str, pointers: list[GroupPointer], answers: dict[str, Optional[bytes]]) -> list[str]:
+    """The group ids a scheduler seeded `seed` fetches, in order, one fetch at a time."""
+    accepted: list[str] = []
+    scheduler = FetchScheduler(p2p=_Sources(answers), cfg=SwarmConfig(max_fetches_per_peer=1), policy=ALLOW_ALL,
+                               counters=SwarmCounters(), room=lambda p: 100, seed=seed,
+                               on_body=lambda p, got: accepted.append(p.group_id) or True,
+                               on_reject=lambda p, reason, detail: None)
+
+    async def run() -> None:
+        for pointer in pointers:
+            scheduler.add(pointer)
+        stop_at = time.monotonic() + 30.0
+        while len(accepted) < len(pointers) and time.monotonic() < stop_at:
+            scheduler.schedule()
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    return accepted
+
+
+def test_fetchers_of_one_round_start_on_different_groups_so_its_first_serves_leave_many_held():
+    publisher, body = _peer("p"), os.urandom(512)
+    digest = hashlib.sha256(body).hexdigest()
+    older = GroupPointer(v=RECORD_VERSION, group_id="0" * 32, size=len(body), sha256=digest, publisher=publisher,
+                         created_at=time.time() - 5, run_id="run", tokenizer_fp="tok", window=1, round=0,
+                         round_groups=1, puzzle="0" * 16)
+    # the same body under 16 ids: `_Sources` answers by peer, the scheduler checks no hash from its publisher
+    round1 = [older.copy(update={"group_id": f"{i:032x}", "created_at": time.time() + i * 1e-3, "round": 1,
+                                 "round_groups": 16}) for i in range(1, 17)]
+    orders = [_first_fetched(seed, [older, *round1], {publisher: body}) for seed in ("node-a", "node-b", "node-c")]
+    assert all(sorted(order) == sorted(p.group_id for p in [older, *round1]) for order in orders)
+    assert all(order[-1] == older.group_id for order in orders)  # the newest round first, whatever the seed
+    firsts = {tuple(order[:4]) for order in orders}
+    assert len(firsts) == 3  # three fetchers, three different starts (the old order: 16, 15, 14, 13 for all)
+    assert len({gid for order in orders for gid in order[:4]}) > 4  # the first serves cover more than 4 groups
+
+
 def _have(peer, groups: list[bytes], **changes: object):
     value = {"v": RECORD_VERSION, "holder": peer.peer_id, "run_id": RUN, "window": W, "created_at": time.time(),
              "puzzle": peer.puzzle, "groups": groups, **changes}

@@ -13,14 +13,21 @@ deadline `period`. Layouts, measured in the same run:
 - `all`: no budget, every group of every live peer fetched (the layout before);
 - `holders`: the budget, and each node's upload capped at `UPLOAD_COPIES` (2) copies of its
   own round per `period` (`upload_bytes_per_window`, `upload_window`; `fetch.bodies`), haves
-  at least every `period / 2`; the last node leaves the swarm 1 s after publishing round 1 (a departed
-  publisher), and the others go on.
+  at least every `period / 2`; the last node leaves the swarm in round 1 once it served its first
+  `scale_worker.DEPART_SERVES` bodies of that round (or `period` s after publishing it: a
+  departed publisher), and the others go on.
 
 Holders' figures, per publisher and round: its own bodies' bytes out over one copy of its
-round (`own copies`) beside the number of peers that took a group of it (`takers`); the
-held bodies' bytes each node served (`held KiB`); and the share of the departed
-publisher's round-1 groups some node gathered, beside the same share of the publishers
-that stayed (`departed`, `stayed`).
+round (`own copies`, mean and most) beside the number of peers that took a group of it
+(`takers`); the most bytes one node sent in one upload window over its cap (`peak/cap`:
+the cap's own check, at most 1 + one body over the cap); the held bodies' bytes each node
+served (`held KiB`); of the departed publisher's round-1 groups, the bodies it served
+before it left (`served`), the share some node gathered beside the same share of the
+publishers that stayed (`departed`, `stayed`), and the share of the (peer, group) pairs
+chosen that were delivered (`wanted`: delivered over delivered plus those given up on for
+want of a source and not revived by the end), and that share over the groups some peer got
+(`of held`: those a holder could serve); the p50 of a successful body fetch (stream to body
+in) from the publisher and from a holder (`fetch pub`, `fetch hold`).
 
 Round 0 (first connections) is not reported. Per node and round: bodies fetched, body
 bytes in and out, messages (gossip received and DHT calls) and their bytes against the
@@ -106,6 +113,19 @@ class ScaleRow:
     departed_share: float = math.nan
     stayed_share: float = math.nan
     """Share of the departed publisher's round-1 groups some node gathered; the same for the others (holders)."""
+    own_copies_max: float = math.nan
+    """The most own bytes out of one publisher in one round, over one copy of its round."""
+    upload_peak: float = math.nan
+    """The most body bytes one node sent in one upload window, over its cap (holders)."""
+    departed_served: float = math.nan
+    """Own bodies of round 1 the departed publisher served before it left."""
+    departed_wanted: float = math.nan
+    departed_wanted_held: float = math.nan
+    """Of the (peer, group) pairs of the departed publisher's round 1 that peers chose, the share delivered;
+    the same over the groups some peer got (the ones a holder could serve)."""
+    fetch_publisher_ms: float = math.nan
+    fetch_holder_ms: float = math.nan
+    """p50 of a successful body fetch (stream opened to body in) from the publisher, from a holder."""
     failed: str = ""
     """Why the size did not run to the end (empty when it did)."""
 
@@ -185,10 +205,30 @@ def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, pe
     finally:
         for w in workers:
             w.kill()
-    return _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size)
+    return _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size,
+                    cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0)
 
 
-def _holding(rows: list[dict], *, copy_bytes: int) -> dict:
+def _p50_ms(values: list[float]) -> float:
+    return 1e3 * float(np.percentile(values, 50)) if values else math.nan
+
+
+def _departed(gathered: list[dict], departed: list[dict]) -> dict:
+    """What became of the departed publisher's round: `departed_served`, `departed_wanted` and
+    `departed_wanted_held` of `ScaleRow`."""
+    if not departed:
+        return {}
+    ids = {gid for r in departed for gid, _ in r["published"]}
+    delivered = {(g["node"], gid) for g in gathered for gid in g["arrivals"] if gid in ids}
+    last = {g["node"]: g for g in sorted(gathered, key=lambda g: g["round"])}  # given up on: at the end
+    missed = {(node, gid) for node, g in last.items() for gid in g["sourceless"] if gid in ids} - delivered
+    held = {gid for _, gid in delivered}
+    share = lambda got, lost: len(got) / (len(got) + len(lost)) if got or lost else math.nan  # noqa: E731
+    return dict(departed_served=float(departed[0]["served"]), departed_wanted=share(delivered, missed),
+                departed_wanted_held=share(delivered, {(n, gid) for n, gid in missed if gid in held}))
+
+
+def _holding(rows: list[dict], *, copy_bytes: int, cap: int) -> dict:
     """The holders' figures of `ScaleRow` from the node rows (round 0 left out)."""
     gathered = [r for r in rows if not r.get("departed")]
     publishers = [r for r in rows if r["publish_ok"]]
@@ -200,13 +240,19 @@ def _holding(rows: list[dict], *, copy_bytes: int) -> dict:
     departed = [gid for r in rows if r.get("departed") for gid, _ in r["published"]]
     stayed = [gid for r in rows if r["round"] == DEPART_ROUND and not r.get("departed") for gid, _ in r["published"]]
     share = lambda ids: sum(gid in got for gid in ids) / len(ids) if ids else math.nan  # noqa: E731
+    times = {source: [t for r in rows for t in r["fetch_times"][source]] for source in ("publisher", "holder")}
     return dict(own_copies=float(np.mean(own)) if own else math.nan,
+                own_copies_max=float(np.max(own)) if own else math.nan,
+                upload_peak=max(r["upload_peak"] for r in rows) / cap if cap else math.nan,
+                fetch_publisher_ms=_p50_ms(times["publisher"]), fetch_holder_ms=_p50_ms(times["holder"]),
+                **_departed(gathered, [r for r in rows if r.get("departed")]),
                 takers=float(np.mean(takers)) if takers else math.nan,
                 held_kib_out=float(np.mean([r["traffic"]["held_served_bytes"] for r in rows])) / 1024,
                 departed_share=share(departed), stayed_share=share(stayed))
 
 
-def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget, copy_bytes: int) -> ScaleRow:
+def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget, copy_bytes: int,
+             cap: int) -> ScaleRow:
     every = [r for a in answers for r in a["rows"] if r["round"] >= 1]
     rows = [r for r in every if not r.get("departed")]
     published = {gid: start for a in answers for r in a["rows"] for gid, start in r["published"]}
@@ -231,7 +277,7 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         publishers_used=float(np.mean(used_share)),
         cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
         load=max(a["load"][1] for a in answers),
-        **_holding(every, copy_bytes=copy_bytes),
+        **_holding(every, copy_bytes=copy_bytes, cap=cap),
     )
 
 
@@ -261,14 +307,20 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
             f"{r.publishers_used:>5.2f} {r.cpu_s:>6.2f} {r.load:>5.1f}")
     held = [r for r in rows if not r.failed]
     if held:
-        lines.append(f"{'nodes':>5} {'layout':>7} {'own copies':>10} {'takers':>6} {'held KiB':>8} {'departed':>8} "
-                     f"{'stayed':>6}")
-        lines += [f"{r.nodes:>5} {r.layout:>7} {r.own_copies:>10.2f} {r.takers:>6.1f} {r.held_kib_out:>8.0f} "
-                  f"{r.departed_share:>8.2f} {r.stayed_share:>6.2f}" for r in held]
-    lines.append("own copies: a publisher's own bodies' bytes out per round over one copy of its round; takers: "
-                 "peers that gathered a group of it; held KiB: others' bodies a node served per round; departed, "
-                 "stayed: share of round-1 groups of the publisher that left (holders), of those that stayed, "
-                 "some node gathered")
+        lines.append(f"{'nodes':>5} {'layout':>7} {'own copies':>10} {'most':>5} {'takers':>6} {'peak/cap':>8} "
+                     f"{'held KiB':>8} {'served':>6} {'departed':>8} {'stayed':>6} {'wanted':>6} {'fetch pub':>9} "
+                     f"{'fetch hold':>10}")
+        lines += [f"{r.nodes:>5} {r.layout:>7} {r.own_copies:>10.2f} {r.own_copies_max:>5.2f} {r.takers:>6.1f} "
+                  f"{r.upload_peak:>8.2f} {r.held_kib_out:>8.0f} {r.departed_served:>6.0f} {r.departed_share:>8.2f} "
+                  f"{r.stayed_share:>6.2f} {r.departed_wanted:>6.2f} {r.departed_wanted_held:>7.2f} {r.fetch_publisher_ms:>9.1f} "
+                  f"{r.fetch_holder_ms:>10.1f}" for r in held]
+    lines.append("own copies, most: a publisher's own bodies' bytes out per round over one copy of its round (mean, "
+                 "most); takers: peers that gathered a group of it; peak/cap: most bytes a node sent in one upload "
+                 "window over its cap; held KiB: others' bodies a node served per round; served: bodies the departed "
+                 "publisher sent before leaving; departed, stayed: share of round-1 groups of the publisher that "
+                 "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
+                 "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
+                 "publisher, from a holder")
     lines.append("x all: body KiB in over the fetch-everything row of the same size; x 8: over the layout's "
                  "smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")

@@ -10,15 +10,18 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
      "start_at": unix time, "nodes": N, "depart": round or null}
         each node publishes a round of g synthetic groups every `period` s, at its own phase
         (node i at start_at + (i / N) * period: not one burst), then gathers it with the
-        round's deadline `period` (with "depart", the last node leaves `DEPART_AFTER` s after publishing
-        that round, its row marked "departed"); answers {"rows": [one per node and round], "cpu_s": CPU
+        round's deadline `period` (with "depart", the last node leaves that round once it served
+        `DEPART_SERVES` bodies of it, or `period` s after publishing it, its row marked "departed", with
+        "served" (own bodies sent before it left) and "left_at" (unix time)); answers {"rows": [one per node and round], "cpu_s": CPU
         seconds of this process and its p2pd daemons over the run, "load": [1-min load
         average at start, at end]}
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
 "arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
-"tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before}}.
+"tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before},
+"fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "sourceless": [group ids given up on for
+want of a source, now], "upload_peak": most bytes sent in one upload window}.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from ftis_swarm.swarm import SwarmClient
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
            "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders")
-DEPART_AFTER = 1.0
-"""Seconds a departing node stays after publishing its last round (its first fetchers come in that time)."""
+DEPART_SERVES = 4
+"""Own bodies a departing node serves of its last round before it leaves: its first few fetches, so some
+peers hold its groups (the issue's publisher that goes offline after its first few fetches)."""
+
 
 
 class UsedPolicy:
@@ -73,17 +78,20 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
         time.sleep(max(0.0, cmd["start_at"] + r * period + phase - time.time()))
         groups = [synthetic_group(sender=client.peer_id, run_id=run_id, size=cmd["size"],
                                   seed=index * 100_000 + r * 100 + i) for i in range(cmd["groups"])]
-        started = time.time()
+        started, own_before = time.time(), _own_served(client.counters())
         result = client.publish_round(groups, round=r)
         departs = cmd.get("depart") is not None and r == cmd["depart"] and index == cmd["nodes"] - 1
         if departs:  # the last node leaves the swarm after its first fetches: only holders have its groups
-            time.sleep(DEPART_AFTER)
+            served = _wait_for_serves(client, DEPART_SERVES * cmd["size"], since=own_before, until=started + period)
             after = client.counters()
             rows.append({"node": index, "round": r, "peer_id": client.peer_id, "publish_s": result.seconds,
                          "publish_ok": result.ok, "pointer_bytes": result.pointer_bytes, "departed": True,
+                         "served": served // cmd["size"], "left_at": time.time(),
                          "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "senders": [],
                          "bodies": 0, "tokens": 0, "fill_s": 0.0, "max_tokens": 0,
-                         "traffic": {name: after[name] - before[name] for name in TRAFFIC}})
+                         "traffic": {name: after[name] - before[name] for name in TRAFFIC},
+                         "fetch_times": client.fetch_times(), "sourceless": client.sourceless(),
+                         "upload_peak": after["upload_window_peak"]})
             client.shutdown()
             return rows
         got = client.gather(period, round=r)
@@ -100,9 +108,23 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
             "max_tokens": budget.max_tokens if budget is not None else 0,
             "traffic": {name: after[name] - before[name] for name in TRAFFIC},
+            "fetch_times": client.fetch_times(), "sourceless": client.sourceless(),
+            "upload_peak": after["upload_window_peak"],
         })
         before = after
     return rows
+
+
+def _own_served(counts: dict) -> int:
+    return counts["served_bytes"] - counts["held_served_bytes"]
+
+
+def _wait_for_serves(client: SwarmClient, size: int, *, since: int, until: float) -> int:
+    """Waits until this node served `size` bytes of its own bodies more than `since`, or until `until`
+    (unix time); the bytes it served."""
+    while (served := _own_served(client.counters()) - since) < size and time.time() < until:
+        time.sleep(0.05)
+    return served
 
 
 def _cpu_seconds() -> float:

@@ -145,6 +145,8 @@ class UploadCap:
     def __init__(self, *, bytes_per_window: int, window: float, max_held_serves: int):
         self._cap, self._window, self._max_held = bytes_per_window, window, max_held_serves
         self._started, self._used, self._held_serving = -math.inf, 0, 0
+        self.peak = 0
+        """The most bytes admitted in one window so far: at most the cap plus one own body."""
 
     def admit(self, size: int, *, held: bool, now: float) -> bool:
         """Whether a body of `size` bytes may be sent now; when True, `release(held)` must follow."""
@@ -157,6 +159,7 @@ class UploadCap:
             return False
         self._used += size
         self._held_serving += held
+        self.peak = max(self.peak, self._used)
         return True
 
     def release(self, held: bool) -> None:

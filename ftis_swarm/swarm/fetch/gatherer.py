@@ -1,7 +1,11 @@
 """The background half of `gather`: learn of pointers (pushed, or read from the DHT), fetch and check bodies.
 
 Holders' signed haves, admitted on the topic, go to the scheduler as second sources of
-those bodies (`_note_have`). Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
+those bodies (`_note_have`); a have naming a group whose pointer was rejected only for want
+of a source (`REVIVABLE`: its publisher failed or stalled, and no holder was known then)
+revives that pointer, considered again as if new (`pointers_revived`), so a fetcher that
+gave up on a departed publisher before any have reached it still gets the body. A pointer
+that failed a check (hash, size, decode, screen) is never revived. Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
 groups' `GroupPointer`s (`RoundPointer.views`). Pushed: each peer gossips its signed pointer on the run's topic
 as it publishes it (`channel`, `gossip`), and an admitted one is considered at once
 (`on_gossip`). Read: every `dht_poll_interval` (with gossip off, every `poll_interval`)
@@ -70,6 +74,8 @@ _Key = tuple[str, str]  # (publisher, group id)
 READ_TIMEOUT = 10.0
 STRANGER_READS = 16
 MAX_REREADS = 6
+REVIVABLE = (faults.FETCH_FAILED, faults.STALLED)
+"""Rejections that say no source answered, not that the pointer or its body is wrong: a later have undoes them."""
 
 
 @dataclasses.dataclass
@@ -101,6 +107,7 @@ class Gatherer:
         self._members: dict[tuple[str, int], _Member] = {}
         self._accepted: dict[str, tuple[str, float]] = {}  # group id -> (publisher, forget after)
         self._rejected: dict[_Key, float] = {}  # -> forget after
+        self._sourceless: dict[str, dict[str, GroupPointer]] = {}  # group id -> publisher -> pointer (`REVIVABLE`)
         self._log = ThrottledLog(logger, "rejected groups", level=logging.INFO)
         self._gossip: Optional["GossipChannel"] = None
         self._gossiped: dict[tuple[str, int], set[int]] = {}  # (peer, window) -> rounds pushed to this node
@@ -112,7 +119,8 @@ class Gatherer:
         self._origins, self._on_accepted = origins, on_accepted
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
-                                         origin_of=origins.origin_of if origins is not None else lambda peer: None)
+                                         origin_of=origins.origin_of if origins is not None else lambda peer: None,
+                                         seed=peer_id)
         self._selection: Optional[Selection] = None
         self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
         self._horizon = 2 * cfg.poll_interval
@@ -255,8 +263,28 @@ class Gatherer:
         if have.run_id != self._cfg.run_id or record.owner == self._peer_id:
             return
         self._counters.add("haves_received")
-        self._scheduler.note_holders(record.owner, have.group_ids(), until=record.expiration)
+        group_ids = have.group_ids()
+        self._scheduler.note_holders(record.owner, group_ids, until=record.expiration)
+        for group_id in [g for g in group_ids if g in self._sourceless]:
+            for pointer in self._sourceless.pop(group_id).values():
+                if self._rejected.pop((pointer.publisher, group_id), None) is not None:
+                    self._consider(pointer, source="pointers_revived")
+        self._select()
         self._scheduler.schedule()
+
+    def fetch_times(self) -> dict[str, list[float]]:
+        """Seconds of the fetches that succeeded since the last call, by source (`publisher`, `holder`);
+        from any thread (a deque's popleft is atomic), so a starved loop does not hold it up."""
+        times, out = self._scheduler.fetch_times, {"publisher": [], "holder": []}
+        while times:
+            from_holder, seconds = times.popleft()
+            out["holder" if from_holder else "publisher"].append(seconds)
+        return out
+
+    def sourceless(self) -> list[str]:
+        """Group ids whose pointers are rejected for want of a source now (a have would revive them); from
+        any thread (a copy of the keys, taken under the GIL at once)."""
+        return sorted(list(self._sourceless))
 
     def owed(self, horizon: float) -> list[str]:
         """Live peers (a pointer seen within `horizon` s) whose newest round is not in yet; thread-safe."""
@@ -385,6 +413,8 @@ class Gatherer:
             self._select()  # its tokens went back to the budget
         self.changed.set()
         self._rejected[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
+        if reason in REVIVABLE:  # a have for it may come later (`_note_have`)
+            self._sourceless.setdefault(pointer.group_id, {})[pointer.publisher] = pointer
         self._counters.reject(pointer.publisher, reason)
         self._log.note(pointer.publisher, Counter({reason: 1}))
         logger.debug("rejected group %s from %s: %s (%s)", pointer.group_id, pointer.publisher, reason, detail)
@@ -399,6 +429,11 @@ class Gatherer:
             del self._accepted[gid]
         for key in [k for k, until in self._rejected.items() if until < now]:
             del self._rejected[key]
+        for group_id, by_publisher in list(self._sourceless.items()):
+            for publisher in [p for p in by_publisher if (p, group_id) not in self._rejected]:
+                del by_publisher[publisher]
+            if not by_publisher:
+                del self._sourceless[group_id]
         for key in [k for k, until in self._passed.items() if until < now]:
             del self._passed[key]
         oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)

@@ -8,9 +8,11 @@ from strangers (publishers with no body accepted yet and no positive policy scor
 starts only when a slot is free, so its whole time (dial, header, body) runs inside its
 own timeouts (`bodies.fetch_body`). Publishers take turns: scored ones first, then proven
 ones, then strangers, each in the order it last had a turn; each publisher's least-tried,
-then freshest pointer first, and never more than its room in the current gather (`room(publisher)`,
-what `max_groups_per_peer_per_gather` leaves it); pointers held back for that are counted
-once as `deferred`.
+then newest round's pointer first, within a round in an order of this node's own (a hash of
+its peer id and the group id: fetchers of one publisher start on different groups, so its
+first serves leave holders of many of its groups, not of the same few), and never more than
+its room in the current gather (`room(publisher)`, what `max_groups_per_peer_per_gather`
+leaves it); pointers held back for that are counted once as `deferred`.
 
 Failures: a fetch that finds the publisher unreachable, without the body, broken off or
 stalled halves the publisher's allowance (to 1 at least) and suspends it for
@@ -37,6 +39,9 @@ the bytes it sent: a length or sha256 that differs from the signed pointer is it
 `size_mismatch` / `hash_mismatch` (priced as in `peers/faults.py`: the bytes contradict the
 pointer its signed announcement says it holds), never its publisher's; a body that matches
 the hash is the publisher's own signed content, and `on_body` judges it as such.
+
+`fetch_times` keeps the last `MAX_FETCH_TIMES` successful fetches' seconds (stream opened to
+body in), each marked whether a holder sent it: what a holder costs a fetcher in latency.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ import dataclasses
 import math
 import hashlib
 import logging
-from collections import Counter
+import time
+from collections import Counter, deque
 from typing import Callable, Optional
 
 from hivemind.p2p import P2P
@@ -78,6 +84,7 @@ class _Publisher:
     """When its last counted failure was (a dial backoff soon after it is that failure's echo)."""
 
 
+MAX_FETCH_TIMES = 4096
 MAX_HOLDERS_PER_GROUP = 8
 MAX_HELD_GROUPS = 4096
 """Groups whose holders are remembered; past it the ones whose announcements end first go."""
@@ -95,8 +102,10 @@ class FetchScheduler:
     def __init__(self, *, p2p: P2P, cfg: SwarmConfig, policy: PeerPolicy, counters: SwarmCounters,
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
                  on_reject: Callable[[GroupPointer, str, str], None],
-                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None):
+                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None, seed: str = ""):
+        """`seed` (this node's peer id) orders a round's groups for this node (`_spread`)."""
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
+        self._seed = seed
         self._origin_of = origin_of
         self._origin_in_flight: Counter[str] = Counter()
         self._room, self._on_body, self._on_reject = room, on_body, on_reject
@@ -108,6 +117,8 @@ class FetchScheduler:
         self._held_by: dict[str, dict[str, float]] = {}  # group id -> {holder: its announcement ends}
         self._holders: dict[str, _Holder] = {}
         self._source_in_flight: Counter[str] = Counter()
+        self.fetch_times: deque[tuple[bool, float]] = deque(maxlen=MAX_FETCH_TIMES)
+        """(from a holder, seconds) of each successful fetch, oldest first (see the module docstring)."""
 
     def note_holders(self, holder: str, group_ids: list[str], *, until: float) -> None:
         """`holder` announced (signed) that it holds these bodies until `until`."""
@@ -119,6 +130,10 @@ class FetchScheduler:
         self._holders.setdefault(holder, _Holder())
         while len(self._held_by) > MAX_HELD_GROUPS:
             del self._held_by[min(self._held_by, key=lambda g: max(self._held_by[g].values()))]
+
+    def _spread(self, group_id: str) -> bytes:
+        """This node's own order of a round's groups (see the module docstring)."""
+        return hashlib.sha256(f"{self._seed}/{group_id}".encode()).digest()
 
     def _has_holder(self, group_id: str) -> bool:
         return bool(self._held_by.get(group_id))
@@ -187,7 +202,7 @@ class FetchScheduler:
                 ready = [p for p in state.pending.values() if sources[p.group_id] is not None]
                 if not ready:
                     continue
-                pointer = min(ready, key=lambda p: (state.attempts[p.group_id], -p.created_at, p.group_id))
+                pointer = min(ready, key=lambda p: (state.attempts[p.group_id], -p.round, self._spread(p.group_id)))
                 self._start(pointer, state, stranger, origin, sources[pointer.group_id])
                 started = True
                 if self._in_flight >= self._cfg.max_concurrent_fetches:
@@ -235,11 +250,12 @@ class FetchScheduler:
     async def _fetch(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str],
                      source: str) -> None:
         cfg = self._cfg
-        body, error = b"", None
+        body, error, started = b"", None, time.monotonic()
         try:
             body = await fetch_body(self._p2p, source, pointer.group_id, size=pointer.size,
                                     timeout=cfg.fetch_timeout, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate)
+            self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
         except (BodyUnavailable, BodyRefused) as exc:
             error = exc
         except Exception as exc:  # a bug must not leave the pointer to be fetched again at every poll
