@@ -363,6 +363,8 @@ def bench_attacks(
     forged_groups: int = typer.Option(8, help="Forged groups (logp_gen - 3) per model pair."),
     threads: int = typer.Option(1, help="torch CPU threads."),
     standing_rounds: int = typer.Option(6, help="Rounds of the standing part (a crowd of fresh identities); 0: none."),
+    crowd_daemons: int = typer.Option(0, help="Identities of the crowd with daemons (each its own p2pd, one origin) against a Node on the real swarm; 0: none."),
+    crowd_rounds: int = typer.Option(6, help="Rounds of the crowd with daemons, after its earned peers' warm-up."),
     run_dir: Path = typer.Option(Path("runs/bench-attacks"), "--run-dir", help="Where the tiny preset builds its models."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
@@ -373,12 +375,14 @@ def bench_attacks(
         fail("--rounds, --honest-groups, --forged-groups and --threads must be at least 1")
     if standing_rounds < 0:
         fail("--standing-rounds must be 0 or more")
+    if not 0 <= crowd_daemons <= 60 or crowd_rounds < 1:
+        fail("--crowd-daemons must be 0 to 60 and --crowd-rounds at least 1")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.attacks import format_attacks, run_attack_bench
 
     figures = run_attack_bench(preset=preset, workdir=run_dir, rounds=rounds, honest_groups=honest_groups,
                                forged_groups=forged_groups, threads=threads, standing_rounds=standing_rounds,
-                               progress=_progress)
+                               crowd_daemons=crowd_daemons, crowd_rounds=crowd_rounds, progress=_progress)
     _report(format_attacks(figures), figures, json_path)
 
 

@@ -24,6 +24,10 @@ dropped.
 and an honest newcomer against two earned peers, over `standing_rounds` rounds; the 54
 strangers of the crowd share one network origin and the newcomer has its own, so the
 strangers' draw (`peers/draw.py`, origin first) is measured by origin.
+
+**The crowd with daemons** (`crowd.py`, `crowd_daemons` > 0): the same crowd, earned peers
+and newcomer as real swarm nodes, each with its own p2pd and key, against a `Node` on the
+real swarm.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ftis_swarm.config import LearnerConfig, LoRAConfig, NodeConfig, SamplingCon
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.models import load_model
+from ftis_swarm.lab.bench.crowd import CrowdFigures, format_crowd, run_crowd_bench
 from ftis_swarm.lab.bench.standing import StandingFigures, format_standing, run_standing_bench
 from ftis_swarm.lab.hostile.groups import ATTACKS, FORGERY_SHIFT, attack_groups, prompts_for, rebuilt
 from ftis_swarm.node.daemon import Node
@@ -91,6 +96,7 @@ class AttackFigures:
     seconds: float
     standing: StandingFigures | None = None
     strangers_share: float = 0.25
+    crowd: CrowdFigures | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,12 +115,15 @@ class Models:
 
 
 def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_groups: int = 24,
-                     forged_groups: int = 8, threads: int = 1, standing_rounds: int = 6,
-                     progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
+                     forged_groups: int = 8, threads: int = 1, standing_rounds: int = 6, crowd_daemons: int = 0,
+                     crowd_rounds: int = 6, progress: Callable[[str], None] = lambda s: None) -> AttackFigures:
     """The attack table over `rounds` rounds, the detector on `honest_groups` and `forged_groups` per pair,
-    then the standing part over `standing_rounds` rounds (0: none)."""
-    if rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1 or standing_rounds < 0:
-        raise ValueError("rounds, honest_groups, forged_groups and threads must be at least 1, standing_rounds 0 or more")
+    then the standing part over `standing_rounds` rounds (0: none), then the crowd of `crowd_daemons`
+    identities with daemons over `crowd_rounds` rounds (0 identities: none)."""
+    if (rounds < 1 or honest_groups < 1 or forged_groups < 1 or threads < 1 or standing_rounds < 0
+            or crowd_daemons < 0 or crowd_rounds < 1):
+        raise ValueError("rounds, honest_groups, forged_groups, threads and crowd_rounds must be at least 1, "
+                         "standing_rounds and crowd_daemons 0 or more")
     import torch
 
     torch.set_num_threads(threads)
@@ -129,7 +138,12 @@ def run_attack_bench(*, preset: str, workdir: Path, rounds: int = 2, honest_grou
         progress("standing")
         standing = run_standing_bench(models.receiver, models.honest, rounds=standing_rounds, workdir=workdir,
                                       progress=progress)
-    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0, standing)
+    crowd = None
+    if crowd_daemons:
+        progress("crowd with daemons")
+        crowd = run_crowd_bench(models.receiver, models.honest, crowd=crowd_daemons, rounds=crowd_rounds,
+                                workdir=workdir, signal=_signal_model(preset, workdir), progress=progress)
+    return AttackFigures(preset, rounds, rows, det, finite, banned, time.perf_counter() - t0, standing, crowd=crowd)
 
 
 def _models(preset: str, workdir: Path) -> Models:
@@ -147,6 +161,16 @@ def _models(preset: str, workdir: Path) -> Models:
                    "tiny-b-lora": lambda: _lora(*load_model(b))}
         return Models(a, b, a, loaders, {"tiny-b-lora": "tiny-b"}, ("tiny-a", "tiny-b"))
     raise ValueError(f"unknown preset {preset!r}; expected 'default' or 'tiny'")
+
+
+def _signal_model(preset: str, workdir: Path) -> str | None:
+    """The model of the crowd part's earned peers' credit: the tiny honest model never writes a number (no
+    signal, so no credit); a tiny model taught arith's answer form does. SmolLM2's own groups carry signal."""
+    if preset != "tiny":
+        return None
+    from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
+
+    return str(build_tiny_arith_model(workdir / "tiny-arith"))
 
 
 def _lora(model: Any, tokenizer: Any) -> tuple[Any, Any]:
@@ -298,6 +322,8 @@ def format_attacks(f: AttackFigures) -> str:
                      f"{_n(d.delay_turncoat):>10}")
     if f.standing is not None:
         lines += ["", format_standing(f.standing, share=f.strangers_share)]
+    if f.crowd is not None:
+        lines += ["", format_crowd(f.crowd)]
     lines.append(f"wall time {f.seconds:.0f} s")
     return "\n".join(lines)
 

@@ -1,7 +1,10 @@
 """Several swarm-only nodes in one process: `python -m ftis_swarm.lab.bench.scale_worker '<json>'`.
 
-Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}. Its
-first node joins through `cfg.peers` (none: it starts the swarm), the others through it.
+Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}, and
+optionally "hosts" (the address each node listens on: one network origin per /24; default
+`cfg.host` for all) and "tokenizer_fp", "vocab_size" (those of the groups it will publish;
+default the synthetic groups'). Its first node joins through `cfg.peers` (none: it starts
+the swarm), the others through it (or through `cfg.peers` too, when given).
 Each node is a real `SwarmClient` with its own p2pd, DHT peer and RSA key, and a policy
 that scores a peer by how many of its groups this node used (as the ledger credits them).
 It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "maddrs"} once its nodes joined, then:
@@ -15,6 +18,10 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
         "served" (own bodies sent before it left) and "left_at" (unix time)); answers {"rows": [one per node and round], "cpu_s": CPU
         seconds of this process and its p2pd daemons over the run, "load": [1-min load
         average at start, at end]}
+    {"op": "publish", "round": r, "bodies": [[base64 encoded group, ...] per node]}
+        each node with bodies publishes them, groups the caller built with that node's peer id as
+        sender (`bench attacks`' crowd with daemons: real groups of a model), as its round r, all
+        nodes at once; answers {"ok": [publish ok or null (no bodies) per node], "reasons": [...]}
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
@@ -26,6 +33,7 @@ want of a source, now], "upload_peak": most bytes sent in one upload window}.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -41,6 +49,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE, _send, synthetic_group
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.wire import decode_group
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
            "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders")
@@ -139,22 +148,47 @@ def _cpu_seconds() -> float:
     return total
 
 
+def _publish(clients: list[SwarmClient], cmd: dict, cfg: SwarmConfig) -> dict:
+    """The "publish" op: each node's given bodies as its round, all nodes at once."""
+    def one(i: int) -> tuple[Optional[bool], str]:
+        bodies = cmd["bodies"][i] if i < len(cmd["bodies"]) else []
+        if not bodies:
+            return None, ""
+        groups = [decode_group(base64.b64decode(b), limits=cfg.wire) for b in bodies]
+        result = clients[i].publish_round(groups, round=cmd["round"])
+        return result.ok, result.reason
+
+    with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+        done = list(pool.map(one, range(len(clients))))
+    return {"ok": [ok for ok, _ in done], "reasons": [why for _, why in done]}
+
+
 def main() -> None:
     settings = json.loads(sys.argv[1])
     cfg = SwarmConfig.model_validate_json(settings["cfg"])
-    policies = [UsedPolicy() for _ in range(settings["clients"])]
-    start = lambda c, p: SwarmClient.start(c, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, policy=p)  # noqa: E731
-    clients = [start(cfg, policies[0])]
+    k = settings["clients"]
+    hosts = settings.get("hosts") or [cfg.host] * k
+    fp, vocab = settings.get("tokenizer_fp", TOKENIZER_FP), settings.get("vocab_size", VOCAB_SIZE)
+    policies = [UsedPolicy() for _ in range(k)]
+
+    def start(c: SwarmConfig, i: int) -> SwarmClient:
+        return SwarmClient.start(c.model_copy(update={"host": hosts[i]}), tokenizer_fp=fp, vocab_size=vocab,
+                                 policy=policies[i])
+
+    clients = [start(cfg, 0)]
     if not cfg.peers:  # the swarm's first worker: its other nodes join through its first
         cfg = cfg.model_copy(update={"peers": clients[0].visible_maddrs})
-    with ThreadPoolExecutor(max_workers=settings["clients"]) as pool:
-        clients += list(pool.map(lambda p: start(cfg, p), policies[1:]))
+    with ThreadPoolExecutor(max_workers=k) as pool:
+        clients += list(pool.map(lambda i: start(cfg, i), range(1, k)))
     _send({"peer_id": clients[0].peer_id, "peer_ids": [c.peer_id for c in clients], "maddrs": clients[0].visible_maddrs})
     try:
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd["op"] == "quit":
                 break
+            if cmd["op"] == "publish":
+                _send(_publish(clients, cmd, cfg))
+                continue
             budget = Budget(**cmd["budget"]) if cmd["budget"] else None
             for client in clients:
                 client.set_budget(budget)

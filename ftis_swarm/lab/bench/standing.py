@@ -59,8 +59,58 @@ CROWD_ORIGIN, NEWCOMER_ORIGIN = "10.0.0.0/24", "10.0.1.0/24"
 RUN_ID, ME = "bench", "self"
 
 
+class Shares:
+    """The update's shares of the peers' token budget, per round (the standing benches' common figures)."""
+
+    strangers_share: list[float]
+    crowd_share: list[float]
+    strangers_of_used: list[float]
+    share_by_origin: list[dict[str, float]]
+    newcomer_first_used: int | None
+    newcomer_standing_round: int | None
+    newcomer_standing_tokens: int | None
+
+    def add_shares(self, kept: list[Group], had: dict[str, bool], *, budget: int, crowd: set[str],
+                   origin_of: Callable[[str], str | None]) -> None:
+        """One round's: `kept` the peers' groups the intake took, `had` each sender's standing as the intake read it."""
+        used = sum(g.num_completion_tokens for g in kept) or 1
+        strangers = [g for g in kept if not had[g.sender]]
+        tokens = sum(g.num_completion_tokens for g in strangers)
+        self.strangers_share.append(tokens / budget)
+        self.strangers_of_used.append(tokens / used)
+        by_origin: Counter[str] = Counter()
+        for g in strangers:
+            by_origin[origin_of(g.sender) or g.sender] += g.num_completion_tokens
+        self.share_by_origin.append({o: n / budget for o, n in by_origin.items()})
+        self.crowd_share.append(sum(g.num_completion_tokens for g in kept if g.sender in crowd) / budget)
+
+    def origin_lines(self, named: dict[str, str]) -> list[str]:
+        """The strangers' tokens by origin (`named` first, by their names), and the newcomer's turn and standing."""
+        origins = sorted({o for row in self.share_by_origin for o in row}, key=lambda o: (o not in named, o))
+        lines = [f"strangers' tokens by origin / budget, {named.get(origin, origin)}: "
+                 + " ".join(f"{row.get(origin, 0.0):.2f}" for row in self.share_by_origin) for origin in origins]
+        first = "never" if self.newcomer_first_used is None else f"round {self.newcomer_first_used}"
+        standing = ("not within the run" if self.newcomer_standing_round is None else
+                    f"round {self.newcomer_standing_round}, after {self.newcomer_standing_tokens} tokens")
+        return lines + [f"newcomer: first group used {first}; standing {standing}"]
+
+
+class HonestPeers:
+    """Honest arith groups of one model for any senders: what the earned peers, the newcomer and the crowd send."""
+
+    def __init__(self, model: Any, tokenizer: Any, token_bound: int) -> None:
+        self.tokenizer, self.bound = tokenizer, token_bound
+        self.backend = TransformersBackend(model=model, tokenizer=tokenizer, header=GroupHeader(RUN_ID, "honest", RUN_ID))
+
+    def groups(self, senders: list[str], r: int, salt: int, sampling: SamplingConfig = SAMPLING) -> list[Group]:
+        """One group per sender (of round `r`'s items for `salt`), less any past the receiver's vocabulary."""
+        items = get_task("arith").sample(len(senders), seed=1000 * salt + r)
+        groups = self.backend.generate(prompts_for(items, self.tokenizer), sampling.group_size, sampling)
+        return [rebuilt(g, sender=s) for g, s in zip(groups, senders) if within_vocab(g, self.bound)]
+
+
 @dataclass
-class StandingFigures:
+class StandingFigures(Shares):
     warmup_rounds: int
     """Rounds until both earned peers and the turncoat had standing."""
     rounds: int
@@ -125,13 +175,8 @@ def _standing_rounds(node: Node, hub: LoopbackHub, honest_model: Any, *, rounds:
     p = node.parts
     tok, bound, ledger, det = p.tokenizer, p.token_bound, p.peer_ledger, p.learner.detector
     fp = tokenizer_fingerprint(tok)
-    honest = TransformersBackend(model=honest_model, tokenizer=tok, header=GroupHeader(RUN_ID, "honest", RUN_ID))
+    honest_groups = HonestPeers(honest_model, tok, bound).groups
     arith = get_task("arith")
-
-    def honest_groups(senders: list[str], r: int, salt: int, sampling: SamplingConfig = SAMPLING) -> list[Group]:
-        items = arith.sample(len(senders), seed=1000 * salt + r)
-        groups = honest.generate(prompts_for(items, tok), sampling.group_size, sampling)
-        return [rebuilt(g, sender=s) for g, s in zip(groups, senders) if within_vocab(g, bound)]
 
     posted: dict[str, Group] = {}  # every group offered so far: the intake may take a deferred one rounds later
 
@@ -178,16 +223,7 @@ def _standing_rounds(node: Node, hub: LoopbackHub, honest_model: Any, *, rounds:
         # what the intake reads; every identity, as a group deferred from an earlier round may be taken now
         had = {s: det.has_standing(s) for s in {*everyone, *(g.sender for g in offered)}}
         kept, metrics = round_of(r, offered)
-        used = sum(g.num_completion_tokens for g in kept) or 1
-        strangers = sum(g.num_completion_tokens for g in kept if not had[g.sender])
-        fig.strangers_share.append(strangers / budget)
-        fig.strangers_of_used.append(strangers / used)
-        by_origin: Counter[str] = Counter()
-        for g in kept:
-            if not had[g.sender]:
-                by_origin[hub.origin_of(g.sender)] += g.num_completion_tokens
-        fig.share_by_origin.append({o: n / budget for o, n in by_origin.items()})
-        fig.crowd_share.append(sum(g.num_completion_tokens for g in kept if g.sender in crowd) / budget)
+        fig.add_shares(kept, had, budget=budget, crowd=set(crowd), origin_of=hub.origin_of)
         fig.copies_sent += len(copies)
         fig.copies_used += sum(g.sender == "copier" for g in kept)
         for f, k in [*forged_ids, ("turncoat", "turncoat")]:
@@ -244,14 +280,7 @@ def format_standing(f: StandingFigures, *, share: float) -> str:
         lines.append(f"{kind:<12}{f.forged_trained.get(kind, 0):>9}{f.over_1_before.get(kind, 0):>14}"
                      f"{f.over_1_after.get(kind, 0):>13}{f.forgers_flagged.get(kind, 0):>9}")
     named = {CROWD_ORIGIN: f"the crowd's ({CROWD_ORIGIN})", NEWCOMER_ORIGIN: f"the newcomer's ({NEWCOMER_ORIGIN})"}
-    origins = sorted({o for row in f.share_by_origin for o in row}, key=lambda o: (o not in named, o))
-    for origin in origins:
-        lines.append(f"strangers' tokens by origin / budget, {named.get(origin, origin)}: "
-                     + " ".join(f"{row.get(origin, 0.0):.2f}" for row in f.share_by_origin))
-    first = "never" if f.newcomer_first_used is None else f"round {f.newcomer_first_used}"
-    standing = ("not within the run" if f.newcomer_standing_round is None else
-                f"round {f.newcomer_standing_round}, after {f.newcomer_standing_tokens} tokens")
-    lines.append(f"newcomer: first group used {first}; standing {standing}")
+    lines += f.origin_lines(named)
     lines.append(f"copies: {f.copies_sent} sent, {f.copies_used} used, {f.copies_refused} refused as copied_group, "
                  f"{f.copier_refused} after the copier's ban")
     return "\n".join(lines)
