@@ -142,16 +142,16 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
 
 
 def run_rounds(workers: dict[str, JsonProcess], first: int, count: int, *, groups: int, size: int,
-               deadline: float) -> list[dict[str, dict]]:
+               deadline: float, min_seconds: float = 0.0) -> list[dict[str, dict]]:
     """Rounds `first` .. `first + count - 1`, every worker publishing `groups` groups of `size` bytes from one
-    start; per round {role: its worker's answer}."""
+    start, each round lasting `min_seconds` at least; per round {role: its worker's answer}."""
     answers = []
     for number in range(first, first + count):
         start_at = time.time() + 0.5
         for worker in workers.values():
             worker.send({"op": "round", "round": number, "size": size, "count": groups,
                          "expect": groups * (len(workers) - 1), "start_at": start_at, "timeout": deadline,
-                         "min_seconds": 0.0})
+                         "min_seconds": min_seconds})
         answers.append({role: worker.read() for role, worker in workers.items()})
     return answers
 
