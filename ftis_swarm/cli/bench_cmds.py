@@ -284,8 +284,9 @@ def bench_reach(
     relay_data_limit: int = typer.Option(1 << 20, help="The bootstrap's bytes per relayed connection (--phase relay)."),
     relay_circuits: int = typer.Option(4, help="The bootstrap's relay circuits per peer (--phase relay)."),
 ) -> None:
-    """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode; or
-    (--phase bootstrap) a swarm that outlives its bootstrap."""
+    """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode, and what
+    auto chooses; or a swarm that outlives its bootstrap (--phase bootstrap), or the relay under a hostile
+    relayed pair (--phase relay)."""
     if not 1 <= rounds <= 200 or not 1 <= groups <= 16 or not 1024 <= size <= 4 * 1024 * 1024 or deadline <= 0:
         fail("--rounds must be 1-200, --groups 1-16, --size 1 KiB-4 MiB and --round-deadline > 0")
     if phase not in ("nat", "bootstrap", "relay") or not 3 <= nodes <= 32:

@@ -29,6 +29,7 @@ def _arm(mode: str, home_share: float, boot_bytes: float) -> ReachArm:
                                                                                      "home2": mode != "client"},
                     first_fetchable_s={"home1": 9.5 if home_share else None, "home2": None},
                     faults={"home1": {"fetch_failed": 2} if not home_share else {}, "home2": {}, "pub": {}},
+                    modes={"pub": "public", "home1": mode, "home2": mode},
                     boot_bytes_per_round=boot_bytes, pub_bytes_per_round=1024.0)
 
 
@@ -66,3 +67,14 @@ def test_the_relay_phase_puts_the_attacked_part_beside_the_baseline_and_the_cut_
     assert "bootstrap KiB/round              4          40" in lines
     assert ("pusher: 3 circuits, 2 cut or refused, 5.0 MiB written; the sink read 0.0 MiB, 3 KiB per round of "
             "1.5 s (2 KiB/s); per stream max 3000 B, median 2000 B") in lines
+
+
+def test_the_auto_arm_adds_the_control_home_and_every_node_s_mode() -> None:
+    auto = _arm("relayed", 1.0, 4096.0)
+    auto.mode, auto.modes = "auto", {"pub": "public", "home1": "relayed", "home2": "relayed", "home3": "public"}
+    auto.share = {**auto.share, "home3->home1": 1.0}
+    auto.joined_s, auto.relay_slot = {**auto.joined_s, "home3": 6.0}, {**auto.relay_slot, "home3": False}
+    lines = format_reach(ReachBench(rounds=3, groups=2, size=32768, arms=[_arm("client", 0.0, 2048.0), auto])).splitlines()
+    assert "home3->home1           -      100%" in lines
+    assert "home3 mode             -    public" in lines and "home1 mode        client   relayed" in lines
+    assert "home3 joined           -      6.0s" in lines

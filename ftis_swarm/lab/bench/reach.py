@@ -2,9 +2,12 @@
 
 On the NAT testbed (nat_testbed.py: the bootstrap and a public node P on a public segment,
 home1 and home2 each behind its own MASQUERADE router), every node runs a `swarm_worker`
-and publishes `groups` synthetic groups per round for `rounds` rounds. Two arms in the
+and publishes `groups` synthetic groups per round for `rounds` rounds. Three arms in the
 same run: the baseline `client` (home nodes accept no connection and hold no relay slot:
-what `--client-mode` did before) and `relayed` (a slot on the bootstrap's relay).
+what `--client-mode` did before), `relayed` (a slot on the bootstrap's relay), and `auto`
+(every node decides by dial-back, and the control home3, whose router forwards its port,
+joins too: `modes` says what each chose; right is public for P and home3, relayed for
+home1 and home2). Other phases: reach_bootstrap.py, reach_relay.py.
 
 Figures per arm: for each (publisher, consumer) pair the share of the publisher's groups
 that reached the consumer within the round's deadline; publish-to-visible p50 per pair
@@ -39,8 +42,12 @@ from ftis_swarm.lab.bench.swarm import JsonProcess
 from ftis_swarm.swarm.reach import CIRCUIT
 
 ROLES = ("pub", "home1", "home2")
-ARMS = ("client", "relayed")
-"""Home nodes' reachability in each arm; P is public in both. `client` is the baseline."""
+ARMS = ("client", "relayed", "auto")
+"""Home nodes' reachability in each arm; P is public in the first two. `client` is the baseline. In `auto`
+every node decides by dial-back, and the control home3 joins: its router forwards FORWARDED_PORT to it."""
+FORWARDED_PORT = 31338
+NAT_HOMES = ("home1", "home2")
+"""The homes nobody can dial: `first_fetchable_s` is the time until one's group reached the other."""
 PUBLIC_FIRST = True
 """Start P, and wait for its hello, before the home nodes."""
 
@@ -60,6 +67,8 @@ class ReachArm:
     first_fetchable_s: dict[str, Optional[float]]
     """{home: seconds from its start to its first group accepted by the other home (None: never); the
     first publish waits for every node's hello}."""
+    modes: dict[str, str]
+    """{node: the mode it ran in, as its counters say (in `auto`: what the dial-back decided)}."""
     relay_slot: dict[str, bool]
     """{node: whether its hello's multiaddrs held a relay circuit (a reserved slot)}."""
     faults: dict[str, dict[str, int]]
@@ -104,16 +113,24 @@ def start_bootstrap(bed: NatTestbed, logs: Path, *, name: str,
     return proc, maddrs_file.read_text().split()
 
 
+def _config(bed: NatTestbed, role: str, mode: str, peers: list[str]) -> SwarmConfig:
+    fields: dict = dict(peers=peers, host=bed.addr(role), run_id="reach", window=5.0, poll_interval=0.25,
+                        reachability="public" if role == "pub" and mode != "auto" else mode)
+    if role == "home3":  # listens on the forwarded port, announces its router's address
+        fields.update(port=FORWARDED_PORT, announce=[f"/ip4/{bed.public_addr(role)}/tcp/{FORWARDED_PORT}"])
+    return SwarmConfig(**fields)
+
+
 def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, logs: Path) -> ReachArm:
-    with NatTestbed.create() as bed:
+    roles = ROLES + (("home3",) if mode == "auto" else ())
+    with NatTestbed.create(forward_port=FORWARDED_PORT if mode == "auto" else 0) as bed:
         boot, peers = start_bootstrap(bed, logs, name=f"{mode}-boot")
         workers: dict[str, JsonProcess] = {}
         started: dict[str, float] = {}
         try:
             joined = {}
-            for role in ROLES:  # P first: the homes join a swarm that has a public node (see docs/deploy.md)
-                cfg = SwarmConfig(peers=peers, host=bed.addr(role), run_id="reach", window=5.0, poll_interval=0.25,
-                                  reachability="public" if role == "pub" else mode)
+            for role in roles:  # P first: the homes join a swarm that has a public node (see docs/deploy.md)
+                cfg = _config(bed, role, mode, peers)
                 started[role] = time.time()
                 workers[role] = JsonProcess(bed.wrap(role, [sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker",
                                                             cfg.model_dump_json()]), log=logs / f"{mode}-{role}.log")
@@ -128,30 +145,31 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
             before = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
             answers = run_rounds(workers, 0, rounds, groups=groups, size=size, deadline=deadline)
             after = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
-            faults = {}
+            faults, modes = {}, {}
             for role, worker in workers.items():
                 counters = worker.request({"op": "counters"})
                 faults[role] = {**counters["faults"], **counters["rejected"]}
+                modes[role] = counters["reach"]["mode"]
         finally:
             for worker in workers.values():
                 worker.kill()
             boot.kill()
             boot.wait()
-    return _figures(mode, answers, started, joined, faults, slots, rounds=rounds, per_round={r: (after[r] - before[r]) / rounds
-                                                                        for r in before})
+    return _figures(mode, roles, answers, started, joined, faults, slots, modes,
+                    per_round={r: (after[r] - before[r]) / rounds for r in before})
 
 
 def run_rounds(workers: dict[str, JsonProcess], first: int, count: int, *, groups: int, size: int,
-               deadline: float) -> list[dict[str, dict]]:
+               deadline: float, min_seconds: float = 0.0) -> list[dict[str, dict]]:
     """Rounds `first` .. `first + count - 1`, every worker publishing `groups` groups of `size` bytes from one
-    start; per round {role: its worker's answer}."""
+    start, each round lasting `min_seconds` at least; per round {role: its worker's answer}."""
     answers = []
     for number in range(first, first + count):
         start_at = time.time() + 0.5
         for worker in workers.values():
             worker.send({"op": "round", "round": number, "size": size, "count": groups,
                          "expect": groups * (len(workers) - 1), "start_at": start_at, "timeout": deadline,
-                         "min_seconds": 0.0})
+                         "min_seconds": min_seconds})
         answers.append({role: worker.read() for role, worker in workers.items()})
     return answers
 
@@ -160,33 +178,32 @@ def _kind(role: str) -> str:
     return "public" if role == "pub" else "home"
 
 
-def _figures(mode: str, answers: list[dict[str, dict]], started: dict[str, float], joined: dict[str, float],
-             faults: dict[str, dict[str, int]], slots: dict[str, bool], *,
-             rounds: int,
-             per_round: dict[str, float]) -> ReachArm:
-    sent: dict[str, list[tuple[str, float]]] = {r: [] for r in ROLES}  # publisher -> [(group id, publish start)]
+def _figures(mode: str, roles: tuple[str, ...], answers: list[dict[str, dict]], started: dict[str, float],
+             joined: dict[str, float], faults: dict[str, dict[str, int]], slots: dict[str, bool],
+             modes: dict[str, str], *, per_round: dict[str, float]) -> ReachArm:
+    sent: dict[str, list[tuple[str, float]]] = {r: [] for r in roles}  # publisher -> [(group id, publish start)]
     for answer in answers:
         for role, reply in answer.items():
             sent[role] += [(gid, start) for gid, start, ok, *_ in reply["published"] if ok]
-    arrivals = {role: {} for role in ROLES}
+    arrivals = {role: {} for role in roles}
     for answer in answers:
         for role, reply in answer.items():
             arrivals[role].update(reply["arrivals"])
     share, latencies = {}, {"public->home": [], "home->public": [], "home->home": []}
     first: dict[str, Optional[float]] = {}
-    for pub in ROLES:
-        for con in ROLES:
+    for pub in roles:
+        for con in roles:
             if pub == con:
                 continue
             got = [(arrivals[con][gid] - start) for gid, start in sent[pub] if gid in arrivals[con]]
             share[f"{pub}->{con}"] = len(got) / max(1, len(sent[pub]))
             latencies[f"{_kind(pub)}->{_kind(con)}"] += got
-            if pub != "pub" and con != "pub":
+            if pub in NAT_HOMES and con in NAT_HOMES:
                 times = [arrivals[con][gid] for gid, _ in sent[pub] if gid in arrivals[con]]
                 first[pub] = min(times) - started[pub] if times else None
     p50 = {k: (float(np.median(v)) * 1000 if v else None) for k, v in latencies.items()}
     return ReachArm(mode=mode, share=share, p50_ms=p50, joined_s=joined, first_fetchable_s=first, faults=faults,
-                    relay_slot=slots,
+                    relay_slot=slots, modes=modes,
                     boot_bytes_per_round=per_round["boot"], pub_bytes_per_round=per_round["pub"])
 
 
@@ -203,18 +220,22 @@ def run_reach_bench(*, rounds: int, groups: int, size: int, deadline: float,
 def format_reach(bench: ReachBench) -> str:
     lines = [f"reach on real NAT: {bench.rounds} rounds, {bench.groups} groups of {bench.size // 1024} KiB per node "
              f"per round (baseline: client)"]
-    pairs = list(bench.arms[0].share)
+    pairs = list(dict.fromkeys(pair for arm in bench.arms for pair in arm.share))
     lines.append(f"{'pair':<14}" + "".join(f"{arm.mode:>10}" for arm in bench.arms))
     for pair in pairs:
-        lines.append(f"{pair:<14}" + "".join(f"{arm.share[pair]:>10.0%}" for arm in bench.arms))
+        lines.append(f"{pair:<14}" + "".join(f"{arm.share[pair]:>10.0%}" if pair in arm.share else f"{'-':>10}"
+                                             for arm in bench.arms))
     for kind in bench.arms[0].p50_ms:
         cells = [arm.p50_ms[kind] for arm in bench.arms]
         lines.append(f"{'p50 ' + kind:<14}" + "".join(f"{c:>8.0f}ms" if c is not None else f"{'-':>10}"
                                                       for c in cells))
-    for role in ROLES:
-        lines.append(f"{role + ' joined':<14}" + "".join(f"{arm.joined_s[role]:>9.1f}s" for arm in bench.arms))
-        lines.append(f"{role + ' slot':<14}" + "".join(f"{'yes' if arm.relay_slot[role] else 'no':>10}"
-                                                       for arm in bench.arms))
+    for role in dict.fromkeys(role for arm in bench.arms for role in arm.joined_s):  # home3 in `auto` only
+        def row(label: str, cell: Callable[[ReachArm], str]) -> str:
+            return f"{role + ' ' + label:<14}" + "".join(f"{cell(arm) if role in arm.joined_s else '-':>10}"
+                                                         for arm in bench.arms)
+        lines.append(row("joined", lambda arm: f"{arm.joined_s[role]:.1f}s"))
+        lines.append(row("slot", lambda arm: "yes" if arm.relay_slot[role] else "no"))
+        lines.append(row("mode", lambda arm: arm.modes.get(role, "?")))
     for home in bench.arms[0].first_fetchable_s:
         cells = [arm.first_fetchable_s.get(home) for arm in bench.arms]
         lines.append(f"{home + ' first':<14}" + "".join(f"{c:>9.1f}s" if c is not None else f"{'never':>10}"

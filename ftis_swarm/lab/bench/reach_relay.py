@@ -30,6 +30,8 @@ from ftis_swarm.lab.bench.reach import iface_bytes, run_rounds, start_bootstrap
 from ftis_swarm.lab.bench.swarm import JsonProcess
 
 ROLES = ("pub", "home1", "home2")
+ROUND_S = 5.0
+"""Seconds a round lasts at least (both parts, so bytes per round compare): the pusher's flood runs meanwhile."""
 
 
 @dataclasses.dataclass
@@ -99,16 +101,18 @@ def run_relay_phase(*, rounds: int, groups: int, size: int, deadline: float, dat
                                                             cfg.model_dump_json()]), log=logs / f"{role}.log").joined()
             progress(f"baseline: {rounds} rounds")
             before = iface_bytes(bed, "boot")
-            baseline = run_rounds(workers, 0, rounds, groups=groups, size=size, deadline=deadline)
+            baseline = run_rounds(workers, 0, rounds, groups=groups, size=size, deadline=deadline,
+                                  min_seconds=ROUND_S)
             middle = iface_bytes(bed, "boot")
-            base = {"relays": peers, "streams": 2, "seconds": rounds * (deadline + 1.0) + 5.0}
+            base = {"relays": peers, "streams": 2, "seconds": rounds * (max(deadline, ROUND_S) + 1.0) + 5.0}
             sink = _hostile(bed, "home2", "sink", {**base, "host": bed.addr("home2")}, logs)
             hostiles.append(sink)
             hostiles.append(_hostile(bed, "home1", "push", {**base, "host": bed.addr("home1"), "sink_peer": sink.peer_id,
                                                             "sink_maddrs": sink.maddrs}, logs))
             progress(f"under the hostile pair: {rounds} rounds")
             middle, attack_started = iface_bytes(bed, "boot"), time.time()
-            attacked = run_rounds(workers, rounds, rounds, groups=groups, size=size, deadline=deadline)
+            attacked = run_rounds(workers, rounds, rounds, groups=groups, size=size, deadline=deadline,
+                                  min_seconds=ROUND_S)
             after, attack_s = iface_bytes(bed, "boot"), time.time() - attack_started
             per_stream = sink.request({"op": "report"})["streams"]
             pushed = hostiles[1].request({"op": "report"})
