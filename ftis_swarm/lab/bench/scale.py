@@ -14,7 +14,7 @@ deadline `period`. Layouts, measured in the same run:
 - `holders`: the budget, and each node's upload capped at `UPLOAD_COPIES` (2) copies of its
   own round per `period` (`upload_bytes_per_window`, `upload_window`; `fetch.bodies`), haves
   at least every `period / 2`; the last node leaves the swarm in round 1 once it served its first
-  `scale_worker.DEPART_SERVES` bodies of that round (or `period` s after publishing it: a
+  `scale_worker.DEPART_SERVES` bodies of that round (or `2 * period` s after publishing it: a
   departed publisher), and the others go on.
 
 Holders' figures, per publisher and round: its own bodies' bytes out over one copy of its

@@ -14,7 +14,7 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
         each node publishes a round of g synthetic groups every `period` s, at its own phase
         (node i at start_at + (i / N) * period: not one burst), then gathers it with the
         round's deadline `period` (with "depart", the last node leaves that round once it served
-        `DEPART_SERVES` bodies of it, or `period` s after publishing it, its row marked "departed", with
+        `DEPART_SERVES` bodies of it, or `2 * period` s after publishing it (a new upload window opens in that time), its row marked "departed", with
         "served" (own bodies sent before it left) and "left_at" (unix time)); answers {"rows": [one per node and round], "cpu_s": CPU
         seconds of this process and its p2pd daemons over the run, "load": [1-min load
         average at start, at end]}
@@ -91,7 +91,8 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
         result = client.publish_round(groups, round=r)
         departs = cmd.get("depart") is not None and r == cmd["depart"] and index == cmd["nodes"] - 1
         if departs:  # the last node leaves the swarm after its first fetches: only holders have its groups
-            served = _wait_for_serves(client, DEPART_SERVES * cmd["size"], since=own_before, until=started + period)
+            served = _wait_for_serves(client, DEPART_SERVES * cmd["size"], since=own_before,
+                                      until=started + 2 * period)
             after = client.counters()
             rows.append({"node": index, "round": r, "peer_id": client.peer_id, "publish_s": result.seconds,
                          "publish_ok": result.ok, "pointer_bytes": result.pointer_bytes, "departed": True,
