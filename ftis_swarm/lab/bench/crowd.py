@@ -86,8 +86,13 @@ class CrowdFigures(Shares):
     newcomer_standing_tokens: Optional[int] = None
     earned_standing: bool = False
     """Whether both earned peers had standing and credit when the main rounds began."""
+    earned_with_standing: int = 0
+    earned_with_credit: int = 0
+    """Of the two earned peers when the main rounds began: those with standing, those with a ledger score above 0."""
     publish_failed: int = 0
     """Peers' rounds whose publish was not ok (`PublishResult.ok`)."""
+    publish_reasons: dict[str, int] = field(default_factory=dict)
+    """Why, by the reason's first words."""
     round_seconds: list[float] = field(default_factory=list)
     load: list[float] = field(default_factory=list)
     """1-minute load average at the start and at the end of the main rounds."""
@@ -116,14 +121,14 @@ class _Peers:
         self.crowd = [p for ws in ids[:-1] for p in ws]
         self.earned, self.newcomer = ids[-1][:2], ids[-1][2]
 
-    def publish(self, groups: list[Group], r: int) -> int:
-        """Each group by the node of its sender, as that node's round `r`, all at once; the failed publishes."""
+    def publish(self, groups: list[Group], r: int) -> list[str]:
+        """Each group by the node of its sender, as that node's round `r`, all at once; why each failed publish failed."""
         bodies = [[[base64.b64encode(encode_group(g)).decode() for g in groups if g.sender == p] for p in w.hello["peer_ids"]]
                   for w in self.workers]
         for w, b in zip(self.workers, bodies):
             w.send({"op": "publish", "round": r, "bodies": b})
         answers = [w.read() for w in self.workers]
-        return sum(ok is False for a in answers for ok in a["ok"])
+        return [why for a in answers for ok, why in zip(a["ok"], a["reasons"]) if ok is False]
 
     def close(self) -> None:
         for w in self.workers:
@@ -182,7 +187,10 @@ def _crowd_rounds(node: Node, peers: _Peers, honest: HonestPeers, signal: Option
 
     def round_of(r: int, offered: list[Group]) -> tuple[list[Group], dict[str, Any]]:
         """Round `r` of the peers (`offered`, published first) and of the node: the peers' groups it took, its record."""
-        fig.publish_failed += peers.publish(offered, r)
+        for why in peers.publish(offered, r):
+            fig.publish_failed += 1
+            key = " ".join(why.split()[:6])
+            fig.publish_reasons[key] = fig.publish_reasons.get(key, 0) + 1
         posted.update((g.group_id, g) for g in offered)
         before = set(node.state.consumed)
         record = node.run_round(r).record
@@ -197,6 +205,8 @@ def _crowd_rounds(node: Node, peers: _Peers, honest: HonestPeers, signal: Option
         progress(f"warm-up round {fig.warmup_rounds}")
         round_of(r, earned_groups(r))
     fig.earned_standing = earned()
+    fig.earned_with_standing = sum(det.has_standing(e) for e in peers.earned)
+    fig.earned_with_credit = sum(ledger.score(e) > 0 for e in peers.earned)
     crowd = set(peers.crowd)
     fig.load.append(os.getloadavg()[0])
     for main in range(1, rounds + 1):
@@ -226,7 +236,8 @@ def format_crowd(f: CrowdFigures) -> str:
     named = {CROWD_ORIGIN: f"the crowd's ({CROWD_ORIGIN})", newcomer: f"the newcomer's ({newcomer})"}
     lines = [f"crowd with daemons: {f.crowd} fresh identities on {CROWD_HOST} ({f.processes} processes, a p2pd each), "
              f"2 earned peers and a newcomer of their own origins, a Node on the real swarm "
-             f"(warm-up {f.warmup_rounds} rounds{'' if f.earned_standing else ', the earned peers without standing or credit'}, "
+             f"(warm-up {f.warmup_rounds} rounds: {f.earned_with_standing} of 2 with standing, "
+             f"{f.earned_with_credit} with credit; "
              f"then {f.rounds})",
              f"strangers' share of the peers' token budget per update (cap {f.share_cap:.2f}): "
              + " ".join(f"{x:.2f}" for x in f.strangers_share)
@@ -237,6 +248,7 @@ def format_crowd(f: CrowdFigures) -> str:
              + "; peers' groups gathered: " + " ".join(str(n) for n in f.gathered)]
     lines += f.origin_lines(named)
     load = f"; 1-min load {f.load[0]:.1f} at the first round, {f.load[-1]:.1f} at the end" if f.load else ""
-    lines.append(f"publishes failed: {f.publish_failed}; seconds a round: "
+    why = ", ".join(f"{n} {k}" for k, n in f.publish_reasons.items())
+    lines.append(f"publishes failed: {f.publish_failed}{f' ({why})' if why else ''}; seconds a round: "
                  + " ".join(f"{s:.1f}" for s in f.round_seconds) + load)
     return "\n".join(lines)
