@@ -69,21 +69,12 @@ class CrowdFigures(Shares):
     warmup_rounds: int
     """Rounds until both earned peers had standing."""
     rounds: int
-    strangers_share: list[float] = field(default_factory=list)
-    """Per round: the peers' tokens in the update from identities without standing / the peers' token budget."""
-    crowd_share: list[float] = field(default_factory=list)
-    """Per round: the same for the crowd alone."""
-    strangers_of_used: list[float] = field(default_factory=list)
-    share_by_origin: list[dict[str, float]] = field(default_factory=list)
     crowd_offered: list[int] = field(default_factory=list)
     """Per round: groups the crowd published."""
     gathered: list[int] = field(default_factory=list)
     """Per round: peers' groups the node's gather returned (fetched), of all peers."""
     crowd_used: list[int] = field(default_factory=list)
     """Per round: the crowd's groups in the update."""
-    newcomer_first_used: Optional[int] = None
-    newcomer_standing_round: Optional[int] = None
-    newcomer_standing_tokens: Optional[int] = None
     earned_standing: bool = False
     """Whether both earned peers had standing and credit when the main rounds began."""
     earned_with_standing: int = 0
@@ -197,7 +188,6 @@ def _crowd_rounds(node: Node, peers: _Peers, honest: HonestPeers, signal: Option
         return [posted[gid] for gid in node.state.consumed if gid not in before and gid in posted], record
 
     fig = CrowdFigures(crowd=len(peers.crowd), processes=len(peers.workers) - 1, warmup_rounds=0, rounds=rounds,
-                       strangers_share=[], crowd_share=[], strangers_of_used=[],
                        share_cap=node.cfg.learner.strangers_share)
     r = 0
     while fig.warmup_rounds < max_warmup and not earned():

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Callable, Optional
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.swarm import JsonProcess, start_worker
+from ftis_swarm.ops.testnet import loopback_host, start_bootstrap
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +43,6 @@ class BootstrapPhase:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _start_bootstrap(logs: Path) -> tuple[subprocess.Popen, list[str]]:
-    maddrs_file = logs / "boot.maddrs"
-    with open(logs / "boot.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "ftis_swarm.cli", "bootstrap", "--host", "127.0.200.1",
-                                 "--maddrs-file", str(maddrs_file)], stdout=log, stderr=log, start_new_session=True)
-    stop_at = time.monotonic() + 90.0
-    while not maddrs_file.exists():
-        if proc.poll() is not None or time.monotonic() > stop_at:
-            proc.kill()
-            raise RuntimeError(f"the bootstrap did not start: {(logs / 'boot.log').read_text()[-2000:]}")
-        time.sleep(0.1)
-    return proc, maddrs_file.read_text().split()
 
 
 def _round(workers: list[JsonProcess], number: int, *, groups: int, size: int, timeout: float) -> list[Optional[float]]:
@@ -97,12 +82,12 @@ def run_bootstrap_phase(*, nodes: int, rounds: int, groups: int, size: int, time
 
 def _run(logs: Path, *, nodes: int, rounds: int, groups: int, size: int, timeout: float,
          progress: Callable[[str], None]) -> BootstrapPhase:
-    boot, peers = _start_bootstrap(logs)
+    boot, peers = start_bootstrap(logs, timeout=90.0)
     workers: list[JsonProcess] = []
     try:
         started = time.monotonic()
         base = SwarmConfig(peers=peers, run_id="reach-boot", window=5.0, poll_interval=0.25)
-        workers = [start_worker(base.model_copy(update={"host": f"127.0.{i + 1}.1"}), log=logs / f"node{i}.log")
+        workers = [start_worker(base.model_copy(update={"host": loopback_host(i)}), log=logs / f"node{i}.log")
                    for i in range(nodes)]
         for worker in workers:
             worker.joined()
@@ -121,7 +106,7 @@ def _run(logs: Path, *, nodes: int, rounds: int, groups: int, size: int, timeout
         newcomer_s = {}
         for k, (label, first) in enumerate(newcomer_peers.items()):
             began = time.monotonic()
-            cfg = base.model_copy(update={"peers": first, "host": f"127.0.{nodes + k + 1}.1"})
+            cfg = base.model_copy(update={"peers": first, "host": loopback_host(nodes + k)})
             workers.append(start_worker(cfg, log=logs / f"newcomer{k}.log").joined())
             newcomer_s[label] = time.monotonic() - began
         progress("newcomers joined; the last round")

@@ -59,16 +59,22 @@ CROWD_ORIGIN, NEWCOMER_ORIGIN = "10.0.0.0/24", "10.0.1.0/24"
 RUN_ID, ME = "bench", "self"
 
 
+@dataclass(kw_only=True)
 class Shares:
     """The update's shares of the peers' token budget, per round (the standing benches' common figures)."""
 
-    strangers_share: list[float]
-    crowd_share: list[float]
-    strangers_of_used: list[float]
-    share_by_origin: list[dict[str, float]]
-    newcomer_first_used: int | None
-    newcomer_standing_round: int | None
-    newcomer_standing_tokens: int | None
+    strangers_share: list[float] = field(default_factory=list)
+    """Per round: the peers' tokens in the update from identities without standing / the peers' token budget."""
+    crowd_share: list[float] = field(default_factory=list)
+    """Per round: the same for the crowd of fresh identities alone."""
+    strangers_of_used: list[float] = field(default_factory=list)
+    """Per round: the strangers' tokens / all peers' tokens in the update."""
+    share_by_origin: list[dict[str, float]] = field(default_factory=list)
+    """Per round: origin -> the tokens of its identities without standing in the update / the peers' token budget."""
+    newcomer_first_used: int | None = None
+    """The round (of the main rounds) in which the newcomer's first group went into an update."""
+    newcomer_standing_round: int | None = None
+    newcomer_standing_tokens: int | None = None
 
     def add_shares(self, kept: list[Group], had: dict[str, bool], *, budget: int, crowd: set[str],
                    origin_of: Callable[[str], str | None]) -> None:
@@ -114,12 +120,6 @@ class StandingFigures(Shares):
     warmup_rounds: int
     """Rounds until both earned peers and the turncoat had standing."""
     rounds: int
-    strangers_share: list[float]
-    """Per round: the peers' tokens in the update from identities without standing / the peers' token budget."""
-    crowd_share: list[float]
-    """Per round: the same for the 20 fresh identities alone."""
-    strangers_of_used: list[float]
-    """Per round: the strangers' tokens / all peers' tokens in the update."""
     over_1_before: dict[str, int] = field(default_factory=dict)
     """Forger -> its samples trained at a weight above 1 while it had no standing."""
     over_1_after: dict[str, int] = field(default_factory=dict)
@@ -128,18 +128,12 @@ class StandingFigures(Shares):
     """Forger -> its samples trained at all (weight at most 1 without standing)."""
     forgers_flagged: dict[str, int] = field(default_factory=dict)
     """Forger kind -> its groups withheld as forged (the ledger's `forgery` charges)."""
-    newcomer_first_used: int | None = None
-    """The round (of the main rounds) in which the newcomer's first group went into an update."""
-    newcomer_standing_round: int | None = None
-    newcomer_standing_tokens: int | None = None
     copies_sent: int = 0
     copies_refused: int = 0
     """Refused as `copied_group`."""
     copier_refused: int = 0
     """Refused because the copier was banned (its copies' cost)."""
     copies_used: int = 0
-    share_by_origin: list[dict[str, float]] = field(default_factory=list)
-    """Per round: origin -> the tokens of its identities without standing in the update / the peers' token budget."""
 
 
 def forgers() -> list[tuple[str, str]]:
@@ -199,8 +193,7 @@ def _standing_rounds(node: Node, hub: LoopbackHub, honest_model: Any, *, rounds:
         r, warmup = r + 1, warmup + 1
         progress(f"warm-up round {warmup}")
         round_of(r, honest_groups([v for v in veterans for _ in range(2)], r, salt=1))
-    fig = StandingFigures(warmup_rounds=warmup, rounds=rounds, strangers_share=[], crowd_share=[],
-                          strangers_of_used=[])
+    fig = StandingFigures(warmup_rounds=warmup, rounds=rounds)
     crowd = [f"fresh-{i:02d}" for i in range(CROWD)]
     forged_ids = forgers()
     for peer in [*crowd, *(f for f, _ in forged_ids), "copier"]:

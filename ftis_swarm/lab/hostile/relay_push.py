@@ -32,6 +32,7 @@ from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 from ftis_swarm.lab.hostile.gossip import _varint
+from ftis_swarm.lab.hostile.peer import _send
 from ftis_swarm.swarm import reach
 
 SINK_PROTOCOL = "ftis.hostile.sink"
@@ -148,11 +149,6 @@ async def _serve(report) -> None:
         if not line or json.loads(line)["op"] == "quit":
             return
         _send(report())
-
-
-def _send(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 def main() -> None:
