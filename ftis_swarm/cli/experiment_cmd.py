@@ -39,7 +39,7 @@ def experiment(
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per sampled completion."),
     model_a: Optional[str] = typer.Option(None, help="Learner A's model (default smollm2-135m)."),
-    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-bias1.5: SmolLM2 with a fixed logit bias of scale 1.5, the sigma pilot's choice; same tokenizer as A)."),
+    model_b: Optional[str] = typer.Option(None, help="Learner B's model (default smollm2-bias2: SmolLM2 with a fixed logit bias of scale 2, the second sigma pilot's choice; same tokenizer as A)."),
     lr_a: Optional[float] = typer.Option(None, help="Learner A's learning rate."),
     lr_b: Optional[float] = typer.Option(None, help="Learner B's learning rate."),
     lora_rank_a: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank for A (default 0: the full model)."),

@@ -80,7 +80,7 @@ def test_the_experiment_is_its_nodes_configs_validated_by_nodeconfig():
     cfg = ExperimentConfig(node={"rounds": 3, "sampling": {"group_size": 8}})
     assert cfg.node.sampling.temperature == 0.7 and cfg.node.prompts_per_round == 2  # the experiment's base
     b = arm_config(cfg, 1, 5, "vertical-nois-stale2")
-    assert (b.model, b.learner.lr, b.learner.lora) == ("smollm2-bias1.5", 2e-5, None)
+    assert (b.model, b.learner.lr, b.learner.lora) == ("smollm2-bias2", 2e-5, None)
     assert (b.seed, b.rounds, b.sampling.group_size, b.learner.ftis.mode, b.max_staleness) == (1_000_005, 3, 8, "nois", 2)
     c = arm_config(cfg, 0, 5, "vertical-ftis@C=3,filter_rule=and").learner.ftis
     assert (c.mode, c.C, c.g, c.filter_rule) == ("ftis", 3.0, 50.0, "and")  # g stays the learner's

@@ -1,7 +1,7 @@
 """The paper's experiment in miniature: two heterogeneous learners, alone and together, on CPU.
 
 Two learners share one process per run (by default A is SmolLM2-135M and B
-`smollm2-bias1.5`, SmolLM2 with a fixed logit bias, both fully fine-tuned; any two models with
+`smollm2-bias2`, SmolLM2 with a fixed logit bias, both fully fine-tuned; any two models with
 one tokenizer work). Each run is one *arm* and one seed:
 
 - `solo`: each learner trains on its own vertical groups only (plain on-policy GRPO; the

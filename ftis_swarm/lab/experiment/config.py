@@ -49,11 +49,12 @@ BASE_NODE: dict[str, Any] = {
 """The experiment's defaults of the shared node, over NodeConfig's own. `learner.dtype` fp32: on
 this machine's CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the
 fp32 one, its learning 7.5 x (rollout and evaluation stay fp32 either way)."""
-PEER_MODEL = "smollm2-bias1.5"
+PEER_MODEL = "smollm2-bias2"
 """Learner B of the pre-registered design: SmolLM2 with a fixed logit bias of scale sigma
 (models/logit_bias.py), sigma picked by the pilot's rule (`lab.experiment.sigma_pilot`):
-1.5 in docs/pilot_sigma.json (no sigma reached ESS 0.4 with reward >= 0.1, so the lowest
-ESS with that reward, 0.638; its gate fails on ESS > 0.6)."""
+2 in the second pilot, docs/pilot_sigma2.json (no sigma reached ESS 0.4 with reward >= 0.1,
+so the lowest ESS with that reward, 0.524; its gate passes). The first pilot
+(docs/pilot_sigma.json) chose 1.5, whose gate failed on ESS 0.638 > 0.6."""
 FULL_LEARNERS: tuple[dict[str, Any], dict[str, Any]] = (
     {"model": "smollm2-135m", "learner": {"lr": 2e-5}},
     {"model": PEER_MODEL, "learner": {"lr": 2e-5}},
