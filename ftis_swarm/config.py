@@ -295,6 +295,13 @@ class SwarmConfig(_Strict):
     nodes fetch its groups), `client` (behind NAT; only public peers fetch from it, over the
     connection it opened). `auto`: `relayed` with `client_mode`; else the `peers` are asked to
     dial this node's port back: `public` if one could, else `relayed` (`public` with no peers)."""
+    reach_recheck_every: float = Field(300.0, gt=0, le=86400)
+    """Seconds between two dial-back rechecks of a running node (`swarm.dialback.watch_reachability`:
+    one short stream to each of at most 5 peers)."""
+    reach_switch_after: int = Field(2, ge=1, le=1000)
+    """Rechecks in a row that contradict the mode (a public node nobody could dial, a relayed one a peer
+    could) before an `auto` node switches mode: a restart of its daemon in the other mode, with the same
+    identity, port and ledger (docs/swarm.md, Reach). A configured mode never switches."""
     relay_wait: float = Field(15.0, ge=0, le=600)
     """Seconds a `relayed` node waits at start for a slot on a relay before it publishes (a WARNING
     if none: then only public peers can fetch its groups)."""

@@ -27,7 +27,8 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
     head = (f"{n['model']} on {n['task']}, run {n['run_id']}, peer {n['peer_id']}, version {n['version']}: "
             f"{n['state']}, round {n['round']} of {n['rounds']} (updated {age:.0f} s ago)\n"
             f"reachability: mode {reach['mode']} ({reach.get('configured', '?')}, decided by "
-            f"{reach.get('decided_by', '?')}), can peers dial me: {reach['dialable']} ({reach.get('note', '')})")
+            f"{reach.get('decided_by', '?')}, switched {reach.get('switches', 0)} time(s)), can peers dial me: "
+            f"{reach['dialable']} ({reach.get('note', '')})")
     rounds = Table("round", "reward", "accuracy", "filtered", "ESS", "peer share", "peer groups", "gen s", "gather s",
                    "learn s", title="last rounds")
     for r in reversed(doc["rounds"]):

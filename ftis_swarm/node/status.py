@@ -9,10 +9,12 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
   rounds planned, the round in progress, `updated` (wall-clock seconds);
 - `reachability`: `configured` (`swarm.reachability`), `mode` (what the node runs in: `auto`
   decided by dial-back as it starts), `decided_by` (`configured`, `client_mode`, `no peers`,
-  `dial-back`, `dial-back unanswered`), `dialable` (`yes`: a peer opened a TCP connection
+  `dial-back`, `dial-back unanswered`, `dial-back recheck`), `dialable` (`yes`: a peer opened a TCP connection
   to the node's port at the last dial-back check, `no`, or `unknown`: no peer answered, or
   no check yet), `dialback` (asked, answered, reached, port), `checked` (when) and a `note`
-  in words; the swarm rechecks every few minutes (`swarm/dialback.py`). A transport without
+  in words, `switches` and `switched_at` (an `auto` node switches mode after
+  `reach_switch_after` contradicting rechecks); the swarm rechecks every
+  `reach_recheck_every` seconds (`swarm/dialback.py`). A transport without
   addresses (the in-process loopback) has no reachability: mode is the configured one,
   dialable `unknown`;
 - `rounds`: per round, own reward and accuracy, the share of filtered samples, ESS, the
@@ -74,7 +76,8 @@ def reach_metrics(reach: Optional[dict[str, Any]]) -> dict[str, Any]:
         return {}
     return {"reach_mode": reach["mode"], "reach_public": reach["mode"] == "public",
             "reach_dialable": reach["dialable"], "reach_mismatch": reach.get("mismatch", False),
-            "reach_dialback_answered": reach["dialback"]["answered"], "reach_dialback_reached": reach["dialback"]["reached"]}
+            "reach_dialback_answered": reach["dialback"]["answered"], "reach_dialback_reached": reach["dialback"]["reached"],
+            "reach_switches": reach.get("switches", 0)}
 
 
 def reach_section(reach: Optional[dict[str, Any]], *, configured: str, mode: str) -> dict[str, Any]:
@@ -90,8 +93,12 @@ def reach_section(reach: Optional[dict[str, Any]], *, configured: str, mode: str
         note = f"none of {d['asked']} peers answered a dial-back of port {d['port']}"
     else:
         note = f"{d['reached']} of {d['answered']} peers dialed port {d['port']} back at the last check"
+    if reach.get("switches"):
+        note += (f"; switched mode {reach['switches']} time(s), last at "
+                 f"{time.strftime('%H:%M:%S', time.gmtime(reach['switched_at']))} UTC")
     return {"configured": reach["configured"], "mode": reach["mode"], "decided_by": reach["decided_by"],
-            "dialable": reach["dialable"], "dialback": dict(d), "checked": reach["checked"], "note": note}
+            "dialable": reach["dialable"], "dialback": dict(d), "checked": reach["checked"],
+            "switches": reach.get("switches", 0), "switched_at": reach.get("switched_at"), "note": note}
 
 
 def _why(account: dict[str, Any]) -> Optional[str]:

@@ -40,7 +40,7 @@ from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, 
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)
-from ftis_swarm.swarm.runtime import PeerHandle, open_peer
+from ftis_swarm.swarm.runtime import PeerHandle, open_peer, reopen_peer
 from ftis_swarm.wire import Group, content_id, encode_group
 
 logger = logging.getLogger(__name__)
@@ -95,27 +95,67 @@ class SwarmClient:
         self._closed = False
         self._upload = UploadCap(bytes_per_window=cfg.upload_bytes_per_window, window=cfg.upload_window,
                                  max_held_serves=cfg.max_holder_serves)
+        self._policy = policy
+        self._gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
+                                ttl=cfg.ttl, ban_seconds=bans.gossip_ban_seconds,
+                                max_ban_seconds=bans.max_ban_seconds) if cfg.gossip else None
+        self._gossip: Optional[GossipChannel] = None
+        self._announcer: Optional[concurrent.futures.Future] = None
+        self._wire()
+
+    def _wire(self) -> None:
+        """Serves bodies, subscribes to the run's topic and starts gathering and announcing on the peer's
+        current daemon (at start, and again after a switch of mode: `switch_reach_if_due`)."""
+        cfg, peer = self._cfg, self._peer
         self._loop.run(serve_bodies(self._node.p2p, self._bodies, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate, max_streams_per_peer=cfg.max_streams_per_peer,
-                                    policy=policy, counters=self._counters, upload=self._upload,
+                                    policy=self._policy, counters=self._counters, upload=self._upload,
                                     on_served=self._served), timeout=10.0)
-        self._gossip: Optional[GossipChannel] = None
-        if cfg.gossip:
-            gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
-                              ttl=cfg.ttl, ban_seconds=bans.gossip_ban_seconds,
-                              max_ban_seconds=bans.max_ban_seconds)
-            self._gossip = GossipChannel(p2p=self._node.p2p, topic=gossip_topic(cfg.run_id), gate=gate,
+        if self._gate is not None:
+            self._gossip = GossipChannel(p2p=self._node.p2p, topic=gossip_topic(cfg.run_id), gate=self._gate,
                                          self_id=self.peer_id, counters=self._counters,
                                          on_pointer=self._gatherer.on_gossip)
             self._loop.run(self._gossip.start(), timeout=10.0)
             self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
-        self._announcer = None
         if self._gossip is not None and cfg.hold_bytes > 0 and cfg.max_holder_serves > 0:  # `gossip.haves`
             self._announcer = self._loop.submit(HaveAnnouncer(
                 node=self._node, channel=self._gossip, cfg=cfg, peer_id=self.peer_id,
                 public_key=peer.identity.identity.public_key, puzzle=peer.puzzle, held=self._bodies.held,
                 counters=self._counters).run())
+
+    def switch_reach_if_due(self) -> bool:
+        """Switches an `auto` node's mode when its last `reach_switch_after` dial-back rechecks all
+        contradicted it (`dialback.Reachability.switch_due`): a port that closed (public to relayed) or
+        opened (relayed to public). It stops gathering, gossip and announcing, restarts the daemon in the
+        other mode with the same identity, port and ledger (`runtime.reopen_peer`: a few seconds without
+        serving; a relayed node waits for its relay slot), and starts them again on the new daemon; what
+        the gatherer saw and owes is kept. True when it switched; False when none was due, or the new
+        daemon did not start and the old mode goes on (an ERROR, `reach_switch_failed`). Raises
+        SwarmError only when the daemon restarted in neither mode. Called by `publish_round`."""
+        reach = self._peer.reach
+        target = reach.switch_due(self._cfg.reach_switch_after) if reach is not None and not self._closed else None
+        if target is None:
+            return False
+        was, started = reach.mode, time.monotonic()
+        logger.warning("reachability auto: %d rechecks disagree; switching from %s to %s",
+                       reach.snapshot()["contradicting"], was, target)
+        self._poller.cancel()
+        if self._announcer is not None:
+            self._announcer.cancel()
+        if self._gossip is not None:
+            self._loop.loop.call_soon_threadsafe(self._gossip.close)
+        switched = reopen_peer(self._peer, target)
+        self._node, self.visible_maddrs = self._peer.node, self._peer.visible_maddrs
+        self._reader = KeyReader(self._node, self._peer.checker, self._counters)
+        self._nearest = NearestPeers()
+        self._gatherer.rewire(reader=self._reader, p2p=self._node.p2p, origins=self._peer.origins)
+        self._wire()
+        if switched:
+            self._counters.add("reach_switches")
+            logger.info("reachability %s after %.1f s without serving (%s)", target, time.monotonic() - started,
+                        " ".join(self.visible_maddrs) or "no listening address")
+        return switched
 
     def _hold(self, pointer: GroupPointer, body: bytes) -> None:
         """Keeps an accepted body to serve to others until its pointer can no longer be alive (`fetch.bodies`)."""
@@ -190,6 +230,7 @@ class SwarmClient:
         """
         if not 0 <= round < MAX_ROUND or not groups:
             raise ValueError("round must be in 0..2^40-1 and a round must have at least one group")
+        self.switch_reach_if_due()
         started = time.monotonic()
         if len(groups) > MAX_GROUPS_PER_ROUND:
             return self._failed(f"a round of {len(groups)} groups is more than the {MAX_GROUPS_PER_ROUND} "

@@ -48,6 +48,9 @@ publisher; `holder_fetch_failures`: fetches from holders that failed (then anoth
 later have brought back (`fetch.gatherer`; their rejection stays counted).
 `publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
 it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
+`reach_switches`: times an `auto` node restarted its daemon in the other mode after its rechecks
+contradicted its mode (`runtime.reopen_peer`); `reach_switch_failed`: such restarts whose new
+daemon did not start (the node went on in its old mode).
 Gathers of a round end `gathers_complete` (every live peer's round in) or
 `gathers_at_deadline`.
 Per-peer maps hold at most `MAX_PEERS` peers; the rest are counted under `OTHERS`.
@@ -73,7 +76,7 @@ class SwarmCounters:
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
               "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
               "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures",
-              "pointers_revived")
+              "pointers_revived", "reach_switches", "reach_switch_failed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

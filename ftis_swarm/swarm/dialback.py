@@ -13,11 +13,14 @@ never one the asker names, so nobody can point it at a third party; it answers a
 `Reachability` is what the node knows of its own reach, for its metrics and status page:
 the mode it runs in (`reach.py`), how that was decided (configured, or `auto` by dial-back
 answers), and whether peers could dial its port at the last check. `watch_reachability`
-asks again every `RECHECK_EVERY` seconds while the node runs: a port that closed (or
-opened) later is then said in a WARNING, in `dialable` and in `mismatch` (the check
-contradicts the mode), but the node keeps its mode until it restarts: another mode means
-other p2pd flags, so a new daemon, a new join and a new relay slot, which a running
-node's rounds would feel more than a mode that is wrong for a while.
+asks again every `SwarmConfig.reach_recheck_every` seconds while the node runs: a port
+that closed (or opened) later is said in a WARNING, in `dialable` and in `mismatch` (the
+check contradicts the mode). An `auto` node whose last `reach_switch_after` answered
+checks all contradicted its mode switches (`switch_due`; the switch itself is
+`runtime.reopen_peer`, called by `SwarmClient.switch_reach_if_due`): another mode means
+other p2pd flags, so a new daemon, a new join and a new relay slot, a few seconds without
+serving, which one contradicting check (a peer busy or restarting) is not worth. A
+configured mode never switches: the operator said it.
 """
 
 from __future__ import annotations
@@ -40,8 +43,6 @@ MAX_PROBES = 8
 MAX_ASKED = 5
 """Peers asked in one check (Petals asks up to 5 too)."""
 _REACHED, _NOT_REACHED, _UNKNOWN = b"\x01", b"\x00", b"\x02"
-RECHECK_EVERY = 300.0
-"""Seconds between two dial-back checks of a running node (one short stream to each of at most 5 peers)."""
 
 
 class Reachability:
@@ -56,13 +57,46 @@ class Reachability:
         self._answers = {"asked": 0, "answered": 0, "reached": 0, "port": 0}
         self._checked: Optional[float] = None
         self._checks = 0
+        self._contradicting = 0  # answered checks in a row that contradicted the mode
+        self._switches = 0
+        self._switched_at: Optional[float] = None
+        self._switch_failures = 0
 
     def record_check(self, *, asked: int, answered: int, reached: int, port: int) -> str:
-        """One round of dial-back answers; returns the resulting `dialable`."""
+        """One round of dial-back answers; returns the resulting `dialable`. A check nobody answered
+        neither contradicts the mode nor breaks a row of contradicting ones."""
         with self._lock:
             self._answers = {"asked": asked, "answered": answered, "reached": reached, "port": port}
             self._checked, self._checks = time.time(), self._checks + 1
+            if self._dialable() != "unknown":
+                self._contradicting = self._contradicting + 1 if self._mismatch() else 0
             return self._dialable()
+
+    @property
+    def can_switch(self) -> bool:
+        """Whether this node may switch mode: `auto` decided by dial-back (not configured, not `client_mode`)."""
+        return self.configured == "auto" and self.decided_by.startswith("dial-back")
+
+    def switch_due(self, after: int) -> Optional[str]:
+        """The mode an `auto` node should switch to now that its last `after` answered checks all
+        contradicted its mode (`relayed` for a public node nobody could dial, `public` for a NAT'd one a
+        peer could), else None; always None for a configured mode or one `client_mode` decided."""
+        with self._lock:
+            if not self.can_switch or self._contradicting < after:
+                return None
+            return "relayed" if self.mode == "public" else "public"
+
+    def record_switch(self, mode: str) -> None:
+        """The node now runs in `mode` after a switch; the row of contradicting checks starts afresh."""
+        with self._lock:
+            self.mode, self.decided_by = mode, "dial-back recheck"
+            self._contradicting, self._switches, self._switched_at = 0, self._switches + 1, time.time()
+
+    def record_switch_failed(self) -> None:
+        """A switch whose new daemon did not start (the node restarted in its old mode); the row starts afresh,
+        so the next try comes `after` checks later, not at once."""
+        with self._lock:
+            self._contradicting, self._switch_failures = 0, self._switch_failures + 1
 
     def _dialable(self) -> str:
         if not self._answers["answered"]:
@@ -82,17 +116,21 @@ class Reachability:
     @property
     def mismatch(self) -> bool:
         """Whether the last check contradicts the mode: a public node nobody could dial, or a NAT'd mode whose
-        port a peer reached (the node keeps its mode until restarted; this says it should not)."""
+        port a peer reached (an `auto` node switches after `reach_switch_after` such checks in a row)."""
         with self._lock:
             return self._mismatch()
 
     def snapshot(self) -> dict:
         """JSON-able: configured, mode, decided_by, dialable, mismatch, dialback {asked, answered, reached,
-        port}, checked (unix time of the last check, None before one), checks."""
+        port}, checked (unix time of the last check, None before one), checks, contradicting (answered checks
+        in a row that contradicted the mode), switches (mode switches so far), switched_at (unix time of the
+        last, None before one), switch_failures (switches that fell back to the old mode)."""
         with self._lock:
             return {"configured": self.configured, "mode": self.mode, "decided_by": self.decided_by,
                     "dialable": self._dialable(), "mismatch": self._mismatch(), "dialback": dict(self._answers),
-                    "checked": self._checked, "checks": self._checks}
+                    "checked": self._checked, "checks": self._checks, "contradicting": self._contradicting,
+                    "switches": self._switches, "switched_at": self._switched_at,
+                    "switch_failures": self._switch_failures}
 
 
 def _observed_ip(info: StreamInfo) -> str:
@@ -180,12 +218,16 @@ async def watch_reachability(p2p: P2P, reach: Reachability, *, askable: Callable
         now = reach.record_check(asked=len(peer_ids), answered=answered, reached=reached, port=port)
         if now == was or now == "unknown":
             continue
+        auto = reach.can_switch
         if reach.mode == "public" and now == "no":
             logger.warning("reachability: none of %d peers could dial port %d back, but this node runs public: NAT'd "
-                           "peers cannot fetch its groups; restart it with --reachability relayed (or auto)",
-                           answered, port)
+                           "peers cannot fetch its groups; %s", answered, port,
+                           "it switches to relayed if the next checks agree" if auto
+                           else "restart it with --reachability relayed (or auto)")
         elif reach.mode != "public" and now == "yes":
             logger.warning("reachability: %d of %d peers dialed port %d back: this node could run public (serve the "
-                           "DHT and a relay); restart it with --reachability auto or public", reached, answered, port)
+                           "DHT and a relay); %s", reached, answered, port,
+                           "it switches to public if the next checks agree" if auto
+                           else "restart it with --reachability auto or public")
         else:
             logger.info("reachability %s: %d of %d peers dialed port %d back", reach.mode, reached, answered, port)

@@ -42,7 +42,7 @@ from ftis_swarm.swarm.puzzle import PuzzleVerifier, load_or_solve
 from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
 from ftis_swarm.swarm.origins import OriginBook
 from ftis_swarm.swarm.dht.validators import RecordChecker
-from ftis_swarm.swarm.dialback import RECHECK_EVERY, Reachability, ask_peers, serve_dialback, watch_reachability
+from ftis_swarm.swarm.dialback import Reachability, ask_peers, serve_dialback, watch_reachability
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -205,8 +205,11 @@ class PeerHandle:
     counters: SwarmCounters
     origins: OriginBook
     cfg: SwarmConfig
+    policy: PeerPolicy = ALLOW_ALL
     reach: Optional[Reachability] = None
     """Its mode, how that was decided, and the last dial-back check (`open_peer` sets it)."""
+    watch: Optional["concurrent.futures.Future[None]"] = None
+    """The running `watch_reachability` of this node's daemon (None: no peers to ask)."""
 
     @property
     def mode(self) -> str:
@@ -220,6 +223,11 @@ class PeerHandle:
         if self.cfg.announce:
             return ports[0] if ports else 0
         return self.cfg.port or (ports[0] if ports else 0)
+
+    def bound_port(self) -> int:
+        """The TCP port p2pd listens on (its first visible non-relay address's; 0 if none)."""
+        ports = [int(Multiaddr(m)["tcp"]) for m in self.visible_maddrs if "/tcp/" in m and reach.CIRCUIT not in m]
+        return ports[0] if ports else 0
 
     def askable_peers(self) -> list[str]:
         """Peers to ask for a dial-back: the `peers` first, then the DHT servers this node knows (public ones)."""
@@ -285,18 +293,74 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
             cfg = cfg.model_copy(update={"port": _free_port(cfg.host)})
         mode, answers = _probe_reachability(cfg, thread_name=thread_name)
         cfg = cfg.model_copy(update={"reachability": mode})
-        first_check = RECHECK_EVERY
+        first_check = cfg.reach_recheck_every
     handle = _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
     handle.reach = Reachability(configured=configured, mode=handle.mode, decided_by=_decided_by(configured, cfg))
     if first_check:
         handle.reach.record_check(**answers)
         handle.reach.decided_by = "dial-back" if answers["answered"] else "dial-back unanswered"
+    _start_services(handle, first_check=first_check)
+    return handle
+
+
+def _start_services(handle: PeerHandle, *, first_check: float) -> None:
+    """What a node's daemon runs besides the DHT: answering dial-backs (public) and the rechecks (with peers)."""
     if handle.mode == "public":
         handle.loop.run(serve_dialback(handle.node.p2p), timeout=10.0)
-    if cfg.peers:
-        handle.loop.submit(watch_reachability(handle.node.p2p, handle.reach, askable=handle.askable_peers,
-                                              port=handle.listen_port(), every=RECHECK_EVERY, first=first_check))
-    return handle
+    if handle.cfg.peers:
+        handle.watch = handle.loop.submit(watch_reachability(
+            handle.node.p2p, handle.reach, askable=handle.askable_peers, port=handle.listen_port(),
+            every=handle.cfg.reach_recheck_every, first=first_check))
+
+
+def reopen_peer(handle: PeerHandle, mode: str) -> bool:
+    """Restarts `handle`'s DHT peer and p2pd in `mode`, in place: the same identity (its lock held
+    throughout, so no other process can take it meanwhile), port, loop, puzzle, counters, policy,
+    checker and `Reachability`; a relayed node waits for its relay slot as at start. Records it
+    (`Reachability.record_switch`) and returns True. If the new daemon does not start, it logs an
+    ERROR, counts `reach_switch_failed`, starts the old mode again and returns False. Raises
+    SwarmError (one sentence) only when neither mode starts: the node then has no daemon.
+
+    The old daemon is gone before the new one listens (they share the port): for that time,
+    a few seconds, the node serves nobody, and whatever was on the old daemon (streams,
+    subscriptions, handlers other than the dial-back one) is the caller's to open again.
+    """
+    old = handle.cfg.model_copy(update={"port": handle.cfg.port or handle.bound_port()})
+    if handle.watch is not None:
+        handle.watch.cancel()
+    try:
+        handle.loop.run(_close_node(handle.node), timeout=10.0)
+    except TimeoutError:
+        logger.warning("the old DHT peer did not close within 10 s; starting the new one anyway")
+    try:
+        _restart(handle, old.model_copy(update={"reachability": mode}))
+    except Exception as exc:  # p2pd, hivemind, the port or the relay: whatever it is, the old mode goes on
+        handle.counters.add("reach_switch_failed")
+        logger.error("reachability auto: the daemon did not start %s (%s); starting it %s again, as before",
+                     mode, exc, old.reach_mode)
+        if handle.reach is not None:
+            handle.reach.record_switch_failed()
+        try:
+            _restart(handle, old)
+        except Exception as again:  # nothing left to fall back to: one sentence at the node's edge
+            raise SwarmError(f"the libp2p daemon restarted neither {mode} nor {old.reach_mode} on port "
+                             f"{old.port}: {again}") from again
+        return False
+    if handle.reach is not None:
+        handle.reach.record_switch(mode)
+    return True
+
+
+def _restart(handle: PeerHandle, cfg: SwarmConfig) -> None:
+    """Starts a daemon and DHT peer for `cfg` on `handle`'s loop and identity, and its services."""
+    node, origins = handle.loop.run(start_dht(cfg, identity_path=handle.identity.identity.path,
+                                              checker=handle.checker, policy=handle.policy,
+                                              counters=handle.counters), timeout=cfg.join_timeout + 10.0)
+    maddrs = [str(m) for m in handle.loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+    if cfg.reach_mode == "relayed" and cfg.peers:
+        maddrs = _wait_for_relay_slot(handle.loop, node, maddrs, wait=cfg.relay_wait)
+    handle.node, handle.origins, handle.visible_maddrs, handle.cfg = node, origins, maddrs, cfg
+    _start_services(handle, first_check=cfg.reach_recheck_every)
 
 
 def _free_port(host: str) -> int:
@@ -360,4 +424,4 @@ def _start_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,
         identity.close()
         raise
     return PeerHandle(identity=identity, puzzle=puzzle, loop=loop, node=node, visible_maddrs=maddrs, checker=checker,
-                      counters=counters, origins=origins, cfg=cfg)
+                      counters=counters, origins=origins, cfg=cfg, policy=policy)

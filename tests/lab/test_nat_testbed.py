@@ -54,6 +54,11 @@ def test_the_control_home_is_reached_on_its_forwarded_port_only() -> None:
         assert not bed.tcp_reachable("boot", "home3", port=7412)  # only the forwarded port
         assert bed.tcp_reachable("home3", "pub") and not bed.tcp_reachable("home3", "home2")
         assert "DNAT" in bed.run("r3", ["iptables", "-t", "nat", "-S", "PREROUTING"]).stdout
+        bed.close_forward("home3")  # the port closes later: nobody outside reaches home3 any more
+        assert "DNAT" not in bed.run("r3", ["iptables", "-t", "nat", "-S", "PREROUTING"]).stdout
+        assert not bed.tcp_reachable("boot", "home3", port=7411) and bed.tcp_reachable("home3", "pub")
+        with pytest.raises(KeyError, match="no port forward"):
+            bed.close_forward("home1")
 
 
 def test_a_failure_inside_the_testbed_still_deletes_it() -> None:

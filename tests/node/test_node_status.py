@@ -114,9 +114,16 @@ def test_the_decided_mode_and_the_last_dial_back_are_in_the_status_and_the_metri
     assert shown["note"] == "1 of 2 peers dialed port 4321 back at the last check"
     assert reach_metrics(reach.snapshot()) == {"reach_mode": "relayed", "reach_public": False, "reach_dialable": "yes",
                                                "reach_mismatch": True,  # relayed, but a peer reached its port
-                                               "reach_dialback_answered": 2, "reach_dialback_reached": 1}
+                                               "reach_dialback_answered": 2, "reach_dialback_reached": 1,
+                                               "reach_switches": 0}
     out = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "status", str(tmp_path)], capture_output=True,
                          text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
     assert out.returncode == 0, out.stderr
-    assert "mode relayed (auto, decided by dial-back), can peers dial me: yes (1 of 2 peers dialed port 4321" \
-        in out.stdout
+    assert "mode relayed (auto, decided by dial-back, switched 0 time(s)), can peers dial me: yes (1 of 2 peers " \
+        "dialed port 4321" in out.stdout
+    reach.record_switch("public")  # the next rechecks agreed: the node switched
+    b.observe(record(2), {}, reach=reach.snapshot())
+    shown = json.loads((tmp_path / "status.json").read_text())["reachability"]
+    assert (shown["mode"], shown["decided_by"], shown["switches"]) == ("public", "dial-back recheck", 1), shown
+    assert "switched mode 1 time(s), last at" in shown["note"], shown
+    assert reach_metrics(reach.snapshot())["reach_switches"] == 1

@@ -96,3 +96,92 @@ def test_a_check_that_no_peer_answered_leaves_dialable_unknown() -> None:
     assert reach.record_check(asked=3, answered=3, reached=1, port=4001) == "yes"
     assert not reach.mismatch
     assert reach.snapshot()["checks"] == 3 and reach.snapshot()["dialback"]["answered"] == 3
+
+
+def _contradict(reach: Reachability, times: int, *, reached: int) -> None:
+    for _ in range(times):
+        reach.record_check(asked=2, answered=2, reached=reached, port=4001)
+
+
+def test_an_auto_node_switches_only_after_enough_contradicting_rechecks_in_a_row() -> None:
+    reach = Reachability(configured="auto", mode="public", decided_by="dial-back")
+    _contradict(reach, 1, reached=0)
+    assert reach.switch_due(2) is None and reach.snapshot()["contradicting"] == 1
+    reach.record_check(asked=2, answered=0, reached=0, port=4001)  # nobody answered: the row goes on
+    _contradict(reach, 1, reached=0)
+    assert reach.switch_due(2) == "relayed" and reach.switch_due(3) is None
+    _contradict(reach, 1, reached=2)  # a check that agrees with public ends the row
+    assert reach.switch_due(1) is None and reach.snapshot()["contradicting"] == 0
+    _contradict(reach, 2, reached=0)
+    reach.record_switch("relayed")
+    snap = reach.snapshot()
+    assert (snap["mode"], snap["switches"], snap["contradicting"], snap["decided_by"]) == (
+        "relayed", 1, 0, "dial-back recheck") and snap["switched_at"] > 0, snap
+    _contradict(reach, 2, reached=1)  # the port opened again
+    assert reach.switch_due(2) == "public"
+    reach.record_switch_failed()
+    assert reach.switch_due(2) is None and reach.snapshot()["switch_failures"] == 1
+
+
+@pytest.mark.parametrize("configured, decided_by", [("public", "configured"), ("relayed", "configured"),
+                                                    ("client", "configured"), ("auto", "client_mode")])
+def test_a_configured_mode_never_switches(configured: str, decided_by: str) -> None:
+    mode = "relayed" if configured == "auto" else configured
+    reach = Reachability(configured=configured, mode=mode, decided_by=decided_by)
+    _contradict(reach, 5, reached=0 if mode == "public" else 2)
+    assert reach.mismatch and reach.snapshot()["contradicting"] == 5
+    assert reach.switch_due(1) is None and not reach.can_switch
+
+
+def test_the_switch_settings_are_validated() -> None:
+    assert (SwarmConfig().reach_switch_after, SwarmConfig().reach_recheck_every) == (2, 300.0)
+    with pytest.raises(ValidationError, match="reach_switch_after"):
+        SwarmConfig(reach_switch_after=0)
+    with pytest.raises(ValidationError, match="reach_recheck_every"):
+        SwarmConfig(reach_recheck_every=0)
+
+
+@pytest.mark.net
+def test_a_reopened_peer_keeps_its_identity_and_port_and_a_failed_reopen_falls_back(tmp_path, monkeypatch) -> None:
+    """In process, on loopback, without peers: the restart itself (`runtime.reopen_peer`), not the NAT."""
+    from record_peers import PUZZLE
+
+    from ftis_swarm.swarm import runtime
+    from ftis_swarm.swarm.errors import SwarmError
+    from ftis_swarm.swarm.identity import NodeIdentity
+
+    cfg = SwarmConfig(host="127.0.0.1", run_id="reopen", puzzle=PUZZLE, identity=tmp_path / "identity.key")
+    handle = runtime.open_peer(cfg, thread_name="reopen-test")
+    try:
+        peer_id, port, loop = handle.peer_id, handle.bound_port(), handle.loop
+        assert handle.mode == "public" and port > 0
+        assert runtime.reopen_peer(handle, "client") is True
+        assert (handle.mode, handle.peer_id, handle.bound_port(), handle.loop) == ("client", peer_id, port, loop)
+        assert handle.reach.snapshot()["switches"] == 1
+        with pytest.raises(SwarmError, match="already in use"):  # the lock was held across the restart
+            NodeIdentity(cfg.identity)
+
+        real_start = runtime.start_dht
+
+        async def no_public_daemon(cfg, **kwargs):
+            if cfg.reach_mode == "public":
+                raise SwarmError("the libp2p daemon did not start (a test's refusal)")
+            return await real_start(cfg, **kwargs)
+
+        monkeypatch.setattr(runtime, "start_dht", no_public_daemon)
+        assert runtime.reopen_peer(handle, "public") is False  # no raise: back in its old mode
+        assert (handle.mode, handle.peer_id, handle.bound_port()) == ("client", peer_id, port)
+        assert handle.counters.snapshot()["reach_switch_failed"] == 1
+        snap = handle.reach.snapshot()
+        assert (snap["mode"], snap["switches"], snap["switch_failures"]) == ("client", 1, 1), snap
+        maddrs = loop.run(handle.node.get_visible_maddrs(latest=True), timeout=10.0)  # the daemon answers
+        assert any(f"/tcp/{port}" in str(m) for m in maddrs), maddrs
+
+        async def no_daemon(cfg, **kwargs):
+            raise SwarmError("no daemon at all (a test's refusal)")
+
+        monkeypatch.setattr(runtime, "start_dht", no_daemon)
+        with pytest.raises(SwarmError, match="restarted neither public nor client"):
+            runtime.reopen_peer(handle, "public")
+    finally:
+        handle.close()

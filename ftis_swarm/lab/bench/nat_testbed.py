@@ -16,7 +16,8 @@ The layout, every namespace named `<prefix>-<role>` with a prefix unique to the 
     home3   only with `forward_port` (the control home): 12.0.3.2 behind r3 (11.0.0.13), a plain
             MASQUERADE router that also forwards TCP `forward_port` on its public side to
             home3 (DNAT), as a home operator who opened a port on the router would; peers
-            reach it at `public_addr("home3")`, so `auto` must find it public
+            reach it at `public_addr("home3")`, so `auto` must find it public; `close_forward`
+            removes the forward while the testbed runs (a port that closes later)
 
 Every namespace is linked only to the others (the veth pairs are created inside them, never
 in the host's namespace), none has a route to the host's network, and the addresses look
@@ -178,9 +179,19 @@ class NatTestbed:
                 self.run(router, ["tc", "qdisc", "add", "dev", "wan", "root", "tbf", "rate", self.uplink_rate,
                                   "burst", "64kb", "latency", "100ms"])
             if home in FORWARDED_HOME:
-                self.run(router, ["iptables", "-t", "nat", "-A", "PREROUTING", "-i", "wan", "-p", "tcp", "--dport",
-                                  str(self.forward_port), "-j", "DNAT", "--to-destination",
-                                  f"12.0.{x}.2:{self.forward_port}"])
+                self.run(router, self._forward_rule("-A", home))
+
+    def _forward_rule(self, action: str, home: str) -> list[str]:
+        x = FORWARDED_HOME[home][1]
+        return ["iptables", "-t", "nat", action, "PREROUTING", "-i", "wan", "-p", "tcp", "--dport",
+                str(self.forward_port), "-j", "DNAT", "--to-destination", f"12.0.{x}.2:{self.forward_port}"]
+
+    def close_forward(self, home: str = "home3") -> None:
+        """Removes `home`'s port forward live (its router's DNAT rule), as an operator or a router's reboot
+        would: new connections to its public port now end at the router; open ones go on (conntrack)."""
+        if home not in FORWARDED_HOME or not self.forward_port:
+            raise KeyError(f"{home!r} has no port forward in this testbed")
+        self.run(FORWARDED_HOME[home][0], self._forward_rule("-D", home))
 
     def close(self) -> None:
         """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""

@@ -198,6 +198,12 @@ class Gatherer:
         finally:
             self._scheduler.cancel()
 
+    def rewire(self, *, reader: KeyReader, p2p: P2P, origins: Optional[OriginBook]) -> None:
+        """Reads and fetches through a new DHT peer and daemon (the node switched mode); call while `run` is
+        not running. What it saw, accepted and still owes is kept; fetches the cancel interrupted are pending."""
+        self._reader, self._origins = reader, origins
+        self._scheduler.rewire(p2p=p2p, origin_of=origins.origin_of if origins is not None else lambda peer: None)
+
     def use_gossip(self, channel: "GossipChannel") -> None:
         """Reads the DHT every `dht_poll_interval` from now on, and keeps `channel` connected to members."""
         self._gossip = channel

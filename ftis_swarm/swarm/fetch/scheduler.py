@@ -222,6 +222,10 @@ class FetchScheduler:
         for holder in [h for h in self._holders if h not in live and not self._source_in_flight[h]]:
             del self._holders[holder]
 
+    def rewire(self, *, p2p: P2P, origin_of: Callable[[str], Optional[str]]) -> None:
+        """Fetches through this daemon from now on (the node switched mode: `runtime.reopen_peer`)."""
+        self._p2p, self._origin_of = p2p, origin_of
+
     def cancel(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -256,6 +260,9 @@ class FetchScheduler:
                                     timeout=cfg.fetch_timeout, first_byte_timeout=cfg.first_byte_timeout,
                                     min_rate=cfg.min_body_rate)
             self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
+        except asyncio.CancelledError:  # the daemon is being replaced (`rewire`): fetch it again afterwards
+            state.pending[pointer.group_id] = pointer
+            raise
         except (BodyUnavailable, BodyRefused) as exc:
             error = exc
         except Exception as exc:  # a bug must not leave the pointer to be fetched again at every poll
