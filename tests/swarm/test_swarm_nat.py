@@ -96,3 +96,51 @@ def test_a_home_node_without_a_relay_slot_is_fetched_by_public_peers_and_said_pl
         warnings = [line for line in nodes["home1"].tail(None).splitlines()
                     if " WARN" in line and "cannot fetch the groups of" in line]
         assert warnings and nodes["home2"].peer_id in warnings[0], nodes["home1"].tail()
+
+
+SWITCH_BOUND = 40.0
+"""Seconds from closing home3's port to it running relayed: 2 rechecks 2 s apart (each up to 3 dial
+timeouts), the restart and its relay slot, with room for a loaded machine."""
+
+
+def test_a_public_home_whose_port_closes_switches_to_relayed_and_the_other_home_still_gets_its_groups(swarm) -> None:
+    with nat_testbed(forward_port=FORWARDED_PORT) as bed:
+        peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
+                                prefix=tuple(bed.wrap("boot", [])))
+        home3 = swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr("home3"), relay_wait=30.0,
+                                        reach_recheck_every=2.0, reach_switch_after=2, **_forwarded(bed)),
+                           prefix=tuple(bed.wrap("home3", [])))
+        home1 = swarm.node(swarm.config(run_id="nat", peers=peers, host=bed.addr("home1"), reachability="relayed",
+                                        relay_wait=30.0), prefix=tuple(bed.wrap("home1", [])))
+        home3.joined(), home1.joined()
+        assert home3.counters()["reach"]["mode"] == "public"
+        before = {r["group_id"]: r["body"] for r in home3.publish(["before-a", "before-b"], round=0)}
+        assert _gather_until(home1, before, seconds=FETCH_DEADLINE) == before
+
+        bed.close_forward("home3")
+        closed, round, reach = time.monotonic(), 1, {}
+        while time.monotonic() - closed < SWITCH_BOUND:  # each publish first switches if it is due
+            home3.publish([f"while-{round}"], round=round)
+            round += 1
+            if (reach := home3.counters()["reach"])["mode"] == "relayed":
+                break
+            time.sleep(0.5)
+        switched = time.monotonic() - closed
+        counters = home3.counters()
+        reach = counters["reach"]
+        assert (reach["configured"], reach["mode"], reach["decided_by"]) == ("auto", "relayed", "dial-back recheck"), \
+            (reach, home3.tail())
+        assert (reach["switches"], reach["switch_failures"], counters["reach_switches"],
+                counters["reach_switch_failed"]) == (1, 0, 1, 0), counters
+        assert reach["switched_at"] is not None and reach["dialable"] == "no", reach
+        log = home3.tail(None)
+        assert "reachability auto: 2 rechecks disagree; switching from public to relayed" in log, log[-3000:]
+        assert "reserved a relay slot" in log.split("switching from public to relayed")[1], log[-3000:]
+        seconds_dark = float(log.split("reachability relayed after ")[1].split(" s without serving")[0])
+        print(f"home3 switched to relayed {switched:.1f} s after its port closed, {seconds_dark:.1f} s without serving")
+
+        after = {r["group_id"]: r["body"] for r in home3.publish(["after-a", "after-b"], round=round)}
+        assert all(after), after
+        received = _gather_until(home1, after, seconds=FETCH_DEADLINE)
+        assert after.keys() <= received.keys(), (home1.counters(), home1.tail(), home3.tail())
+        assert all(received[gid] == body for gid, body in after.items())
