@@ -225,8 +225,10 @@ class SwarmClient:
         hand-over to gossip, one lookup of the peers nearest both keys, and `min_replicas`
         of them holding each record (`dht.publishing`: the stores to the other replicas
         go on after it returns). `ok` is False, with a reason, when any group is refused or
-        fewer than `min_replicas` peers hold a record. Never raises for what the swarm
-        does (ValueError only for no groups or a bad `round`).
+        fewer than `min_replicas` peers hold a record. It first switches the node's mode if
+        its rechecks say so (`switch_reach_if_due`). Never raises for what the swarm does
+        (ValueError only for no groups or a bad `round`; SwarmError only when a due switch
+        restarted the daemon in neither mode).
         """
         if not 0 <= round < MAX_ROUND or not groups:
             raise ValueError("round must be in 0..2^40-1 and a round must have at least one group")

@@ -59,6 +59,8 @@ def test_the_control_home_is_reached_on_its_forwarded_port_only() -> None:
         assert not bed.tcp_reachable("boot", "home3", port=7411) and bed.tcp_reachable("home3", "pub")
         with pytest.raises(KeyError, match="no port forward"):
             bed.close_forward("home1")
+        bed.open_forward("home3")  # and opens again
+        assert bed.tcp_reachable("boot", "home3", port=7411)
 
 
 def test_a_failure_inside_the_testbed_still_deletes_it() -> None:

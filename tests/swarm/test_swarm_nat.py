@@ -103,7 +103,25 @@ SWITCH_BOUND = 40.0
 timeouts), the restart and its relay slot, with room for a loaded machine."""
 
 
+def _publish_until_mode(node, mode: str, *, round: int) -> tuple[float, int]:
+    """Publishes a round every 0.5 s (each publish first switches if one is due) until `node` runs `mode`,
+    at most `SWITCH_BOUND` s; (seconds it took, the next round)."""
+    started = time.monotonic()
+    while time.monotonic() - started < SWITCH_BOUND:
+        node.publish([f"while-{round}"], round=round)
+        round += 1
+        if node.counters()["reach"]["mode"] == mode:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started, round
+
+
+def _seconds_dark(log: str, mode: str) -> float:
+    return float(log.split(f"reachability {mode} after ")[-1].split(" s without serving")[0])
+
+
 def test_a_public_home_whose_port_closes_switches_to_relayed_and_the_other_home_still_gets_its_groups(swarm) -> None:
+    """And back: once the port opens again it switches to public, and its groups still cross."""
     with nat_testbed(forward_port=FORWARDED_PORT) as bed:
         peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
                                 prefix=tuple(bed.wrap("boot", [])))
@@ -118,14 +136,7 @@ def test_a_public_home_whose_port_closes_switches_to_relayed_and_the_other_home_
         assert _gather_until(home1, before, seconds=FETCH_DEADLINE) == before
 
         bed.close_forward("home3")
-        closed, round, reach = time.monotonic(), 1, {}
-        while time.monotonic() - closed < SWITCH_BOUND:  # each publish first switches if it is due
-            home3.publish([f"while-{round}"], round=round)
-            round += 1
-            if (reach := home3.counters()["reach"])["mode"] == "relayed":
-                break
-            time.sleep(0.5)
-        switched = time.monotonic() - closed
+        switched, round = _publish_until_mode(home3, "relayed", round=1)
         counters = home3.counters()
         reach = counters["reach"]
         assert (reach["configured"], reach["mode"], reach["decided_by"]) == ("auto", "relayed", "dial-back recheck"), \
@@ -136,11 +147,28 @@ def test_a_public_home_whose_port_closes_switches_to_relayed_and_the_other_home_
         log = home3.tail(None)
         assert "reachability auto: 2 rechecks disagree; switching from public to relayed" in log, log[-3000:]
         assert "reserved a relay slot" in log.split("switching from public to relayed")[1], log[-3000:]
-        seconds_dark = float(log.split("reachability relayed after ")[1].split(" s without serving")[0])
-        print(f"home3 switched to relayed {switched:.1f} s after its port closed, {seconds_dark:.1f} s without serving")
+        print(f"home3 switched to relayed {switched:.1f} s after its port closed, "
+              f"{_seconds_dark(log, 'relayed'):.1f} s without serving")
+        _crosses(home3, home1, round=round)
 
-        after = {r["group_id"]: r["body"] for r in home3.publish(["after-a", "after-b"], round=round)}
-        assert all(after), after
-        received = _gather_until(home1, after, seconds=FETCH_DEADLINE)
-        assert after.keys() <= received.keys(), (home1.counters(), home1.tail(), home3.tail())
-        assert all(received[gid] == body for gid, body in after.items())
+        bed.open_forward("home3")
+        switched, round = _publish_until_mode(home3, "public", round=round + 1)
+        counters = home3.counters()
+        reach = counters["reach"]
+        assert (reach["mode"], reach["switches"], reach["dialable"], counters["reach_switches"]) == (
+            "public", 2, "yes", 2), (reach, home3.tail())
+        log = home3.tail(None)
+        assert "reachability auto: 2 rechecks disagree; switching from relayed to public" in log, log[-3000:]
+        print(f"home3 switched back to public {switched:.1f} s after its port opened, "
+              f"{_seconds_dark(log, 'public'):.1f} s without serving")
+        _crosses(home3, home1, round=round)
+
+
+def _crosses(publisher, consumer, *, round: int) -> None:
+    """A round `publisher` publishes now reaches `consumer`, bit for bit."""
+    results = publisher.publish([f"after-{round}-a", f"after-{round}-b"], round=round)
+    assert all(r["ok"] for r in results), results
+    sent = {r["group_id"]: r["body"] for r in results}
+    received = _gather_until(consumer, sent, seconds=FETCH_DEADLINE)
+    assert sent.keys() <= received.keys(), (consumer.counters(), consumer.tail(), publisher.tail())
+    assert all(received[gid] == body for gid, body in sent.items())

@@ -17,7 +17,8 @@ The layout, every namespace named `<prefix>-<role>` with a prefix unique to the 
             MASQUERADE router that also forwards TCP `forward_port` on its public side to
             home3 (DNAT), as a home operator who opened a port on the router would; peers
             reach it at `public_addr("home3")`, so `auto` must find it public; `close_forward`
-            removes the forward while the testbed runs (a port that closes later)
+            removes the forward while the testbed runs (a port that closes later), `open_forward`
+            puts it back
 
 Every namespace is linked only to the others (the veth pairs are created inside them, never
 in the host's namespace), none has a route to the host's network, and the addresses look
@@ -192,6 +193,12 @@ class NatTestbed:
         if home not in FORWARDED_HOME or not self.forward_port:
             raise KeyError(f"{home!r} has no port forward in this testbed")
         self.run(FORWARDED_HOME[home][0], self._forward_rule("-D", home))
+
+    def open_forward(self, home: str = "home3") -> None:
+        """Puts back the port forward `close_forward` removed (a port that opens later)."""
+        if home not in FORWARDED_HOME or not self.forward_port:
+            raise KeyError(f"{home!r} has no port forward in this testbed")
+        self.run(FORWARDED_HOME[home][0], self._forward_rule("-A", home))
 
     def close(self) -> None:
         """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""
