@@ -9,13 +9,14 @@ pydantic and cryptography; never torch, transformers or vllm.
                  from there), GatherFill
 - bootstrap.py   BootstrapPeer and run_bootstrap: the bare DHT peer behind `ftis-node bootstrap`
 - runtime.py     the in-process, guarded DHTNode and its pubsub daemon on a background asyncio thread
-                 (LoopThread, open_peer)
+                 (LoopThread, open_peer; reopen_peer restarts them in another reach mode, same identity and port)
 - dht/           records on the nearest peers: strict codec, validators, guarded storage, reads, stores
 - gossip/        pointers on the run's gossipsub topic: pubsub control, the gate, the channel, holders' haves
 - fetch/         from pointers to checked bodies: rounds, the gatherer, the selection within a budget,
                  the fetch scheduler (publishers and holders), the body protocol
 - reach.py       reachability modes (public, relayed, client) as p2pd flags; the bounded relay service
-- dialback.py    `ftis.dialback.v1`: a public peer tells a starting `auto` node whether its port is reachable
+- dialback.py    `ftis.dialback.v1`: a public peer tells a starting `auto` node whether its port is reachable;
+                 the rechecks of a running node, and when they call for a switch of mode
 - records.py     RoundPointer, GroupPointer, MemberRecord and HaveRecord schemas, subkeys, pointer and body checks
 - keys.py        the key layout: per-window membership keys, per-peer pointer keys
 - identity.py    the RSA identity file (peer id = record signer) and its single-process lock

@@ -38,6 +38,7 @@ from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
 from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
+from ftis_swarm.swarm.dialback import Reachability
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)
 from ftis_swarm.swarm.runtime import PeerHandle, open_peer, reopen_peer
@@ -134,7 +135,13 @@ class SwarmClient:
         daemon did not start and the old mode goes on (an ERROR, `reach_switch_failed`). Raises
         SwarmError only when the daemon restarted in neither mode. Called by `publish_round`."""
         reach = self._peer.reach
-        target = reach.switch_due(self._cfg.reach_switch_after) if reach is not None and not self._closed else None
+        if reach is None or reach.switch_due(self._cfg.reach_switch_after) is None:
+            return False
+        with self._shutdown_lock:  # a shutdown from another thread waits for the new daemon, then closes it
+            return not self._closed and self._switch(reach)
+
+    def _switch(self, reach: Reachability) -> bool:
+        target = reach.switch_due(self._cfg.reach_switch_after)
         if target is None:
             return False
         was, started = reach.mode, time.monotonic()

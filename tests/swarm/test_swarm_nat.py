@@ -147,9 +147,9 @@ def test_a_public_home_whose_port_closes_switches_to_relayed_and_the_other_home_
         log = home3.tail(None)
         assert "reachability auto: 2 rechecks disagree; switching from public to relayed" in log, log[-3000:]
         assert "reserved a relay slot" in log.split("switching from public to relayed")[1], log[-3000:]
+        visible = _crosses(home3, home1, round=round)
         print(f"home3 switched to relayed {switched:.1f} s after its port closed, "
-              f"{_seconds_dark(log, 'relayed'):.1f} s without serving")
-        _crosses(home3, home1, round=round)
+              f"{_seconds_dark(log, 'relayed'):.1f} s without serving; its next round at home1 in {visible:.2f} s")
 
         bed.open_forward("home3")
         switched, round = _publish_until_mode(home3, "public", round=round + 1)
@@ -159,16 +159,23 @@ def test_a_public_home_whose_port_closes_switches_to_relayed_and_the_other_home_
             "public", 2, "yes", 2), (reach, home3.tail())
         log = home3.tail(None)
         assert "reachability auto: 2 rechecks disagree; switching from relayed to public" in log, log[-3000:]
+        visible = _crosses(home3, home1, round=round)
         print(f"home3 switched back to public {switched:.1f} s after its port opened, "
-              f"{_seconds_dark(log, 'public'):.1f} s without serving")
-        _crosses(home3, home1, round=round)
+              f"{_seconds_dark(log, 'public'):.1f} s without serving; its next round at home1 in {visible:.2f} s")
 
 
-def _crosses(publisher, consumer, *, round: int) -> None:
-    """A round `publisher` publishes now reaches `consumer`, bit for bit."""
+def _crosses(publisher, consumer, *, round: int) -> float:
+    """A round `publisher` publishes now reaches `consumer`, bit for bit; seconds from the publish to the
+    last group's acceptance there."""
     results = publisher.publish([f"after-{round}-a", f"after-{round}-b"], round=round)
     assert all(r["ok"] for r in results), results
     sent = {r["group_id"]: r["body"] for r in results}
-    received = _gather_until(consumer, sent, seconds=FETCH_DEADLINE)
+    received, arrivals = {}, {}
+    stop_at = time.monotonic() + FETCH_DEADLINE
+    while not sent.keys() <= received.keys() and time.monotonic() < stop_at:
+        got = consumer.gather(0.5)
+        received.update({content_id(body): body for body in got["bodies"]})
+        arrivals.update(got["arrivals"])
     assert sent.keys() <= received.keys(), (consumer.counters(), consumer.tail(), publisher.tail())
     assert all(received[gid] == body for gid, body in sent.items())
+    return max(arrivals[gid] for gid in sent) - results[0]["started"]
