@@ -185,3 +185,49 @@ def test_a_reopened_peer_keeps_its_identity_and_port_and_a_failed_reopen_falls_b
             runtime.reopen_peer(handle, "public")
     finally:
         handle.close()
+
+
+@pytest.mark.net
+def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switches_serves_again(
+        tmp_path, monkeypatch) -> None:
+    """In process, on loopback, without peers: the client's side of a switch (`switch_reach_if_due`), its
+    reach made to say two rechecks contradicted it (a node without peers is never rechecked)."""
+    from record_peers import PUZZLE
+
+    from ftis_swarm.swarm import SwarmClient, runtime
+    from ftis_swarm.swarm.errors import SwarmError
+
+    cfg = SwarmConfig(host="127.0.0.1", run_id="switch", puzzle=PUZZLE, identity=tmp_path / "identity.key")
+    client = SwarmClient.start(cfg, tokenizer_fp="test-tokenizer")
+    try:
+        reach = client._peer.reach
+        reach.decided_by = "dial-back"  # as if `auto` had probed
+        assert client.switch_reach_if_due() is False  # nothing contradicted it yet
+        _contradict(reach, 2, reached=0)
+        real_start = runtime.start_dht
+
+        async def no_relayed_daemon(cfg, **kwargs):
+            if cfg.reach_mode == "relayed":
+                raise SwarmError("the libp2p daemon did not start (a test's refusal)")
+            return await real_start(cfg, **kwargs)
+
+        monkeypatch.setattr(runtime, "start_dht", no_relayed_daemon)
+        assert client.switch_reach_if_due() is False  # fell back, did not raise
+        counts = client.counters()
+        assert (counts["reach"]["mode"], counts["reach_switch_failed"], counts["reach_switches"]) == ("public", 1, 0)
+        assert client.switch_reach_if_due() is False and reach.snapshot()["contradicting"] == 0  # not again at once
+        assert client.gather(0.5) == []  # the gatherer runs on the restarted daemon
+        assert not client._poller.done()
+
+        monkeypatch.setattr(runtime, "start_dht", real_start)
+        old_node, port = client._node, client._peer.bound_port()
+        reach.mode = "client"  # a relayed daemon needs relays among its peers: switch the other way, to public
+        _contradict(reach, 2, reached=2)
+        assert client.switch_reach_if_due() is True
+        counts = client.counters()
+        assert (counts["reach"]["mode"], counts["reach"]["switches"], counts["reach_switches"]) == ("public", 1, 1)
+        assert client._node is client._peer.node and client._node is not old_node and not client._poller.done()
+        assert client.visible_maddrs == client._peer.visible_maddrs and client._peer.bound_port() == port
+        assert client.gather(0.5) == []
+    finally:
+        client.shutdown()
