@@ -141,6 +141,18 @@ def test_the_switch_settings_are_validated() -> None:
         SwarmConfig(reach_recheck_every=0)
 
 
+def _refusing(mode: str, start_dht):
+    """`runtime.start_dht`, but a daemon in `mode` does not start (SwarmError, as p2pd's failures are)."""
+    from ftis_swarm.swarm.errors import SwarmError
+
+    async def start(cfg, **kwargs):
+        if cfg.reach_mode == mode:
+            raise SwarmError("the libp2p daemon did not start (a test's refusal)")
+        return await start_dht(cfg, **kwargs)
+
+    return start
+
+
 @pytest.mark.net
 def test_a_reopened_peer_keeps_its_identity_and_port_and_a_failed_reopen_falls_back(tmp_path, monkeypatch) -> None:
     """In process, on loopback, without peers: the restart itself (`runtime.reopen_peer`), not the NAT."""
@@ -162,13 +174,7 @@ def test_a_reopened_peer_keeps_its_identity_and_port_and_a_failed_reopen_falls_b
             NodeIdentity(cfg.identity)
 
         real_start = runtime.start_dht
-
-        async def no_public_daemon(cfg, **kwargs):
-            if cfg.reach_mode == "public":
-                raise SwarmError("the libp2p daemon did not start (a test's refusal)")
-            return await real_start(cfg, **kwargs)
-
-        monkeypatch.setattr(runtime, "start_dht", no_public_daemon)
+        monkeypatch.setattr(runtime, "start_dht", _refusing("public", real_start))
         assert runtime.reopen_peer(handle, "public") is False  # no raise: back in its old mode
         assert (handle.mode, handle.peer_id, handle.bound_port()) == ("client", peer_id, port)
         assert handle.counters.snapshot()["reach_switch_failed"] == 1
@@ -195,7 +201,6 @@ def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switch
     from record_peers import PUZZLE
 
     from ftis_swarm.swarm import SwarmClient, runtime
-    from ftis_swarm.swarm.errors import SwarmError
 
     cfg = SwarmConfig(host="127.0.0.1", run_id="switch", puzzle=PUZZLE, identity=tmp_path / "identity.key")
     client = SwarmClient.start(cfg, tokenizer_fp="test-tokenizer")
@@ -205,13 +210,7 @@ def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switch
         assert client.switch_reach_if_due() is False  # nothing contradicted it yet
         _contradict(reach, 2, reached=0)
         real_start = runtime.start_dht
-
-        async def no_relayed_daemon(cfg, **kwargs):
-            if cfg.reach_mode == "relayed":
-                raise SwarmError("the libp2p daemon did not start (a test's refusal)")
-            return await real_start(cfg, **kwargs)
-
-        monkeypatch.setattr(runtime, "start_dht", no_relayed_daemon)
+        monkeypatch.setattr(runtime, "start_dht", _refusing("relayed", real_start))
         assert client.switch_reach_if_due() is False  # fell back, did not raise
         counts = client.counters()
         assert (counts["reach"]["mode"], counts["reach_switch_failed"], counts["reach_switches"]) == ("public", 1, 0)
