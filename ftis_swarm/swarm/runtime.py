@@ -225,7 +225,8 @@ class PeerHandle:
         return self.cfg.port or (ports[0] if ports else 0)
 
     def bound_port(self) -> int:
-        """The TCP port p2pd listens on (its first visible non-relay address's; 0 if none)."""
+        """The TCP port of its first visible non-relay address (0 if none): the one p2pd listens on, unless
+        `announce` names another (then `cfg.port` is the listening one)."""
         ports = [int(Multiaddr(m)["tcp"]) for m in self.visible_maddrs if "/tcp/" in m and reach.CIRCUIT not in m]
         return ports[0] if ports else 0
 
@@ -356,11 +357,18 @@ def _restart(handle: PeerHandle, cfg: SwarmConfig) -> None:
     node, origins = handle.loop.run(start_dht(cfg, identity_path=handle.identity.identity.path,
                                               checker=handle.checker, policy=handle.policy,
                                               counters=handle.counters), timeout=cfg.join_timeout + 10.0)
-    maddrs = [str(m) for m in handle.loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
-    if cfg.reach_mode == "relayed" and cfg.peers:
-        maddrs = _wait_for_relay_slot(handle.loop, node, maddrs, wait=cfg.relay_wait)
-    handle.node, handle.origins, handle.visible_maddrs, handle.cfg = node, origins, maddrs, cfg
-    _start_services(handle, first_check=cfg.reach_recheck_every)
+    try:
+        maddrs = [str(m) for m in handle.loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+        if cfg.reach_mode == "relayed" and cfg.peers:
+            maddrs = _wait_for_relay_slot(handle.loop, node, maddrs, wait=cfg.relay_wait)
+        handle.node, handle.origins, handle.visible_maddrs, handle.cfg = node, origins, maddrs, cfg
+        _start_services(handle, first_check=cfg.reach_recheck_every)
+    except BaseException:  # the daemon started but is not usable: free its port for the fallback
+        try:
+            handle.loop.run(_close_node(node), timeout=10.0)
+        except TimeoutError:
+            logger.warning("a DHT peer that failed to start did not close within 10 s")
+        raise
 
 
 def _free_port(host: str) -> int:
