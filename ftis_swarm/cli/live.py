@@ -4,7 +4,9 @@
 its latest round and a sparkline of its reward so far. "no signal" (docs/method.md's
 `frac_zero_adv`: samples whose group's rewards were all equal, so their advantage is 0)
 stands apart from "filtered" (`frac_filtered`: samples with a non-zero advantage that the
-filter zeroed); "banned" counts the peers this node has banned (`banned_peers`). Where
+filter zeroed); "banned" counts the peers this node has banned (`banned_peers`); "reach" is
+how peers reach it (`reach_mode`: public, relayed or client, with `+N` after N live switches
+of an `auto` node, docs/swarm.md Reach). Where
 reward and accuracy coincide (binary rewards: a sample's reward is 1 when correct, else 0),
 one column shows both, headed `reward=acc` (`columns_for`). Without a terminal, each round is
 one plain line instead (`round_line`).
@@ -19,6 +21,13 @@ from rich.table import Table
 
 def _num(digits: int) -> Callable[[Any], str]:
     return lambda v: f"{v:.{digits}f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def _reach(record: dict[str, Any]) -> str:
+    mode, switches = record.get("reach_mode"), record.get("reach_switches") or 0
+    if not isinstance(mode, str):
+        return "-"
+    return f"{mode}+{switches}" if switches else mode
 
 
 def _count(v: Any) -> str:
@@ -36,12 +45,13 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("w>C", "frac_truncated", _num(2)),
     ("peer groups", "peer_groups", _count),
     ("banned", "banned_peers", _count),
+    ("reach", "", _reach),
     ("loss", "loss", _num(4)),
     ("gen s", "time_generate", _num(1)),
     ("gather s", "time_gather", _num(1)),
     ("learn s", "time_learn", _num(1)),
 )
-"""(header, record key, format) of a round's cells."""
+"""(header, record key, format) of a round's cells; an empty key formats the whole record."""
 _SPARKS = "▁▂▃▄▅▆▇█"
 Columns = tuple[tuple[str, str, Callable[[Any], str]], ...]
 
@@ -61,7 +71,7 @@ def columns_for(records: Sequence[dict[str, Any]]) -> Columns:
 
 
 def cells(record: dict[str, Any], columns: Columns = COLUMNS) -> list[str]:
-    return [fmt(record.get(key)) for _, key, fmt in columns]
+    return [fmt(record.get(key) if key else record) for _, key, fmt in columns]
 
 
 def round_line(record: dict[str, Any], *, prefix: str = "") -> str:

@@ -52,6 +52,17 @@ def test_testnet_table_has_a_row_per_node_with_no_signal_filtered_and_bans():
     assert lora["round"] == "1/6" and lora["banned"] == "2" and lora["no signal"] == "-"
 
 
+def test_the_reach_column_shows_the_mode_and_live_switches():
+    nodes = [("home-public", "tiny", 4, [record(2, reach_mode="public")], "running"),
+             ("home-switched", "tiny", 4, [record(2, reach_mode="relayed", reach_switches=1)], "running"),
+             ("no-swarm", "tiny", 4, [record(2)], "running")]
+    text = render(nodes_table("testnet", nodes))
+    header = cols(next(ln for ln in text.splitlines() if "reward by round" in ln))
+    rows = {cols(ln)[0]: dict(zip(header, cols(ln))) for ln in text.splitlines() if cols(ln)[:1] and "-" in cols(ln)[0]}
+    assert [rows[n]["reach"] for n in ("home-public", "home-switched", "no-swarm")] == ["public", "relayed+1", "-"]
+    assert "reach=relayed+1" in round_line(record(3, reach_mode="relayed", reach_switches=1))
+
+
 def test_a_round_as_a_log_line_names_no_signal_and_filtered_apart():
     line = round_line(record(7, banned_peers=["p1"]), prefix="  node-0 ")
     assert line.startswith("  node-0 round=7  reward=0.070")
