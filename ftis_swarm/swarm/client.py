@@ -37,7 +37,8 @@ from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, 
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
-from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, SignedRecord, StoreOutcome, sign_records, store_records
+from ftis_swarm.swarm.dht.publishing import (NearestPeers, Record, SignedRecord, StoreOutcome, sign_records,
+                                             store_records)
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)

@@ -34,12 +34,13 @@ Each (N, layout) runs once per publish definition asked for (`waits`: `stored` a
 (k = 1..N) listening on 127.0.k.1, its own /24 and so its own network origin (loopback
 routes all of 127/8 without root, and p2pd dials from its listening address), or `one`, every
 node on 127.0.0.1, one origin (the per-origin fetch cap then spans the whole swarm).
-Beside the publish call, its steps (`PublishResult.steps`, p50 ms of each: encode, loop,
-sign, check, gossip, nearest, first_store, local_store, hand_back), and beside publish-to-visible its legs at the
-node that chose the group (`fetch.gatherer.Legs`, p50 ms of each): publish start to the
-pointer seen (`seen`), seen to chosen (`choose`), chosen to its fetch started (`queue`: a
-slot free), fetch started to the body accepted (`fetch`). The p50 of each leg is its own,
-so they need not add up to the visible p50. `fetches_per_peer` (the fetcher's cap of bodies
+Beside the publish call, the mean ms of its steps (`PublishResult.steps`: encode, loop,
+sign, check, gossip, nearest, first_store, local_store, hand_back) next to the call's mean,
+and beside publish-to-visible the mean ms of its legs at the node that chose the group
+(`fetch.gatherer.Legs`): publish start to the pointer seen (`seen`), seen to chosen
+(`choose`), chosen to its fetch started (`queue`: a slot free), fetch started to the body
+accepted (`fetch`), next to visible's mean. Means, so that the parts add up to the whole
+(the legs exactly; the steps to the call less its bookkeeping); the p50s are in the first table. `fetches_per_peer` (the fetcher's cap of bodies
 fetched at once from one publisher, `SwarmConfig.max_fetches_per_peer`, 2 by default) may be
 varied too, to measure what that anti-abuse cap costs the queue leg; it is not a proposal.
 
@@ -154,11 +155,14 @@ class ScaleRow:
     origins: str = "one"
     """`each`: node k on 127.0.k.1, its own network origin; `one`: all on 127.0.0.1."""
     steps_ms: dict = dataclasses.field(default_factory=dict)
-    """p50 ms of each step of the publish call (`PublishResult.steps`)."""
+    """Mean ms of each step of the publish call (`PublishResult.steps`)."""
+    publish_mean_ms: float = math.nan
+    visible_mean_ms: float = math.nan
+    """Means of the publish call and of publish-to-visible (what the steps and legs add up to)."""
     fetches_per_peer: int = 2
     """`SwarmConfig.max_fetches_per_peer` of every node of the row."""
     legs_ms: dict = dataclasses.field(default_factory=dict)
-    """p50 ms of each leg of publish-to-visible: seen, choose, queue, fetch (see the module docstring)."""
+    """Mean ms of each leg of publish-to-visible: seen, choose, queue, fetch (see the module docstring)."""
 
 
 def paper_budget(*, groups: int, size: int) -> Budget:
@@ -262,6 +266,10 @@ def _p50_ms(values: list[float]) -> float:
     return 1e3 * float(np.percentile(values, 50)) if values else math.nan
 
 
+def _mean_ms(values: list[float]) -> float:
+    return 1e3 * float(np.mean(values)) if values else math.nan
+
+
 def _departed(gathered: list[dict], departed: list[dict]) -> dict:
     """What became of the departed publisher's round: `departed_served`, `departed_wanted` and
     `departed_wanted_held` of `ScaleRow`."""
@@ -327,7 +335,8 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
         load=max(a["load"][1] for a in answers),
         **_holding(every, copy_bytes=copy_bytes, cap=cap),
-        steps_ms={step: _p50_ms([r["steps"][step] for r in rows if step in r["steps"]]) for step in STEPS},
+        steps_ms={step: _mean_ms([r["steps"][step] for r in rows if step in r["steps"]]) for step in STEPS},
+        publish_mean_ms=_mean_ms([r["publish_s"] for r in rows]), visible_mean_ms=_mean_ms(visible),
         legs_ms=_legs(rows, published),
     )
 
@@ -338,7 +347,7 @@ def _legs(rows: list[dict], published: dict[str, float]) -> dict[str, float]:
     spans = {"seen": [t["seen"] - start for start, t in legs], "choose": [t["chosen"] - t["seen"] for _, t in legs],
              "queue": [t["started"] - t["chosen"] for _, t in legs],
              "fetch": [t["accepted"] - t["started"] for _, t in legs]}
-    return {leg: _p50_ms(spans[leg]) for leg in LEGS}
+    return {leg: _mean_ms(spans[leg]) for leg in LEGS}
 
 
 def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int, budget: Budget) -> str:
@@ -383,18 +392,19 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
                  "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
-    lines.append(f"{'nodes':>5} {'layout':>6} {'origins':>7} {'wait':>8} {'fpp':>3} {'publish':>7} "
+    lines.append(f"{'nodes':>5} {'layout':>6} {'origins':>7} {'wait':>8} {'fpp':>3} {'pub avg':>7} "
                  + " ".join(f"{step:>{max(6, len(step))}}" for step in STEPS)
-                 + f" {'visible':>7} " + " ".join(f"{leg:>6}" for leg in LEGS))
-    lines += [f"{r.nodes:>5} {r.layout:>6} {r.origins:>7} {r.wait:>8} {r.fetches_per_peer:>3} {r.publish_p50_ms:>7.1f} "
+                 + f" {'vis avg':>7} " + " ".join(f"{leg:>6}" for leg in LEGS))
+    lines += [f"{r.nodes:>5} {r.layout:>6} {r.origins:>7} {r.wait:>8} {r.fetches_per_peer:>3} {r.publish_mean_ms:>7.1f} "
               + " ".join(f"{r.steps_ms.get(step, math.nan):>{max(6, len(step))}.1f}" for step in STEPS)
-              + f" {r.visible_p50_ms:>7.0f} " + " ".join(f"{r.legs_ms.get(leg, math.nan):>6.1f}" for leg in LEGS)
+              + f" {r.visible_mean_ms:>7.0f} " + " ".join(f"{r.legs_ms.get(leg, math.nan):>6.1f}" for leg in LEGS)
               for r in held]
     lines.append("origins: each, node k on 127.0.k.1 (its own network origin); one, all on 127.0.0.1; wait: what the "
-                 "publish call waits for (stored: a replica holds each record; gossiped: the hand-over to gossip); fpp: "
-                 "max_fetches_per_peer; "
-                 "encode..first_store: p50 ms of each step of the publish call; seen, choose, queue, fetch: p50 ms "
-                 "of each leg of publish-to-visible (publish to pointer seen, to chosen, to fetch started, to body in)")
+                 "publish call waits for (stored: a replica holds each record; gossiped: the hand-over to gossip); "
+                 "fpp: max_fetches_per_peer; "
+                 "pub avg, encode..hand_back: mean ms of the publish call and of each of its steps; vis avg, seen, "
+                 "choose, queue, fetch: mean ms of publish-to-visible and of each leg (publish to pointer seen, to "
+                 "chosen, to fetch started, to body in)")
     lines.append("x all: body KiB in over the fetch-everything row of the same size (origins, wait); x 8: over the "
                  "layout's smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")
