@@ -26,7 +26,7 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
 
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
 "arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
-"tokens", "fill_s", "wait" and "steps" (`PublishResult`'s), "legs": {group id: `Legs` of it, as a dict},
+"tokens", "fill_s", "wait" and "steps" (`PublishResult`'s), "sender_origins" (network origins of the senders gathered), "legs": {group id: `Legs` of it, as a dict},
 "traffic": {counter: increase since the end of the node's round before},
 "fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "sourceless": [group ids given up on for
 want of a source, now], "upload_peak": most bytes sent in one upload window}.
@@ -118,6 +118,7 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "published": [[gid, started] for gid in result.group_ids],
             "arrivals": client.arrival_times(), "senders": [g.sender for g in got], "bodies": len(got),
             "wait": result.wait, "steps": result.steps,
+            "sender_origins": len({client.origin_of(g.sender) for g in got} - {None}),
             "legs": {gid: dataclasses.asdict(legs) for gid, legs in client.choice_times().items()},
             "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
             "max_tokens": budget.max_tokens if budget is not None else 0,
