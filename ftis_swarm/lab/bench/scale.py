@@ -161,6 +161,9 @@ class ScaleRow:
     """Means of the publish call and of publish-to-visible (what the steps and legs add up to)."""
     fetches_per_peer: int = 2
     """`SwarmConfig.max_fetches_per_peer` of every node of the row."""
+    stores_failed: float = math.nan
+    """Rounds whose background stores failed (`background_stores_failed`), over those that went to the
+    background (`gossiped`; nan under `stored`, where a failed store is a failed publish)."""
     sender_origins: float = math.nan
     """Mean network origins (as the gathering node saw their connections) of the senders a node gathered from."""
     legs_ms: dict = dataclasses.field(default_factory=dict)
@@ -340,8 +343,15 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         steps_ms={step: _mean_ms([r["steps"][step] for r in rows if step in r["steps"]]) for step in STEPS},
         publish_mean_ms=_mean_ms([r["publish_s"] for r in rows]), visible_mean_ms=_mean_ms(visible),
         sender_origins=float(np.mean([r.get("sender_origins", math.nan) for r in rows])),
+        stores_failed=_share_failed(every),
         legs_ms=_legs(rows, published),
     )
+
+
+def _share_failed(rows: list[dict]) -> float:
+    failed = sum(r["traffic"].get("background_stores_failed", 0) for r in rows)
+    done = sum(r["traffic"].get("background_stores", 0) for r in rows)
+    return failed / (failed + done) if failed + done else math.nan
 
 
 def _legs(rows: list[dict], published: dict[str, float]) -> dict[str, float]:
@@ -395,10 +405,10 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
                  "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
-    lines.append(f"{'nodes':>5} {'layout':>6} {'origins':>7} {'wait':>8} {'fpp':>3} {'orig':>4} {'pub avg':>7} "
+    lines.append(f"{'nodes':>5} {'layout':>6} {'origins':>7} {'wait':>8} {'fpp':>3} {'orig':>4} {'bg fail':>7} {'pub avg':>7} "
                  + " ".join(f"{step:>{max(6, len(step))}}" for step in STEPS)
                  + f" {'vis avg':>7} " + " ".join(f"{leg:>6}" for leg in LEGS))
-    lines += [f"{r.nodes:>5} {r.layout:>6} {r.origins:>7} {r.wait:>8} {r.fetches_per_peer:>3} {r.sender_origins:>4.1f} "
+    lines += [f"{r.nodes:>5} {r.layout:>6} {r.origins:>7} {r.wait:>8} {r.fetches_per_peer:>3} {r.sender_origins:>4.1f} {r.stores_failed:>7.2f} "
               f"{r.publish_mean_ms:>7.1f} "
               + " ".join(f"{r.steps_ms.get(step, math.nan):>{max(6, len(step))}.1f}" for step in STEPS)
               + f" {r.visible_mean_ms:>7.0f} " + " ".join(f"{r.legs_ms.get(leg, math.nan):>6.1f}" for leg in LEGS)
@@ -406,6 +416,7 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
     lines.append("origins: each, node k on 127.0.k.1 (its own network origin); one, all on 127.0.0.1; wait: what the "
                  "publish call waits for (stored: a replica holds each record; gossiped: the hand-over to gossip); "
                  "fpp: max_fetches_per_peer; orig: network origins of the senders a node gathered from (mean); "
+                 "bg fail: share of the background stores (gossiped) that failed; "
                  "pub avg, encode..hand_back: mean ms of the publish call and of each of its steps; vis avg, seen, "
                  "choose, queue, fetch: mean ms of publish-to-visible and of each leg (publish to pointer seen, to "
                  "chosen, to fetch started, to body in)")
