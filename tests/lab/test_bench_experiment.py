@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from ftis_swarm.lab.experiment.arms import pilot_gate
+from ftis_swarm.lab.experiment.arms import pilot_gate, run_key, same_settings
 from ftis_swarm.lab.experiment.config import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_config, arm_spec, quick_config
 from ftis_swarm.lab.experiment.report import format_table, summary_rows
 from ftis_swarm.lab.experiment.run import merge_halves
@@ -137,6 +137,26 @@ def test_table_reports_mean_and_sample_std_over_seeds():
     assert "| solo | A | 2 | 0.50 ± 0.71 |" in table
 
 
+def test_resume_takes_a_run_saved_before_a_setting_was_added_only_at_that_settings_default():
+    default = run_key(ExperimentConfig())
+    now = json.loads(json.dumps(default))
+    now["node"]["learner"]["lr"] = 2e-5
+    older = json.loads(json.dumps(now))
+    del older["node"]["swarm"]["publish_wait"], older["node"]["learner"]["lr"]  # not in the code yet
+    assert now["node"]["swarm"]["publish_wait"] == default["node"]["swarm"]["publish_wait"]
+    assert now["node"]["learner"]["lr"] != default["node"]["learner"]["lr"]
+    assert not same_settings(older, now, default)  # lr is not at its default: another run
+    del now["node"]["learner"]["lr"], default["node"]["learner"]["lr"]
+    assert same_settings(older, now, default)  # publish_wait is: the same run
+    changed = json.loads(json.dumps(now))
+    changed["node"]["swarm"]["publish_wait"] = "gossiped"
+    assert not same_settings(older, changed, default)  # the added setting moved off its default
+    removed = json.loads(json.dumps(older))
+    removed["node"]["gone"] = 1  # a setting the code no longer has
+    assert not same_settings(removed, now, default)
+    assert not same_settings(now | {"seed_offset": 1}, now, default) and same_settings(now, now, default)
+
+
 def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
     for flags, words in ((["--arms", "solo,sideways-ftis"], "sideways-ftis"), (["--group-size", "5"], "even"),
                          (["--seeds", "x"], "--seeds"), (["--workers", "0"], "--workers"),
@@ -228,6 +248,8 @@ def test_quick_experiment_end_to_end(tmp_path):
                 assert ev["sampled_accuracy"] == sum(ev["sampled"]) / (cfg.eval_samples * cfg.eval_items)
                 digests.add(ev["digest"])
     assert len(digests) == 1  # every arm was measured on the same held-out items
+    import torch
+    assert all(run["host"]["torch"] == torch.__version__ and run["host"]["cpu"] for run in summary["runs"])
 
     for name in ("experiment_reward.png", "experiment_heldout.png", "experiment_weights.png"):
         data = (figures / name).read_bytes()

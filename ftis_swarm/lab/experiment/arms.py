@@ -130,7 +130,8 @@ def _in_pool(calls: list[tuple[Callable[..., dict[str, Any]], tuple]], *, worker
 
 
 def run_key(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The settings one run depends on (all but the list of arms and seeds): what resume compares."""
+    """The settings one run depends on (all but the list of arms and seeds): what resume compares
+    (`same_settings`: a setting added to the code since a run was saved matches at its default)."""
     return cfg.model_dump(mode="json", exclude={"arms", "seeds"})
 
 
@@ -141,11 +142,27 @@ def _write(path: Path, result: dict[str, Any], key: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def same_settings(saved: Any, now: Any, default: Any) -> bool:
+    """Whether a run saved with settings `saved` is one of `now`: equal, except that a setting the
+    saved one lacks matches when `now` has its default there (a setting added to the code since,
+    left as it was: the run it saved is the same run). A setting removed since, or changed, does not."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        if not saved.keys() <= now.keys():
+            return False
+        defaults = default if isinstance(default, dict) else {}
+        return all(same_settings(saved[k], now[k], defaults.get(k)) if k in saved
+                   else k in defaults and now[k] == defaults[k] for k in now)
+    if isinstance(saved, list) and isinstance(now, list):
+        defaults = default if isinstance(default, list) and len(default) == len(now) else [None] * len(now)
+        return len(saved) == len(now) and all(same_settings(a, b, d) for a, b, d in zip(saved, now, defaults))
+    return saved == now
+
+
 def _reuse(path: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
     if not path.is_file():
         return None
     saved = json.loads(path.read_text())
-    if saved.get("config") != key:
+    if not same_settings(saved.get("config"), key, run_key(ExperimentConfig())):
         log.info("%s was made with another config; running it again", path)
         return None
     return saved["result"]

@@ -23,6 +23,7 @@ processes, so they take the config as JSON and return plain dicts.
 from __future__ import annotations
 
 import logging
+import platform
 import tempfile
 import time
 from collections import Counter
@@ -145,7 +146,21 @@ def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] =
             for node in nodes:
                 node.close()
     return {"arm": arm, "kind": spec.kind, "mode": spec.mode, "seed": seed, **out,
-            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0}
+            "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0, "host": host()}
+
+
+def host() -> dict[str, str]:
+    """What a run's floating point depends on besides its seed: the CPU, the kernels torch picks
+    for it, and the versions. A run repeats bit for bit on one host; on another, differences of
+    about 1e-6 in the first round's gradients can grow into other answers by round 4."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "python": platform.python_version()}
 
 
 def _rounds(nodes: list[Node], cfg: ExperimentConfig, kind: str) -> dict[str, Any]:
