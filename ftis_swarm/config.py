@@ -400,12 +400,6 @@ class SwarmConfig(_Strict):
     """Peers other than this one that must accept a pointer for a publish to succeed."""
     publish_timeout: float = Field(10.0, gt=0)
     """Seconds a publish may take (finding the nearest peers and storing the pointer)."""
-    publish_wait: Literal["stored", "gossiped"] = "stored"
-    """What a publish call waits for (docs/swarm.md, Publishing): `stored`, the round pointer signed,
-    handed to gossip and held by `min_replicas` other peers (and so the membership record); `gossiped`,
-    signed and handed to gossip only, the DHT stores going on in the background (a failed one is a
-    WARNING and `background_stores_failed`). Peers learn of a round from gossip either way; the stores
-    serve late joiners and pointers gossip missed. `gossiped` needs `gossip` on."""
     join_timeout: float = Field(30.0, gt=0)
     """Seconds to start the libp2p daemon and reach the --peers."""
     wire: WireConfig = Field(default_factory=WireConfig)
@@ -423,12 +417,6 @@ class SwarmConfig(_Strict):
     def _holding(self) -> "SwarmConfig":
         if 0 < self.hold_bytes < self.wire.max_bytes:
             raise ValueError(f"hold_bytes={self.hold_bytes} must be 0 or at least wire.max_bytes={self.wire.max_bytes}")
-        return self
-
-    @model_validator(mode="after")
-    def _waits_for_gossip(self) -> "SwarmConfig":
-        if self.publish_wait == "gossiped" and not self.gossip:
-            raise ValueError("publish_wait gossiped returns after the gossip hand-over, so it needs gossip on")
         return self
 
     @model_validator(mode="after")

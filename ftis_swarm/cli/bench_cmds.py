@@ -238,17 +238,9 @@ def bench_scale(
     groups: int = typer.Option(16, help="Groups a node publishes a round (the paper's 16)."),
     size_kib: int = typer.Option(48, help="KiB of one synthetic group (the paper's about 48)."),
     per_worker: int = typer.Option(4, help="Nodes sharing one worker process (each its own p2pd and key)."),
-    publish_wait: Optional[list[str]] = typer.Option(None, help="What the publish call waits for (repeatable): "
-                                                     "stored (a replica holds each record; the default) or gossiped "
-                                                     "(the gossip hand-over); each one its own rows."),
-    origins: Optional[list[str]] = typer.Option(None, help="each (node k on 127.0.k.1, its own network origin; the "
-                                                "default) or one (all on 127.0.0.1) (repeatable)."),
-    fetches_per_peer: Optional[list[int]] = typer.Option(None, help="max_fetches_per_peer of every node (repeatable; "
-                                                         "default the config's 2): what that cap costs the queue."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
-    """Per node and round: bodies, body bytes, messages and pointer bytes, fill time, CPU; with and without a budget;
-    the publish call's steps and publish-to-visible's legs."""
+    """Per node and round: bodies, body bytes, messages and pointer bytes, fill time, CPU; with and without a budget."""
     counts = nodes or [8, 16, 32]
     if any(not 2 <= n <= 128 for n in counts):
         fail("--nodes must be between 2 and 128")
@@ -265,22 +257,12 @@ def bench_scale(
         fail("--size-kib must be between 1 and 1024")
     if not 1 <= per_worker <= 64:
         fail("--per-worker must be between 1 and 64")
-    waits = tuple(publish_wait or ["stored"])
-    if any(x not in ("stored", "gossiped") for x in waits):
-        fail("--publish-wait must be stored or gossiped")
-    spreads = tuple(origins or ["each"])
-    if any(x not in ("each", "one") for x in spreads):
-        fail("--origins must be each or one")
-    per_peer = tuple(fetches_per_peer or [2])
-    if any(not 1 <= x <= 7 for x in per_peer):
-        fail("--fetches-per-peer must be between 1 and 7 (below max_concurrent_fetches, 8)")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.scale import format_table, paper_budget, rows_as_json, run_scale_bench
 
     size = size_kib * 1024
     rows = run_scale_bench(counts, layouts=layouts, rounds=rounds, period=period, groups=groups, size=size,
-                           clients_per_worker=per_worker, waits=waits, origins=spreads,
-                           fetches_per_peer=per_peer, progress=_progress)
+                           clients_per_worker=per_worker, progress=_progress)
     budget = paper_budget(groups=groups, size=size)
     typer.echo(format_table(rows, period=period, groups=groups, size=size, budget=budget))
     if json_path is not None:

@@ -47,17 +47,6 @@ class PublishResult:
     """Wall time of the publish call."""
     gossiped: bool = False
     """The pointer was handed to the run's gossip topic (before the DHT store)."""
-    wait: str = "stored"
-    """What the call waited for (`SwarmConfig.publish_wait`): `stored` (signed, gossiped, and held by
-    `min_replicas` other peers; `replicas` and `asked` say how many), or `gossiped` (signed and handed to
-    gossip; the DHT stores went on after it returned, `replicas` and `asked` 0, their outcome counted:
-    `background_stores_failed`). The loopback swarm delivers to every member before it returns: `stored`."""
-    steps: dict[str, float] = dataclasses.field(default_factory=dict)
-    """Seconds of each step of the call, in order (the hivemind swarm: `encode` the bodies, `loop` waiting
-    for the swarm's event loop, `sign` and `check` the records, `gossip` the hand-over, `nearest` the
-    lookup of the replicas, `first_store` the wait for the first acceptances, `local_store` the copies
-    kept here, `hand_back` the wait for the calling thread to wake once the loop is done); their sum is at most
-    `seconds`, the rest being this call's own bookkeeping. Empty for a refused round."""
 
 
 @runtime_checkable

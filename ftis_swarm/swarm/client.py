@@ -6,7 +6,7 @@ topic (`channel`) and the background gatherer (`gatherer`). All calls are synchr
 safe from the node's main thread:
 
     client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V, policy=ledger)  # blocks until joined
-    result = client.publish_round(groups, round=r)  # one signed pointer: gossiped, then stored (cfg.publish_wait)
+    result = client.publish_round(groups, round=r)  # one signed pointer: gossiped, then stored
     client.set_budget(budget)                # optional: fetch only what the next update takes (peers.intake.Budget)
     groups = client.gather(deadline=10.0, round=r)  # as soon as every live peer's round is in, or at the deadline
     client.drain_peer_faults()              # {peer id: Counter(reason)} since the last call, for the ledger
@@ -15,7 +15,6 @@ safe from the node's main thread:
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import logging
@@ -30,15 +29,14 @@ from ftis_swarm.config import LedgerConfig, SwarmConfig
 from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap, serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.swarm.fetch.gatherer import Gatherer, Legs
+from ftis_swarm.swarm.fetch.gatherer import Gatherer
 from ftis_swarm.swarm.gossip.gate import GossipGate
 from ftis_swarm.swarm.gossip.haves import HaveAnnouncer
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
-from ftis_swarm.swarm.dht.publishing import (NearestPeers, Record, SignedRecord, StoreOutcome, sign_records,
-                                             store_records)
+from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, sign_records, store_records
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.dialback import Reachability
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
@@ -85,7 +83,7 @@ class SwarmClient:
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
                                   counters=self._counters, policy=policy, origins=peer.origins,
                                   on_accepted=self._hold)
-        self._legs: dict[str, Legs] = {}
+        self._arrivals: dict[str, float] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
         self._member_updated = 0.0
@@ -93,7 +91,6 @@ class SwarmClient:
         self._budget: Optional[Budget] = None
         self._fill = GatherFill()
         self._nearest = NearestPeers()  # the nearest peers of this node's keys, kept across publishes (dht.publishing)
-        self._storing: Optional[asyncio.Future] = None  # the last round's background stores (`publish_wait` gossiped)
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
@@ -231,19 +228,14 @@ class SwarmClient:
         Signs one `RoundPointer` naming every group (body hash, size, creation time,
         completion tokens), gossips it on the run's topic, then stores it under this node's
         key of the current window together with this node's membership record of the
-        window (the count of its round pointers). What the call waits for is
-        `cfg.publish_wait` (the result's `wait` says which held): `stored`, the signatures,
-        the hand-over to gossip, one lookup of the peers nearest both keys, and
-        `min_replicas` of them holding each record (`dht.publishing`: the stores to the
-        other replicas go on after it returns); `gossiped`, the pointer's signature and the
-        hand-over to gossip, the membership record and every store going on in the
-        background, one round after the other (their outcome counted; a failed one is a
-        WARNING). A gossip hand-over that fails makes a `gossiped` call wait for the
-        stores. `ok` is False, with a reason, when any group is refused or (waiting for the
-        stores) fewer than `min_replicas` peers hold a record. `steps` times each step.
-        It first switches the node's mode if its rechecks say so (`switch_reach_if_due`).
-        Never raises for what the swarm does (ValueError only for no groups or a bad `round`;
-        SwarmError only when a due switch restarted the daemon in neither mode).
+        window (the count of its round pointers). The call waits for: the signatures, the
+        hand-over to gossip, one lookup of the peers nearest both keys, and `min_replicas`
+        of them holding each record (`dht.publishing`: the stores to the other replicas
+        go on after it returns). `ok` is False, with a reason, when any group is refused or
+        fewer than `min_replicas` peers hold a record. It first switches the node's mode if
+        its rechecks say so (`switch_reach_if_due`). Never raises for what the swarm does
+        (ValueError only for no groups or a bad `round`; SwarmError only when a due switch
+        restarted the daemon in neither mode).
         """
         if not 0 <= round < MAX_ROUND or not groups:
             raise ValueError("round must be in 0..2^40-1 and a round must have at least one group")
@@ -267,27 +259,29 @@ class SwarmClient:
         for (group, body), group_id in zip(encoded, group_ids):
             self._bodies.put(group_id, body, until=group.created_at + self._cfg.ttl + self._cfg.max_clock_skew)
         size = sum(len(body) for _, body in encoded)
-        steps = {"encode": time.monotonic() - started}
+        records, window = self._records(encoded, round=round)
+        gossiped: list[bool] = []
         try:
-            gossiped, outcomes, ended = self._loop.run(self._publish_records(encoded, round, steps, time.monotonic()),
-                                                       timeout=self._cfg.publish_timeout)
-            steps["hand_back"] = time.monotonic() - ended
+            pointer, member = self._loop.run(self._publish_records(records, gossiped),
+                                             timeout=self._cfg.publish_timeout)
         except TimeoutError as exc:
             return self._failed(str(exc), started, group_ids=group_ids, size=size)
         except Exception as exc:  # p2pd, hivemind or this node's own checks: a failed publish, not a crash
             logger.exception("publishing round %d failed", round)
             return self._failed(f"storing the pointer failed: {exc!r}", started, group_ids=group_ids, size=size)
-        common = dict(group_ids=group_ids, size=size, gossiped=gossiped, pointer_bytes=self._signed_bytes,
-                      steps=dict(steps))
-        if outcomes is None:  # `gossiped`: the stores go on in the background (`_stores_ended`)
-            result = PublishResult(ok=True, reason="", seconds=time.monotonic() - started, wait="gossiped", **common)
-        else:
-            pointer, member = outcomes
-            ok = min(pointer.accepted, member.accepted) >= self._cfg.min_replicas
-            result = PublishResult(
-                ok=ok, reason="" if ok else self._too_few(pointer, member), replicas=pointer.accepted,
-                asked=pointer.asked, seconds=time.monotonic() - started, wait="stored", **common)
-        if result.ok:
+        if pointer.accepted >= self._cfg.min_replicas:
+            self._window_groups[window] += 1
+        ok = min(pointer.accepted, member.accepted) >= self._cfg.min_replicas
+        result = PublishResult(
+            ok=ok,
+            reason="" if ok else (f"the pointer reached {pointer.accepted} and the membership record "
+                                  f"{member.accepted} of {pointer.asked} peers asked, fewer than "
+                                  f"min_replicas={self._cfg.min_replicas}"),
+            group_ids=group_ids, replicas=pointer.accepted, asked=pointer.asked, size=size,
+            seconds=time.monotonic() - started, gossiped=bool(gossiped and gossiped[0]),
+            pointer_bytes=self._signed_bytes,
+        )
+        if ok:
             self._counters.add("published", len(groups))
             self._counters.add("published_rounds")
         else:
@@ -295,78 +289,21 @@ class SwarmClient:
             logger.warning("publish of round %d failed: %s", round, result.reason)
         return result
 
-    def _too_few(self, pointer: StoreOutcome, member: StoreOutcome) -> str:
-        return (f"the pointer reached {pointer.accepted} and the membership record {member.accepted} of "
-                f"{pointer.asked} peers asked, fewer than min_replicas={self._cfg.min_replicas}")
-
-    async def _publish_records(self, encoded: list[tuple[Group, bytes]], round: int, steps: dict[str, float],
-                               submitted: float) -> tuple[bool, Optional[list[StoreOutcome]], float]:
-        """Signs the round's pointer and gossips it, then stores it with the membership record: awaited
-        (`stored`), or in the background (`gossiped`, once the hand-over succeeded: outcomes None); with
-        the monotonic time it ended (the wait for the caller's thread to wake is the step `hand_back`)."""
-        steps["loop"] = time.monotonic() - submitted
-        record, window = self._pointer_record(encoded, round=round)
-        signed = sign_records(self._node, [record], steps)[0]
-        self._signed_bytes = len(signed.signed.subkey) + len(signed.signed.value)
-        gossiped = False
+    async def _publish_records(self, records: list[Record], gossiped: list[bool]) -> list[StoreOutcome]:
+        """Signs the pointer and gossips it, then signs the membership record and stores both in the DHT."""
+        pointer, member = records
+        signed = sign_records(self._node, [pointer])
+        self._signed_bytes = len(signed[0].signed.subkey) + len(signed[0].signed.value)
         if self._gossip is not None:
-            handed = time.monotonic()
-            gossiped = await self._gossip.publish(signed.signed)
-            steps["gossip"] = time.monotonic() - handed
-        previous, background = self._storing, self._cfg.publish_wait == "gossiped" and gossiped
-        stores = self._store_round(signed, window, previous, steps=None if background else steps)
-        if not background:
-            outcomes = await stores
-            return gossiped, outcomes, time.monotonic()
-        task = asyncio.ensure_future(asyncio.wait_for(stores, self._cfg.publish_timeout))
-        task.add_done_callback(lambda t: self._stores_ended(t, round))
-        self._storing = task
-        return gossiped, None, time.monotonic()
+            gossiped.append(await self._gossip.publish(signed[0].signed))
+        signed += sign_records(self._node, [member])
+        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
+                                   nearest_peers=self._nearest)
 
-    async def _store_round(self, pointer: SignedRecord, window: int, previous: Optional[asyncio.Future], *,
-                           steps: Optional[dict[str, float]]) -> list[StoreOutcome]:
-        """Signs this node's membership record of `window` and stores it with `pointer`, after the round
-        before's stores ended (its count of pointers must be in first); counts the pointer when stored."""
-        if previous is not None and not previous.done():
-            await asyncio.wait([previous])
-        signed = [pointer, *sign_records(self._node, [self._member_record(window)], steps)]
-        outcomes = await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
-                                       nearest_peers=self._nearest, steps=steps)
-        if outcomes[0].accepted >= self._cfg.min_replicas:
-            self._window_groups[window] += 1
-        return outcomes
-
-    def _stores_ended(self, task: asyncio.Future, round: int) -> None:
-        """The end of a round's background stores (`gossiped`): a failure is counted and said, never lost."""
-        if task.cancelled():
-            why = "they were cut off (the client shut down)"
-        elif task.exception() is not None:
-            exc = task.exception()
-            why = "they took over publish_timeout" if isinstance(exc, asyncio.TimeoutError) else f"{exc!r}"
-        else:
-            pointer, member = task.result()
-            if min(pointer.accepted, member.accepted) >= self._cfg.min_replicas:
-                self._counters.add("background_stores")
-                return
-            why = self._too_few(pointer, member)
-        self._counters.add("background_stores_failed")
-        logger.warning("round %d was gossiped, but storing it in the DHT failed: %s", round, why)
-
-    def _pointer_record(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[Record, int]:
-        """The round's pointer, unsigned, and the current window."""
-        cfg = self._cfg
-        window = window_of(get_dht_time(), cfg.window)
-        pointer = make_round_pointer(encoded, publisher=self.peer_id, run_id=cfg.run_id,
-                                     tokenizer_fp=self._tokenizer_fp, window=window, round=round,
-                                     puzzle=self._peer.puzzle)
-        expiration = min(group.created_at for group, _ in encoded) + cfg.ttl
-        public_key = self._peer.identity.identity.public_key
-        return Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
-                      pointer.dict(), expiration), window
-
-    def _member_record(self, window: int) -> Record:
-        """This node's membership record of `window`, unsigned, counting the pointer about to be stored."""
+    def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
+        """The round's pointer and this node's membership record of the current window, unsigned."""
         cfg, now = self._cfg, get_dht_time()
+        window = window_of(now, cfg.window)
         for old in [w for w in self._window_groups if w < window - 1]:
             del self._window_groups[old]
         self._member_updated = max(now, self._member_updated + 1e-3)  # each update must expire later
@@ -374,8 +311,16 @@ class SwarmClient:
                               shards=cfg.member_shards, groups=self._window_groups[window] + 1,
                               updated_at=self._member_updated, puzzle=self._peer.puzzle)
         public_key = self._peer.identity.identity.public_key
-        return Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
-                      make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl)
+        pointer = make_round_pointer(encoded, publisher=self.peer_id, run_id=cfg.run_id,
+                                     tokenizer_fp=self._tokenizer_fp, window=window, round=round,
+                                     puzzle=self._peer.puzzle)
+        expiration = min(group.created_at for group, _ in encoded) + cfg.ttl
+        return [
+            Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
+                   pointer.dict(), expiration),
+            Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
+                   make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl),
+        ], window
 
     def set_budget(self, budget: Optional[Budget]) -> None:
         """From now on fetch only what the node's next update takes (`fetch.selection`); None: every group.
@@ -412,7 +357,7 @@ class SwarmClient:
             return []
         used = self._late_on_loop(self._gatherer.close_gather(), deadline, "closing the gather") or (0, 0)
         drained = self._gatherer.drain()
-        self._legs = {group.group_id: legs for group, legs in drained}
+        self._arrivals = {group.group_id: accepted_at for group, accepted_at in drained}
         self._fill = GatherFill(seconds=time.monotonic() - started, tokens=used[0], groups=used[1],
                                 max_tokens=self._budget.max_tokens if self._budget is not None else 0)
         return [group for group, _ in drained]
@@ -434,12 +379,7 @@ class SwarmClient:
 
     def arrival_times(self) -> dict[str, float]:
         """{group id: unix time its body was accepted here} for the groups the last gather returned."""
-        return {group_id: legs.accepted for group_id, legs in self._legs.items()}
-
-    def choice_times(self) -> dict[str, Legs]:
-        """{group id: its `fetch.gatherer.Legs`} for the groups the last gather returned: unix times of its
-        pointer seen here, chosen, its fetch started and its body accepted (publish-to-visible, in legs)."""
-        return dict(self._legs)
+        return dict(self._arrivals)
 
     def fetch_times(self) -> dict[str, list[float]]:
         """{"publisher": [...], "holder": [...]}: seconds of each body fetch that succeeded since the last

@@ -34,10 +34,7 @@ bytes of their records and replies (hivemind's own nearest-peer lookups not incl
 read from the DHT (the fallback).
 `published` counts groups, `published_rounds` the round pointers that carried them;
 `dht_stores_late` and `dht_stores_refused`: replicas that took, or did not take, a record
-after its publish returned (`dht.publishing`); with `publish_wait` gossiped, of the rounds whose DHT stores went
-on after the call returned, `background_stores` counts those whose pointer and membership record
-each reached `min_replicas` peers and `background_stores_failed` the others (fewer peers, an error,
-over `publish_timeout`, or cut off by shutdown; each also a WARNING). `fetched_bodies` and `fetched_bytes`: the
+after its publish returned (`dht.publishing`). `fetched_bodies` and `fetched_bytes`: the
 bodies this node downloaded and accepted. With a budget (`SwarmClient.set_budget`),
 `chosen` counts the groups selected for fetching and `not_chosen` those left out (never
 fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
@@ -79,8 +76,7 @@ class SwarmCounters:
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
               "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
               "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures",
-              "pointers_revived", "reach_switches", "reach_switch_failed", "background_stores",
-              "background_stores_failed")
+              "pointers_revived", "reach_switches", "reach_switch_failed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

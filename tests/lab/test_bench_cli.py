@@ -205,18 +205,3 @@ def test_bench_hostile_identities_keeps_a_crowd_of_one_origin_within_its_quota(t
     assert fig["honest_delivered"] == fig["honest_published"] > 0
     assert "share" in proc.stdout and "1,000 (extrapolated)" in proc.stdout
 
-
-
-def test_bench_scale_gives_each_node_its_own_origin_and_splits_visible_into_legs_that_add_up():
-    from ftis_swarm.lab.bench.scale import _legs, node_hosts
-    from ftis_swarm.swarm.origins import origin_of_maddr
-
-    hosts = node_hosts(8, "each")
-    assert len({origin_of_maddr(f"/ip4/{h}/tcp/1", prefix_v4=24, prefix_v6=48) for h in hosts}) == 8
-    assert node_hosts(3, "one") == ["127.0.0.1"] * 3
-    rows = [{"legs": {"a": {"seen": 10.02, "chosen": 10.03, "started": 10.09, "accepted": 10.11},
-                      "b": {"seen": 10.04, "chosen": 10.04, "started": 10.05, "accepted": 10.08},
-                      "other": {"seen": 1.0, "chosen": 1.0, "started": 1.0, "accepted": 1.0}}}]
-    legs = _legs(rows, {"a": 10.0, "b": 10.0})  # "other" was not published in the run: left out
-    assert {k: round(v, 3) for k, v in legs.items()} == {"seen": 30.0, "choose": 5.0, "queue": 35.0, "fetch": 25.0}
-    assert round(sum(legs.values()), 3) == 95.0  # the mean of visible (110 and 80 ms)

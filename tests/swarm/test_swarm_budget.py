@@ -15,8 +15,6 @@ import pytest
 
 from ftis_swarm.wire import content_id, decode_group
 
-from publish_steps import assert_steps
-
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 
@@ -28,13 +26,11 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
         node.joined()
     reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512,
                   strangers_share=1.0)  # no earned peer here: the whole budget is the strangers' share
-    published, started = {}, {}
+    published = {}
     for node in (b, c):
         answers = node.publish([f"{node.peer_id}-{i}" for i in range(4)], round=0)
         assert all(a["ok"] for a in answers), answers
-        assert_steps(answers[0], wait="stored")
         published.update({a["group_id"]: (node.peer_id, a["body"]) for a in answers})
-        started.update({a["group_id"]: a["started"] for a in answers})
     assert {decode_group(body).num_completion_tokens for _, body in published.values()} == {256}
     stop_at = time.monotonic() + 30.0
     while reader.counters()["pointers_gossiped"] + reader.counters()["pointers_read"] < 8:
@@ -47,11 +43,6 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     assert sorted([published[g][0] for g in got].count(p) for p in (b.peer_id, c.peer_id)) == [1, 2]
     assert all(body == published[content_id(body)][1] for body in answer["bodies"])  # bit for bit
     assert answer["elapsed"] < 5.0  # no earned peer to wait for: it ends once the chosen bodies are in
-    assert sorted(answer["legs"]) == sorted(got)  # publish-to-visible in legs, for each group returned
-    for group_id, legs in answer["legs"].items():
-        assert started[group_id] <= legs["seen"] <= legs["chosen"] <= legs["started"] <= legs["accepted"], legs
-        assert legs["accepted"] == answer["arrivals"][group_id]
-        assert legs["chosen"] - legs["seen"] > 0.0  # strangers are chosen when the gather opens, not on arrival
     counters = reader.counters()
     assert (counters["chosen"], counters["fetched_bodies"], counters["not_chosen"]) == (3, 3, 5)
     assert counters["fetched_bytes"] == sum(len(published[g][1]) for g in got)

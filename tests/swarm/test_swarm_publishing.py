@@ -1,18 +1,12 @@
-"""What a publish waits for: the nearest peers of a node's keys looked up once a window, not once a publish
-(`dht.publishing`); with `publish_wait` gossiped, the stores after the call, still counted (`SwarmClient`)."""
+"""The nearest peers of a node's keys are looked up once a window, not once a publish (`dht.publishing`)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 
-import pytest
 from hivemind.dht.routing import DHTID
 
 from ftis_swarm.swarm.dht.publishing import NearestPeers
-from ftis_swarm.wire import content_id
-
-from publish_steps import assert_steps
 
 
 class Lookups:
@@ -47,41 +41,3 @@ def test_a_key_is_looked_up_once_until_it_expires_or_is_forgotten():
     assert node.asked[-1] == [a, b]
     assert run(cache.find(node, [lonely])) == {lonely: []} and run(cache.find(node, [lonely])) == {lonely: []}
     assert node.asked[-2:] == [[lonely], [lonely]]  # nobody found: asked again next time
-
-
-@pytest.mark.net
-@pytest.mark.slow
-def test_a_gossiped_publish_returns_before_the_stores_and_still_counts_them(swarm):
-    """`publish_wait` gossiped: the call ends at the gossip hand-over (no replica counted), the stores
-    go on in the background and are counted; a lone node's stores, which nobody can take, are counted
-    failed (and said), not lost."""
-    peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0)
-    cfg = swarm.config(run_id="gossiped", peers=peers)
-    fast, reader = swarm.node(cfg.model_copy(update={"publish_wait": "gossiped"})), swarm.node(cfg)
-    lone = swarm.node(swarm.config(run_id="gossiped-alone", peers=[], publish_wait="gossiped"))
-    for node in (fast, reader, lone):
-        node.joined()
-    answers = fast.publish([f"g{i}" for i in range(3)], round=0)
-    assert all(a["ok"] for a in answers) and answers[0]["replicas"] == 0, answers
-    assert_steps(answers[0], wait="gossiped")
-    got = set()
-    stop_at = time.monotonic() + 30.0
-    while len(got) < 3 and time.monotonic() < stop_at:
-        got |= {content_id(body) for body in reader.gather(1.0)["bodies"]}
-    assert got == {a["group_id"] for a in answers}
-    counters = wait_for(fast, lambda c: c["background_stores"] == 1)  # both records held by a replica
-    assert counters["background_stores_failed"] == 0 and counters["published_rounds"] == 1
-
-    alone = lone.publish(["solo"], round=0)[0]
-    assert alone["ok"] and alone["wait"] == "gossiped"  # handed to gossip; nobody to store it on
-    counters = wait_for(lone, lambda c: c["background_stores_failed"] == 1)
-    assert counters["background_stores"] == 0
-    assert "was gossiped, but storing it in the DHT failed" in lone.log.read_text()
-
-
-def wait_for(node, condition, seconds: float = 20.0) -> dict:
-    stop_at = time.monotonic() + seconds
-    while not condition(counters := node.counters()):
-        assert time.monotonic() < stop_at, counters
-        time.sleep(0.2)
-    return counters

@@ -29,21 +29,6 @@ want of a source and not revived by the end), and that share over the groups som
 (`of held`: those a holder could serve); the p50 of a successful body fetch (stream to body
 in) from the publisher and from a holder (`fetch pub`, `fetch hold`).
 
-Each (N, layout) runs once per publish definition asked for (`waits`: `stored` and/or
-`gossiped`, `SwarmConfig.publish_wait`) and per origin layout (`origins`): `each`, node k
-(k = 1..N) listening on 127.0.k.1, its own /24 and so its own network origin (loopback
-routes all of 127/8 without root, and p2pd dials from its listening address), or `one`, every
-node on 127.0.0.1, one origin (the per-origin fetch cap then spans the whole swarm).
-Beside the publish call, the mean ms of its steps (`PublishResult.steps`: encode, loop,
-sign, check, gossip, nearest, first_store, local_store, hand_back) next to the call's mean,
-and beside publish-to-visible the mean ms of its legs at the node that chose the group
-(`fetch.gatherer.Legs`): publish start to the pointer seen (`seen`), seen to chosen
-(`choose`), chosen to its fetch started (`queue`: a slot free), fetch started to the body
-accepted (`fetch`), next to visible's mean. Means, so that the parts add up to the whole
-(the legs exactly; the steps to the call less its bookkeeping); the p50s are in the first table. `fetches_per_peer` (the fetcher's cap of bodies
-fetched at once from one publisher, `SwarmConfig.max_fetches_per_peer`, 2 by default) may be
-varied too, to measure what that anti-abuse cap costs the queue leg; it is not a proposal.
-
 Round 0 (first connections) is not reported. Per node and round: bodies fetched, body
 bytes in and out, messages (gossip received and DHT calls) and their bytes against the
 gossip estimate N x mesh degree x pointer size, the publish call, publish-to-visible of
@@ -55,7 +40,6 @@ some node used, per round. All processes share this machine's cores and clock.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
@@ -63,7 +47,6 @@ import os
 import sys
 import tempfile
 import time
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -78,11 +61,6 @@ from ftis_swarm.peers.intake import Budget
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("budget", "all")
-WAITS = ("stored",)
-ORIGINS = ("each",)
-"""The default publish definition and origin layout (see the module docstring)."""
-STEPS = ("encode", "loop", "sign", "check", "gossip", "nearest", "first_store", "local_store", "hand_back")
-LEGS = ("seen", "choose", "queue", "fetch")
 """The default layouts; `holders` is measured when asked for."""
 DEPART_ROUND = 1
 UPLOAD_COPIES = 2
@@ -150,24 +128,6 @@ class ScaleRow:
     """p50 of a successful body fetch (stream opened to body in) from the publisher, from a holder."""
     failed: str = ""
     """Why the size did not run to the end (empty when it did)."""
-    wait: str = "stored"
-    """What the publish call waited for (`SwarmConfig.publish_wait`)."""
-    origins: str = "one"
-    """`each`: node k on 127.0.k.1, its own network origin; `one`: all on 127.0.0.1."""
-    steps_ms: dict = dataclasses.field(default_factory=dict)
-    """Mean ms of each step of the publish call (`PublishResult.steps`)."""
-    publish_mean_ms: float = math.nan
-    visible_mean_ms: float = math.nan
-    """Means of the publish call and of publish-to-visible (what the steps and legs add up to)."""
-    fetches_per_peer: int = 2
-    """`SwarmConfig.max_fetches_per_peer` of every node of the row."""
-    stores_failed: float = math.nan
-    """Rounds whose background stores failed (`background_stores_failed`), over those that went to the
-    background (`gossiped`; nan under `stored`, where a failed store is a failed publish)."""
-    sender_origins: float = math.nan
-    """Mean network origins (as the gathering node saw their connections) of the senders a node gathered from."""
-    legs_ms: dict = dataclasses.field(default_factory=dict)
-    """Mean ms of each leg of publish-to-visible: seen, choose, queue, fetch (see the module docstring)."""
 
 
 def paper_budget(*, groups: int, size: int) -> Budget:
@@ -180,47 +140,31 @@ def paper_budget(*, groups: int, size: int) -> Budget:
 
 def run_scale_bench(node_counts: list[int], *, layouts: tuple[str, ...] = LAYOUTS, rounds: int = 4,
                     period: float = 5.0, groups: int = PAPER_GROUPS, size: int = PAPER_SIZE,
-                    clients_per_worker: int = 4, waits: tuple[str, ...] = WAITS,
-                    origins: tuple[str, ...] = ORIGINS, fetches_per_peer: tuple[int, ...] = (2,),
-                    progress=lambda step: None) -> list[ScaleRow]:
-    """Measures every (N, layout, origins, wait, fetches per peer); worker processes never outlive this call."""
+                    clients_per_worker: int = 4, progress=lambda step: None) -> list[ScaleRow]:
+    """Measures every (N, layout); worker processes never outlive this call."""
     budget = paper_budget(groups=groups, size=size)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftis-bench-scale-") as tmp:
         for n in node_counts:
             for layout in layouts:
-                for spread, wait, fetches in itertools.product(origins, waits, fetches_per_peer):
-                    progress(f"{n} nodes, {layout}, origins {spread}, publish waits for {wait}, "
-                             f"{fetches} fetches per peer")
-                    variant = dict(wait=wait, origins=spread, fetches_per_peer=fetches)
-                    try:
-                        rows.append(_measure(n, layout, Path(tmp), budget=budget, rounds=rounds, period=period,
-                                             groups=groups, size=size, per_worker=clients_per_worker, **variant))
-                    except (RuntimeError, TimeoutError, OSError) as exc:  # a size the machine cannot hold: said
-                        logger.warning("%d nodes, %s: %s", n, layout, exc)
-                        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                        rows.append(_failed_row(n, layout, why, **variant))
-                    logger.info("%s", rows[-1])
+                progress(f"{n} nodes, {layout}")
+                try:
+                    rows.append(_measure(n, layout, Path(tmp), budget=budget, rounds=rounds, period=period,
+                                         groups=groups, size=size, per_worker=clients_per_worker))
+                except (RuntimeError, TimeoutError, OSError) as exc:  # a size the machine cannot hold: said, not hidden
+                    logger.warning("%d nodes, %s: %s", n, layout, exc)
+                    rows.append(_failed_row(n, layout, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+                logger.info("%s", rows[-1])
     return rows
 
 
-def _failed_row(n: int, layout: str, why: str, **variant) -> ScaleRow:
-    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], failed=why, **variant)
+def _failed_row(n: int, layout: str, why: str) -> ScaleRow:
+    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], failed=why)
 
 
-def node_hosts(n: int, origins: str) -> list[str]:
-    """The address of each of `n` nodes: `each`, node k (1..n) on 127.0.k.1 (its own /24: at most 255 nodes);
-    `one`, all on 127.0.0.1."""
-    if origins == "one":
-        return ["127.0.0.1"] * n
-    if n > 255:
-        raise ValueError("origins 'each' gives each node a /24 of 127/8: at most 255 nodes")
-    return [f"127.0.{k}.1" for k in range(1, n + 1)]
-
-
-def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int, hosts: list[str]) -> list[JsonProcess]:
+def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonProcess]:
     def worker(first: int, k: int, c: SwarmConfig) -> JsonProcess:
-        settings = {"cfg": c.model_dump_json(), "clients": k, "first": first, "hosts": hosts[first:first + k]}
+        settings = {"cfg": c.model_dump_json(), "clients": k, "first": first}
         return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.scale_worker", json.dumps(settings)],
                            log=logs / f"{cfg.run_id}-{first}.log")
 
@@ -240,13 +184,12 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int, hosts: list[st
 
 
 def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
-             size: int, per_worker: int, wait: str, origins: str, fetches_per_peer: int) -> ScaleRow:
-    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}-{origins}-{wait}-{fetches_per_peer}",
-                      join_timeout=JOIN_TIMEOUT, publish_wait=wait, max_fetches_per_peer=fetches_per_peer)
+             size: int, per_worker: int) -> ScaleRow:
+    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}", join_timeout=JOIN_TIMEOUT)
     if layout == "holders":
         cfg = cfg.model_copy(update={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
                                      "have_interval": period / 2})
-    workers = _start(n, cfg, logs, per_worker, node_hosts(n, origins))
+    workers = _start(n, cfg, logs, per_worker)
     try:
         start_at = time.time() + 2.0
         cmd = {"op": "run", "rounds": rounds + 1, "period": period, "groups": groups, "size": size,
@@ -262,17 +205,12 @@ def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, pe
     finally:
         for w in workers:
             w.kill()
-    row = _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size,
-                   cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0)
-    return dataclasses.replace(row, wait=wait, origins=origins, fetches_per_peer=fetches_per_peer)
+    return _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size,
+                    cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0)
 
 
 def _p50_ms(values: list[float]) -> float:
     return 1e3 * float(np.percentile(values, 50)) if values else math.nan
-
-
-def _mean_ms(values: list[float]) -> float:
-    return 1e3 * float(np.mean(values)) if values else math.nan
 
 
 def _departed(gathered: list[dict], departed: list[dict]) -> dict:
@@ -340,55 +278,33 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
         load=max(a["load"][1] for a in answers),
         **_holding(every, copy_bytes=copy_bytes, cap=cap),
-        steps_ms={step: _mean_ms([r["steps"][step] for r in rows if step in r["steps"]]) for step in STEPS},
-        publish_mean_ms=_mean_ms([r["publish_s"] for r in rows]), visible_mean_ms=_mean_ms(visible),
-        sender_origins=float(np.mean([r.get("sender_origins", math.nan) for r in rows])),
-        stores_failed=_share_failed(every),
-        legs_ms=_legs(rows, published),
     )
-
-
-def _share_failed(rows: list[dict]) -> float:
-    failed = sum(r["traffic"].get("background_stores_failed", 0) for r in rows)
-    done = sum(r["traffic"].get("background_stores", 0) for r in rows)
-    return failed / (failed + done) if failed + done else math.nan
-
-
-def _legs(rows: list[dict], published: dict[str, float]) -> dict[str, float]:
-    """p50 ms of each leg of publish-to-visible (`LEGS`), over the groups the nodes gathered."""
-    legs = [(published[gid], t) for r in rows for gid, t in r["legs"].items() if gid in published]
-    spans = {"seen": [t["seen"] - start for start, t in legs], "choose": [t["chosen"] - t["seen"] for _, t in legs],
-             "queue": [t["started"] - t["chosen"] for _, t in legs],
-             "fetch": [t["accepted"] - t["started"] for _, t in legs]}
-    return {leg: _mean_ms(spans[leg]) for leg in LEGS}
 
 
 def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int, budget: Budget) -> str:
     """One line per row; `x all` is the row's body bytes over the `all` row of the same size."""
-    everything = {(r.nodes, r.origins, r.wait): r.body_kib_in for r in rows if r.layout == "all" and not r.failed}
+    everything = {r.nodes: r.body_kib_in for r in rows if r.layout == "all" and not r.failed}
     lines = [
-        f"scale on loopback: per node and round ({groups} groups of {size // 1024} KiB a round, one every "
+        f"scale on 127.0.0.1: per node and round ({groups} groups of {size // 1024} KiB a round, one every "
         f"{period:g} s at each node's phase; budget {budget.max_tokens} tokens, {budget.max_groups} groups, "
         f"{budget.max_groups_per_peer} per peer)",
         f"{'nodes':>5} {'layout':>6} {'bodies':>6} {'KiB in':>8} {'x all':>6} {'x 8':>5} {'KiB out':>8} {'msgs':>6} "
         f"{'ptr KiB':>7} {'NxDxptr':>7} {'publish':>7} {'visible':>7} {'fill ms':>7} {'filled':>6} {'used':>5} "
-        f"{'CPU s':>6} {'load':>5} {'origins':>7} {'wait':>8}",
+        f"{'CPU s':>6} {'load':>5}",
     ]
     base = {}
     for r in rows:
         if r.failed:
             lines.append(f"{r.nodes:>5} {r.layout:>6} did not run: {r.failed} (load {r.load:.1f})")
             continue
-        variant = (r.origins, r.wait)
-        base.setdefault((r.layout, *variant), r.body_kib_in)
-        same = everything.get((r.nodes, *variant))
-        vs_all = r.body_kib_in / same if same else math.nan
-        vs_first = r.body_kib_in / base[(r.layout, *variant)] if base[(r.layout, *variant)] else math.nan
+        base.setdefault(r.layout, r.body_kib_in)
+        vs_all = r.body_kib_in / everything[r.nodes] if everything.get(r.nodes) else math.nan
+        vs_first = r.body_kib_in / base[r.layout] if base[r.layout] else math.nan
         lines.append(
             f"{r.nodes:>5} {r.layout:>6} {r.bodies:>6.1f} {r.body_kib_in:>8.0f} {vs_all:>6.2f} {vs_first:>5.2f} "
             f"{r.body_kib_out:>8.0f} {r.messages:>6.0f} {r.pointer_kib:>7.1f} {r.gossip_estimate_kib:>7.1f} "
             f"{r.publish_p50_ms:>7.1f} {r.visible_p50_ms:>7.0f} {r.fill_p50_ms:>7.0f} {r.fill_share:>6.2f} "
-            f"{r.publishers_used:>5.2f} {r.cpu_s:>6.2f} {r.load:>5.1f} {r.origins:>7} {r.wait:>8}")
+            f"{r.publishers_used:>5.2f} {r.cpu_s:>6.2f} {r.load:>5.1f}")
     held = [r for r in rows if not r.failed]
     if held:
         lines.append(f"{'nodes':>5} {'layout':>7} {'own copies':>10} {'most':>5} {'takers':>6} {'peak/cap':>8} "
@@ -405,23 +321,8 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
                  "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
-    lines.append(f"{'nodes':>5} {'layout':>6} {'origins':>7} {'wait':>8} {'fpp':>3} {'orig':>4} {'bg fail':>7} {'pub avg':>7} "
-                 + " ".join(f"{step:>{max(6, len(step))}}" for step in STEPS)
-                 + f" {'vis avg':>7} " + " ".join(f"{leg:>6}" for leg in LEGS))
-    lines += [f"{r.nodes:>5} {r.layout:>6} {r.origins:>7} {r.wait:>8} {r.fetches_per_peer:>3} {r.sender_origins:>4.1f} {r.stores_failed:>7.2f} "
-              f"{r.publish_mean_ms:>7.1f} "
-              + " ".join(f"{r.steps_ms.get(step, math.nan):>{max(6, len(step))}.1f}" for step in STEPS)
-              + f" {r.visible_mean_ms:>7.0f} " + " ".join(f"{r.legs_ms.get(leg, math.nan):>6.1f}" for leg in LEGS)
-              for r in held]
-    lines.append("origins: each, node k on 127.0.k.1 (its own network origin); one, all on 127.0.0.1; wait: what the "
-                 "publish call waits for (stored: a replica holds each record; gossiped: the hand-over to gossip); "
-                 "fpp: max_fetches_per_peer; orig: network origins of the senders a node gathered from (mean); "
-                 "bg fail: share of the background stores (gossiped) that failed; "
-                 "pub avg, encode..hand_back: mean ms of the publish call and of each of its steps; vis avg, seen, "
-                 "choose, queue, fetch: mean ms of publish-to-visible and of each leg (publish to pointer seen, to "
-                 "chosen, to fetch started, to body in)")
-    lines.append("x all: body KiB in over the fetch-everything row of the same size (origins, wait); x 8: over the "
-                 "layout's smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
+    lines.append("x all: body KiB in over the fetch-everything row of the same size; x 8: over the layout's "
+                 "smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")
     return "\n".join(lines)
 

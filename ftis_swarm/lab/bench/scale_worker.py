@@ -26,8 +26,7 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
 
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
 "arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
-"tokens", "fill_s", "wait" and "steps" (`PublishResult`'s), "sender_origins" (network origins of the senders gathered), "legs": {group id: `Legs` of it, as a dict},
-"traffic": {counter: increase since the end of the node's round before},
+"tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before},
 "fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "sourceless": [group ids given up on for
 want of a source, now], "upload_peak": most bytes sent in one upload window}.
 """
@@ -35,7 +34,6 @@ want of a source, now], "upload_peak": most bytes sent in one upload window}.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import os
 import sys
@@ -54,8 +52,7 @@ from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.wire import decode_group
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
-           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders", "background_stores",
-           "background_stores_failed")
+           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders")
 DEPART_SERVES = 4
 """Own bodies a departing node serves of its last round before it leaves: its first few fetches, so some
 peers hold its groups (the issue's publisher that goes offline after its first few fetches)."""
@@ -118,9 +115,6 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "pointer_bytes": result.pointer_bytes,
             "published": [[gid, started] for gid in result.group_ids],
             "arrivals": client.arrival_times(), "senders": [g.sender for g in got], "bodies": len(got),
-            "wait": result.wait, "steps": result.steps,
-            "sender_origins": len({client.origin_of(g.sender) for g in got} - {None}),
-            "legs": {gid: dataclasses.asdict(legs) for gid, legs in client.choice_times().items()},
             "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
             "max_tokens": budget.max_tokens if budget is not None else 0,
             "traffic": {name: after[name] - before[name] for name in TRAFFIC},

@@ -68,29 +68,19 @@ class SignedRecord:
     signed: DHTRecord
 
 
-def sign_records(node: DHTNode, records: list[Record], steps: Optional[dict[str, float]] = None) -> list[SignedRecord]:
-    """Signs each record with this node's key and checks it as any peer would; raises ValueError if one fails.
-
-    `steps`, when given, gets the seconds spent signing (`sign`) and checking (`check`) added to it."""
+def sign_records(node: DHTNode, records: list[Record]) -> list[SignedRecord]:
+    """Signs each record with this node's key and checks it as any peer would; raises ValueError if one fails."""
     validator = node.protocol.record_validator
-    out, steps = [], steps if steps is not None else {}
+    out = []
     for record in records:
-        started = time.monotonic()
         kid = key_id(record.key)
         raw = DHTRecord(kid.to_bytes(), DHTProtocol.serializer.dumps(record.subkey),
                         DHTProtocol.serializer.dumps(record.value), record.expiration)
         raw = dataclasses.replace(raw, value=validator.sign_value(raw))
-        signed = time.monotonic()
         if not validator.validate(raw):
             raise ValueError(f"this node's own record under {record.key!r} fails its checks")
-        _add(steps, "sign", signed - started)
-        _add(steps, "check", time.monotonic() - signed)
         out.append(SignedRecord(record, kid, raw))
     return out
-
-
-def _add(steps: dict[str, float], name: str, seconds: float) -> None:
-    steps[name] = steps.get(name, 0.0) + seconds
 
 
 NEAREST_SECONDS = 30.0
@@ -128,32 +118,23 @@ _LATE: set[asyncio.Task] = set()
 
 
 async def store_records(node: DHTNode, signed: list[SignedRecord], counters: SwarmCounters, *,
-                        enough: int, nearest_peers: Optional[NearestPeers] = None,
-                        steps: Optional[dict[str, float]] = None) -> list[StoreOutcome]:
+                        enough: int, nearest_peers: Optional[NearestPeers] = None) -> list[StoreOutcome]:
     """Stores each signed record on the nearest other peers of its key, and locally; one outcome per record.
 
     Returns once each record is held by `enough` peers or all its peers answered (see the module docstring).
-    `nearest_peers` keeps the lookups between calls (None: one lookup each call). `steps`, when given,
-    gets the seconds of the lookup (`nearest`), of the wait for the first acceptances (`first_store`) and of
-the copies kept in local storage (`local_store`).
+    `nearest_peers` keeps the lookups between calls (None: one lookup each call).
     """
-    protocol, steps = node.protocol, steps if steps is not None else {}
+    protocol = node.protocol
     cache = nearest_peers if nearest_peers is not None else NearestPeers(seconds=0.0)
-    started = time.monotonic()
     nearest = await cache.find(node, [s.kid for s in signed])
-    found = time.monotonic()
-    _add(steps, "nearest", found - started)
     outcomes = await asyncio.gather(*(_store_everywhere(protocol, nearest[s.kid], s, counters, enough=enough)
                                       for s in signed))
-    stored = time.monotonic()
-    _add(steps, "first_store", stored - found)
     for s, outcome in zip(signed, outcomes):
         if outcome.accepted < enough:
             cache.forget(s.kid)
     if not protocol.client_mode:  # after the first remote stores, so that no routing-table push pre-empts them
         for s in signed:
             protocol.storage.store_subkey(s.kid, s.record.subkey, s.signed.value, s.record.expiration)
-    _add(steps, "local_store", time.monotonic() - stored)
     return list(outcomes)
 
 

@@ -35,10 +35,6 @@ Every new pointer is noted in the `RoundTracker` (`rounds`), and every accepted 
 group settled there, so `owed` says which live peers' newest rounds are not in yet; each
 change sets `changed`, which a gather of a round waits on.
 
-Each group fetched carries its `Legs`: when its pointer was first considered here, when it
-was chosen (with a budget; else at once), when its last fetch attempt started and when its
-body was accepted (`drain`): what publish-to-visible is made of at the node that chose it.
-
 Runs on the swarm's event loop thread; `drain` is called from the node's thread.
 """
 
@@ -82,20 +78,6 @@ REVIVABLE = (faults.FETCH_FAILED, faults.STALLED)
 """Rejections that say no source answered, not that the pointer or its body is wrong: a later have undoes them."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Legs:
-    """Unix times of one accepted group's way in at this node (see the module docstring)."""
-
-    seen: float
-    """Its pointer first considered (pushed by gossip, or read from the DHT)."""
-    chosen: float
-    """Chosen to be fetched (the same as `seen` without a budget)."""
-    started: float
-    """Its last fetch attempt started (a slot was free)."""
-    accepted: float
-    """Its body in, checked and accepted."""
-
-
 @dataclasses.dataclass
 class _Member:
     """What one peer claims for one window, and what this node has read of it."""
@@ -119,7 +101,7 @@ class Gatherer:
         self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
         self._lookback = cfg.max_clock_skew + cfg.publish_timeout
         self._lock = threading.Lock()  # guards the inbox, shared with the node's thread
-        self._inbox: list[tuple[Group, Legs]] = []
+        self._inbox: list[tuple[Group, float]] = []  # (group, when its body was accepted)
         self._inbox_by_peer: Counter[str] = Counter()
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
@@ -140,8 +122,6 @@ class Gatherer:
                                          origin_of=origins.origin_of if origins is not None else lambda peer: None,
                                          seed=peer_id)
         self._selection: Optional[Selection] = None
-        self._seen: dict[str, float] = {}  # group id -> unix time its pointer was considered (`Legs`)
-        self._chosen: dict[str, float] = {}  # group id -> unix time it was chosen
         self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
         self._horizon = 2 * cfg.poll_interval
 
@@ -194,16 +174,13 @@ class Gatherer:
         choice = self._selection.choose()
         for pointer in choice.dropped:
             self._pass(pointer)
-        now = time.time()
         for pointer in choice.chosen:
             self._counters.add("chosen")
-            self._chosen[pointer.group_id] = now
             self._scheduler.add(pointer)
 
     def _pass(self, pointer: GroupPointer) -> None:
         """An offer never chosen: not fetched, not charged; remembered so that it is not offered again."""
         self._counters.add("not_chosen")
-        self._seen.pop(pointer.group_id, None)
         self._passed[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
         self.rounds.settle(pointer, accepted=False)
         self.changed.set()
@@ -330,19 +307,19 @@ class Gatherer:
         return sorted(latest, key=lambda p: (not (self._scheduler.is_proven(p) or self._policy.score(p) > 0),
                                              -latest[p]))
 
-    def drain(self) -> list[tuple[Group, Legs]]:
-        """(group, its `Legs`: `accepted` is when its body was accepted) for the groups accepted since
-        the last drain, minus any that went stale while waiting."""
+    def drain(self) -> list[tuple[Group, float]]:
+        """(group, unix time its body was accepted) for the groups accepted since the last drain,
+        minus any that went stale while waiting."""
         with self._lock:
             groups, self._inbox = self._inbox, []
             self._inbox_by_peer.clear()
         now = get_dht_time()
         fresh = []
-        for group, legs in groups:
+        for group, accepted_at in groups:
             if now - group.created_at > self._cfg.ttl:
                 self._counters.reject(group.sender, faults.STALE)
             else:
-                fresh.append((group, legs))
+                fresh.append((group, accepted_at))
         self._counters.add("gathered", len(fresh))
         return fresh
 
@@ -403,10 +380,8 @@ class Gatherer:
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
         elif self._selection is not None:
-            self._seen.setdefault(pointer.group_id, time.time())
             self._offer(pointer)
         else:
-            self._seen[pointer.group_id] = self._chosen[pointer.group_id] = time.time()
             self._scheduler.add(pointer)
 
     def _room(self, publisher: str) -> int:
@@ -427,12 +402,8 @@ class Gatherer:
         self._counters.add("fetched_bytes", len(body))
         self._counters.add("fetched_bodies")
         self._on_accepted(pointer, body)  # the client holds it to serve others (`bodies`)
-        now, gid = time.time(), pointer.group_id
-        seen = self._seen.pop(gid, now)
-        chosen = self._chosen.pop(gid, seen)
-        legs = Legs(seen=seen, chosen=chosen, started=self._scheduler.started_at.pop(gid, chosen), accepted=now)
         with self._lock:
-            self._inbox.append((group, legs))
+            self._inbox.append((group, time.time()))
             self._inbox_by_peer[pointer.publisher] += 1
         self.rounds.settle(pointer, accepted=True)
         if self._selection is not None:
@@ -448,8 +419,6 @@ class Gatherer:
             self._select()  # its tokens went back to the budget
         self.changed.set()
         self._rejected[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
-        for times in (self._seen, self._chosen, self._scheduler.started_at):
-            times.pop(pointer.group_id, None)
         if reason in REVIVABLE:  # a have for it may come later (`_note_have`)
             self._sourceless.setdefault(pointer.group_id, {})[pointer.publisher] = pointer
         self._counters.reject(pointer.publisher, reason)

@@ -119,8 +119,6 @@ class FetchScheduler:
         self._source_in_flight: Counter[str] = Counter()
         self.fetch_times: deque[tuple[bool, float]] = deque(maxlen=MAX_FETCH_TIMES)
         """(from a holder, seconds) of each successful fetch, oldest first (see the module docstring)."""
-        self.started_at: dict[str, float] = {}
-        """Group id -> unix time its last fetch attempt started; the gatherer takes it out when the group settles."""
 
     def note_holders(self, holder: str, group_ids: list[str], *, until: float) -> None:
         """`holder` announced (signed) that it holds these bodies until `until`."""
@@ -241,7 +239,6 @@ class FetchScheduler:
     def _start(self, pointer: GroupPointer, state: _Publisher, stranger: bool, origin: Optional[str],
                source: str) -> None:
         del state.pending[pointer.group_id]
-        self.started_at[pointer.group_id] = time.time()
         self._source_in_flight[source] += 1
         state.fetching.add(pointer.group_id)
         state.in_flight += 1
