@@ -142,14 +142,14 @@ def test_resume_takes_a_run_saved_before_a_setting_was_added_only_at_that_settin
     now = json.loads(json.dumps(default))
     now["node"]["learner"]["lr"] = 2e-5
     older = json.loads(json.dumps(now))
-    del older["node"]["swarm"]["publish_wait"], older["node"]["learner"]["lr"]  # not in the code yet
-    assert now["node"]["swarm"]["publish_wait"] == default["node"]["swarm"]["publish_wait"]
+    del older["node"]["swarm"]["reach_switch_after"], older["node"]["learner"]["lr"]  # not in the code yet
+    assert now["node"]["swarm"]["reach_switch_after"] == default["node"]["swarm"]["reach_switch_after"]
     assert now["node"]["learner"]["lr"] != default["node"]["learner"]["lr"]
     assert not same_settings(older, now, default)  # lr is not at its default: another run
     del now["node"]["learner"]["lr"], default["node"]["learner"]["lr"]
-    assert same_settings(older, now, default)  # publish_wait is: the same run
+    assert same_settings(older, now, default)  # reach_switch_after is: the same run
     changed = json.loads(json.dumps(now))
-    changed["node"]["swarm"]["publish_wait"] = "gossiped"
+    changed["node"]["swarm"]["reach_switch_after"] = 3
     assert not same_settings(older, changed, default)  # the added setting moved off its default
     removed = json.loads(json.dumps(older))
     removed["node"]["gone"] = 1  # a setting the code no longer has
