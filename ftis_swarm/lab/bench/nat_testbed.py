@@ -187,18 +187,19 @@ class NatTestbed:
         return ["iptables", "-t", "nat", action, "PREROUTING", "-i", "wan", "-p", "tcp", "--dport",
                 str(self.forward_port), "-j", "DNAT", "--to-destination", f"12.0.{x}.2:{self.forward_port}"]
 
+    def _change_forward(self, action: str, home: str) -> None:
+        if home not in FORWARDED_HOME or not self.forward_port:
+            raise KeyError(f"{home!r} has no port forward in this testbed")
+        self.run(FORWARDED_HOME[home][0], self._forward_rule(action, home))
+
     def close_forward(self, home: str = "home3") -> None:
         """Removes `home`'s port forward live (its router's DNAT rule), as an operator or a router's reboot
         would: new connections to its public port now end at the router; open ones go on (conntrack)."""
-        if home not in FORWARDED_HOME or not self.forward_port:
-            raise KeyError(f"{home!r} has no port forward in this testbed")
-        self.run(FORWARDED_HOME[home][0], self._forward_rule("-D", home))
+        self._change_forward("-D", home)
 
     def open_forward(self, home: str = "home3") -> None:
         """Puts back the port forward `close_forward` removed (a port that opens later)."""
-        if home not in FORWARDED_HOME or not self.forward_port:
-            raise KeyError(f"{home!r} has no port forward in this testbed")
-        self.run(FORWARDED_HOME[home][0], self._forward_rule("-A", home))
+        self._change_forward("-A", home)
 
     def close(self) -> None:
         """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""

@@ -68,7 +68,7 @@ def run_experiment(
     out.mkdir(parents=True, exist_ok=True)
     cfg_json = cfg.model_dump_json()
     (out / "config.json").write_text(json.dumps(json.loads(cfg_json), indent=2))
-    key = run_key(cfg)
+    key, defaults = run_key(cfg), run_key(ExperimentConfig())
     t0 = time.perf_counter()
     jobs: list[tuple[str, Path, Callable[..., dict[str, Any]], tuple]] = [
         ("start", out / "start_eval.json", start_evaluation, (cfg_json,)),
@@ -77,7 +77,7 @@ def run_experiment(
     results: dict[str, dict[str, Any]] = {}
     todo = []
     for label, path, fn, args in jobs:
-        done = _reuse(path, key) if resume else None
+        done = _reuse(path, key, defaults) if resume else None
         if done is None:
             todo.append((label, path, fn, args))
             continue
@@ -158,11 +158,11 @@ def same_settings(saved: Any, now: Any, default: Any) -> bool:
     return saved == now
 
 
-def _reuse(path: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _reuse(path: Path, key: dict[str, Any], defaults: dict[str, Any]) -> Optional[dict[str, Any]]:
     if not path.is_file():
         return None
     saved = json.loads(path.read_text())
-    if not same_settings(saved.get("config"), key, run_key(ExperimentConfig())):
+    if not same_settings(saved.get("config"), key, defaults):
         log.info("%s was made with another config; running it again", path)
         return None
     return saved["result"]

@@ -119,7 +119,7 @@ class Gatherer:
         self._origins, self._on_accepted = origins, on_accepted
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
-                                         origin_of=origins.origin_of if origins is not None else lambda peer: None,
+                                         origin_of=_origin_lookup(origins),
                                          seed=peer_id)
         self._selection: Optional[Selection] = None
         self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
@@ -202,7 +202,7 @@ class Gatherer:
         """Reads and fetches through a new DHT peer and daemon (the node switched mode); call while `run` is
         not running. What it saw, accepted and still owes is kept; fetches the cancel interrupted are pending."""
         self._reader, self._origins = reader, origins
-        self._scheduler.rewire(p2p=p2p, origin_of=origins.origin_of if origins is not None else lambda peer: None)
+        self._scheduler.rewire(p2p=p2p, origin_of=_origin_lookup(origins))
 
     def use_gossip(self, channel: "GossipChannel") -> None:
         """Reads the DHT every `dht_poll_interval` from now on, and keeps `channel` connected to members."""
@@ -452,3 +452,8 @@ class Gatherer:
             if now - pointer.created_at > cfg.ttl:
                 self._reject(pointer, faults.STALE, "went stale while pending")
         self._scheduler.forget_idle(now)
+
+
+def _origin_lookup(origins: Optional[OriginBook]) -> Callable[[str], Optional[str]]:
+    """A peer's network origin as the scheduler's per-origin cap asks it (None for every peer without a book)."""
+    return origins.origin_of if origins is not None else lambda peer: None
