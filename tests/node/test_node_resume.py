@@ -19,7 +19,9 @@ from ftis_swarm.ops.testnet import NodeSpec, TINY_FLAGS, node_command, start_boo
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 
-ROUNDS = 5
+ROUNDS = 12
+"""Node a's rounds: enough that its first life is still running when it is killed (a round of the tiny
+model takes about 0.35 s on a fast host: with 5, all were done within a second of the round-2 checkpoint)."""
 B_EXTRA = 10_000
 
 
@@ -41,6 +43,19 @@ def ledger(run_dir):
     return {r["round"]: set(r["peer_groups"]) for r in read_jsonl(run_dir / "consumed.jsonl")}
 
 
+def persisted_peer_group(run_dir) -> bool:
+    """Whether a complete checkpoint of round 2 or later covers a round that consumed a peer group (the
+    checkpoint's write can outlast a fixed sleep on a loaded machine, and a manager's constructor would clear
+    the node's temporary directory: look at the marker files only)."""
+    try:
+        rounds = ledger(run_dir)
+    except (OSError, ValueError):  # not written yet, or a line being written
+        return False
+    done = [int(m.parent.name.split("-")[1]) for m in (run_dir / "checkpoints").glob("ckpt-*/COMPLETE")]
+    first = min((r for r, ids in rounds.items() if ids), default=None)
+    return first is not None and any(k >= max(2, first) for k in done)
+
+
 def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path, tiny_model_dir):
     boot, maddrs = start_bootstrap(tmp_path)
     specs = [NodeSpec("a", str(tiny_model_dir)), NodeSpec("b", str(tiny_model_dir), ("--lora-rank", "4"))]
@@ -54,19 +69,21 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
             for i, (s, d) in enumerate(zip(specs, dirs))]
     procs = []
     try:
-        procs = [start_node(c, d, s) for c, d, s in zip(cmds, dirs, specs)]
-        wait_for(lambda: len(rounds_of(dirs[0])) >= 2, 600, "node a to finish two rounds")
-        # on a loaded machine the checkpoint's write can outlast a fixed sleep (a manager's constructor
-        # would clear the node's temporary directory: look at the marker file only)
-        wait_for(lambda: (dirs[0] / "checkpoints" / "ckpt-00000002" / "COMPLETE").is_file(), 120,
-                 "node a's checkpoint of round 2")
-        time.sleep(1.0)  # into round 3: generating, publishing or gathering
+        # b first, and a only once b has published a round: a gather without any known peer ends at once, so
+        # a started beside b could finish its rounds before b's first groups arrive (a round of the tiny model
+        # takes about 0.35 s on a fast host)
+        procs = [start_node(cmds[1], dirs[1], specs[1])]
+        wait_for(lambda: len(rounds_of(dirs[1])) >= 1, 600, "node b's first round")
+        procs.insert(0, start_node(cmds[0], dirs[0], specs[0]))
+        # then a complete checkpoint of round 2 or later that persisted a consumed peer group
+        wait_for(lambda: persisted_peer_group(dirs[0]), 600, "node a's checkpoint of a round with a peer group")
+        # at once: into the next round (generating, publishing or gathering) or a little later
         os.killpg(procs[0].proc.pid, signal.SIGKILL)
         procs[0].proc.wait()
         first_life = ledger(dirs[0])
         resumed_from = CheckpointManager(dirs[0] / "checkpoints").latest()
         k = int(resumed_from.name.split("-")[1])
-        assert k >= 2
+        assert 2 <= k < ROUNDS, f"a was killed after round {k} of {ROUNDS}: no round left to redo"
 
         # The first life kept one checkpoint (the default); the second keeps two, for the fallback below.
         procs[0] = start_node(cmds[0] + ["--set", "keep_checkpoints=2"], dirs[0], specs[0])
