@@ -15,7 +15,6 @@ safe from the node's main thread:
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import logging
@@ -228,10 +227,10 @@ class SwarmClient:
         """Makes this node's round `round`, `groups`, available to every peer: one signed pointer.
 
         Signs one `RoundPointer` naming every group (body hash, size, creation time,
-        completion tokens), gossips it on the run's topic and, while p2pd takes it, stores it
-        under this node's key of the current window together with this node's membership
-        record of the window (the count of its round pointers). The call waits for: the
-        signatures, the hand-over to gossip, one lookup of the peers nearest both keys, and `min_replicas`
+        completion tokens), gossips it on the run's topic, then stores it under this node's
+        key of the current window together with this node's membership record of the
+        window (the count of its round pointers). The call waits for: the signatures, the
+        hand-over to gossip, one lookup of the peers nearest both keys, and `min_replicas`
         of them holding each record (`dht.publishing`: the stores to the other replicas
         go on after it returns). `ok` is False, with a reason, when any group is refused or
         fewer than `min_replicas` peers hold a record. It first switches the node's mode if
@@ -292,21 +291,15 @@ class SwarmClient:
         return result
 
     async def _publish_records(self, records: list[Record], gossiped: list[bool]) -> list[StoreOutcome]:
-        """Signs the pointer and hands it to gossip; while p2pd takes it, signs the membership record and stores
-        both in the DHT. Waits for all of it: the hand-over overlaps the rest, it is not skipped."""
+        """Signs the pointer and gossips it, then signs the membership record and stores both in the DHT."""
         pointer, member = records
         signed = sign_records(self._node, [pointer])
         self._signed_bytes = len(signed[0].signed.subkey) + len(signed[0].signed.value)
-        handing = None
         if self._gossip is not None:
-            handing = asyncio.ensure_future(self._gossip.publish(signed[0].signed))
-            await asyncio.sleep(0)  # the pointer is in p2pd's socket before the next signature holds the loop
+            gossiped.append(await self._gossip.publish(signed[0].signed))
         signed += sign_records(self._node, [member])
-        stored = await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
-                                     nearest_peers=self._nearest)
-        if handing is not None:  # (never raises: p2pd's refusal is False, counted)
-            gossiped.append(await handing)
-        return stored
+        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
+                                   nearest_peers=self._nearest)
 
     def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
         """The round's pointer and this node's membership record of the current window, unsigned."""
