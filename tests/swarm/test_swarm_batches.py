@@ -75,33 +75,40 @@ class _Fetcher:
 
 
 def test_one_stream_carries_a_publishers_bodies_each_checked_on_its_own():
-    bodies = [os.urandom(48 << 10) for _ in range(6)] + [b"x" * 1000]
+    bodies, liar, after = [os.urandom(48 << 10) for _ in range(6)], b"x" * 1000, [os.urandom(4096) for _ in range(3)]
 
-    async def run() -> tuple[_Fetcher, list, int]:
+    async def run() -> tuple[_Fetcher, list, Counter]:
         server, client = await _pair()
         store, served = BodyStore(), []
         publisher = server.peer_id.to_base58()
-        pointers = [_pointer(publisher, body) for body in bodies]
-        for pointer, body in zip(pointers, bodies):
-            store.put(pointer.group_id, body, until=time.time() + 600)
-        store.put(pointers[-1].group_id, b"y" * 1000, until=time.time() + 600)  # same length, other bytes
         await serve_bodies(server, store, first_byte_timeout=STEP, min_rate=1 << 20, max_streams_per_peer=4,
                            policy=ALLOW_ALL, counters=SwarmCounters(), on_served=lambda n, held: served.append(n))
         fetcher = _Fetcher(client, max_bodies_per_stream=8, max_fetches_per_peer=1)
         try:
-            await fetcher.until(lambda: len(fetcher.accepted) + len(fetcher.rejected) == len(pointers), pointers)
+            good = [_pointer(publisher, body) for body in bodies]
+            for pointer, body in zip(good, bodies):
+                store.put(pointer.group_id, body, until=time.time() + 600)
+            await fetcher.until(lambda: len(fetcher.accepted) == 6, good)
+            streams = Counter(first=fetcher.counters.snapshot()["body_streams"])
+            lying = _pointer(publisher, liar).copy(update={"round": 2})  # the newest round: first in its stream
+            store.put(lying.group_id, b"y" * len(liar), until=time.time() + 600)  # same length, other bytes
+            rest = [_pointer(publisher, body) for body in after]
+            for pointer, body in zip(rest, after):
+                store.put(pointer.group_id, body, until=time.time() + 600)
+            await fetcher.until(lambda: len(fetcher.accepted) == 9 and len(fetcher.rejected) == 1, [lying, *rest])
+            streams["second"] = fetcher.counters.snapshot()["body_streams"] - streams["first"]
         finally:
             fetcher.scheduler.cancel()
             await client.shutdown()
             await server.shutdown()
-        return fetcher, served, len(pointers)
+        return fetcher, served, streams
 
-    fetcher, served, n = asyncio.run(run())
-    assert sorted(fetcher.accepted) == sorted(hashlib.sha256(b).hexdigest()[:32] for b in bodies[:-1])
-    assert fetcher.rejected == [(hashlib.sha256(bodies[-1]).hexdigest()[:32], "hash_mismatch")]  # its own pointer only
-    assert fetcher.counters.snapshot()["body_streams"] == 1  # all seven in one stream
-    assert sorted(served) == sorted(len(b) for b in bodies)
-    assert len(fetcher.scheduler.fetch_times) == n  # every body that came in whole, the refused one too
+    fetcher, served, streams = asyncio.run(run())
+    assert sorted(fetcher.accepted) == sorted(hashlib.sha256(b).hexdigest()[:32] for b in bodies + after)
+    assert streams["first"] == 1 and sorted(served[:6]) == sorted(len(b) for b in bodies)  # six in one stream
+    assert fetcher.rejected == [(hashlib.sha256(liar).hexdigest()[:32], "hash_mismatch")]  # its own pointer only
+    assert streams["second"] == 2  # the lie ended its stream; the three after it came in the next, uncharged
+    assert fetcher.counters.snapshot()["faults"] == {}
 
 
 def test_a_mixed_answer_gives_each_pointer_its_own_outcome():

@@ -4,8 +4,10 @@ Each pointer of a stream is settled on its own, as its answer comes in: a body f
 publisher (accepted, or refused by `on_body`), a body that cannot match (`BodyRefused`), an
 unavailable one (`BodyUnavailable`: busy, a dial backoff's echo, or a counted failure), an
 unexpected error, or any answer from a holder (the holder answers for its bytes, the
-publisher for its content). The ids a stream did not answer are not settled here: the
-scheduler puts them back to pending, uncharged.
+publisher for its content). `settle` says whether a body contradicted its pointer: the
+scheduler then ends the stream (bytes that lie once are not trusted to frame the next answer).
+The ids a stream did not answer are not settled here: the scheduler puts them back to
+pending, uncharged.
 """
 
 from __future__ import annotations
@@ -59,16 +61,18 @@ class Outcomes:
         self._on_body, self._on_reject = on_body, on_reject
 
     def settle(self, pointer: GroupPointer, state: PublisherState, source: str,
-               answer: Union[bytes, BaseException]) -> None:
-        """`source`'s answer for `pointer`: its body, or the exception that stands for it."""
+               answer: Union[bytes, BaseException]) -> bool:
+        """`source`'s answer for `pointer`: its body, or the exception that stands for it. True when it was a
+        body that contradicts the pointer (refused by its check)."""
         cfg = self._cfg
         if source != pointer.publisher:
-            self._from_holder(pointer, state, source, answer)
-        elif isinstance(answer, bytes) and self._on_body(pointer, answer):
+            return self._from_holder(pointer, state, source, answer)
+        if isinstance(answer, bytes) and self._on_body(pointer, answer):
             state.failures, state.proven = 0, True
             state.allowance = min(cfg.max_fetches_per_peer, state.allowance + 1)
         elif isinstance(answer, bytes):  # a body that does not match its pointer (rejected by `on_body`)
             state.allowance = max(1, state.allowance // 2)
+            return True
         elif isinstance(answer, BodyUnavailable):
             self._unavailable(pointer, state, answer)
         elif isinstance(answer, BodyRefused):
@@ -76,25 +80,28 @@ class Outcomes:
             self._on_reject(pointer, answer.reason, str(answer))
         else:
             self._on_reject(pointer, faults.FETCH_ERROR, repr(answer))
+        return False
 
     def _from_holder(self, pointer: GroupPointer, state: PublisherState, holder: str,
-                     answer: Union[bytes, BaseException]) -> None:
+                     answer: Union[bytes, BaseException]) -> bool:
         """The holder answers for its bytes, the publisher for its content."""
-        if isinstance(answer, bytes) and hashlib.sha256(answer).hexdigest() != pointer.sha256:
+        contradicts = isinstance(answer, bytes) and hashlib.sha256(answer).hexdigest() != pointer.sha256
+        if contradicts:
             answer = BodyRefused(faults.HASH_MISMATCH, f"{holder} sent bytes whose sha256 differs from the pointer")
         if isinstance(answer, bytes):
             self._holders.answered(holder)
             if self._on_body(pointer, answer):
                 self._counters.add("fetched_from_holders")
                 state.proven = True
-            else:
-                state.allowance = max(1, state.allowance // 2)
-            return
+                return False
+            state.allowance = max(1, state.allowance // 2)
+            return True
         if isinstance(answer, BodyUnavailable) and answer.reason == faults.BODY_BUSY:
             self._holders.busy(holder, get_dht_time())
         else:
             self._holders.failed(holder, pointer.group_id, answer, get_dht_time())
         state.pending[pointer.group_id] = pointer
+        return contradicts
 
     def _unavailable(self, pointer: GroupPointer, state: PublisherState, exc: BodyUnavailable) -> None:
         cfg, now = self._cfg, get_dht_time()

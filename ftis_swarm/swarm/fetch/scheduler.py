@@ -19,9 +19,10 @@ it, less its groups in flight); pointers held back for that are counted once as 
 Streams are counted against the slots, groups in flight against the room.
 
 Each pointer of a stream is settled on its own as its answer comes in (`outcomes`), by the
-rules below; a stream that ends early (a stall, a break, a body refused) leaves the pointers
-it did not answer pending, neither charged nor counted as an attempt: only the answer that
-ended it counts.
+rules below; a stream that ends early (a stall, a break, a length or status refused, or a
+body that fails its check: bytes that contradict one pointer do not frame the next answer)
+leaves the pointers it did not answer pending, neither charged nor counted as an attempt:
+only the answer that ended it counts.
 
 Failures: an answer that finds the publisher unreachable, without the body, broken off or
 stalled halves the publisher's allowance (to 1 at least) and suspends it for
@@ -252,7 +253,8 @@ class FetchScheduler:
                         self._release(left, state, source, pending=True)
                     elif isinstance(answer, bytes):
                         self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
-                    self._outcomes.settle(pointer, state, source, answer)
+                    if self._outcomes.settle(pointer, state, source, answer):  # its bytes lied: no more from it
+                        self._release(left, state, source, pending=True)
         except asyncio.CancelledError:  # the daemon is being replaced (`rewire`): fetch them again afterwards
             self._release(left, state, source, pending=True)
             raise
