@@ -347,7 +347,7 @@ class SwarmConfig(_Strict):
     """Most records this node stores that peers of one network origin sent, all together; the peers
     reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
     max_fetches_per_origin: int = Field(4, ge=1, le=255)
-    """Bodies fetched at once from publishers of one network origin (the relayed ones as one)."""
+    """Body streams open at once to publishers of one network origin (the relayed ones as one)."""
     max_groups_per_peer_per_gather: int = Field(16, ge=1)
     """Most groups one peer may contribute to one gather; its further groups wait for the next one.
     A node lowers it to its `learner.max_groups_per_peer` when that is smaller."""
@@ -370,9 +370,15 @@ class SwarmConfig(_Strict):
     """Failed fetches of one body, or failed fetches in a row from one publisher (then all its pending
     bodies), before they are rejected as `fetch_failed` (or `stalled`)."""
     max_concurrent_fetches: int = Field(8, ge=2, le=256)
-    """Bodies fetched at once, from all publishers together (half of them at most from unproven ones)."""
+    """Body streams open at once, for all publishers together (half of them at most for unproven ones);
+    each carries up to `max_bodies_per_stream` bodies of one source."""
     max_fetches_per_peer: int = Field(2, ge=1, le=255)
-    """Bodies fetched at once from one publisher; below max_concurrent_fetches, so no one holds every slot."""
+    """Body streams open at once for one publisher's groups; below max_concurrent_fetches, so no one holds
+    every slot."""
+    max_bodies_per_stream: int = Field(8, ge=1, le=32)
+    """Bodies this node asks one source for in one stream (`fetch.streams`; 32: what a server takes): a
+    stream's set-up (~20 ms) is paid once for them, and each body still has its own clock. 1: one
+    body per stream."""
     first_byte_timeout: float = Field(3.0, gt=0)
     """Seconds from asking for a body to its header (and between two reads of it): longer is a stall."""
     min_body_rate: int = Field(256 * 1024, ge=1024)

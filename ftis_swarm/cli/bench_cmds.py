@@ -238,6 +238,9 @@ def bench_scale(
     groups: int = typer.Option(16, help="Groups a node publishes a round (the paper's 16)."),
     size_kib: int = typer.Option(48, help="KiB of one synthetic group (the paper's about 48)."),
     per_worker: int = typer.Option(4, help="Nodes sharing one worker process (each its own p2pd and key)."),
+    bodies_per_stream: Optional[list[int]] = typer.Option(
+        None, help="max_bodies_per_stream of every node (repeatable: each its own swarm, same run); default 8; "
+                   "1 is one body per stream."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
     """Per node and round: bodies, body bytes, messages and pointer bytes, fill time, CPU; with and without a budget."""
@@ -257,12 +260,15 @@ def bench_scale(
         fail("--size-kib must be between 1 and 1024")
     if not 1 <= per_worker <= 64:
         fail("--per-worker must be between 1 and 64")
+    per_stream = tuple(bodies_per_stream or [8])
+    if any(not 1 <= k <= 32 for k in per_stream):
+        fail("--bodies-per-stream must be between 1 and 32 (what one request may name)")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.scale import format_table, paper_budget, rows_as_json, run_scale_bench
 
     size = size_kib * 1024
     rows = run_scale_bench(counts, layouts=layouts, rounds=rounds, period=period, groups=groups, size=size,
-                           clients_per_worker=per_worker, progress=_progress)
+                           clients_per_worker=per_worker, bodies_per_stream=per_stream, progress=_progress)
     budget = paper_budget(groups=groups, size=size)
     typer.echo(format_table(rows, period=period, groups=groups, size=size, budget=budget))
     if json_path is not None:

@@ -118,7 +118,7 @@ STALE = _swarm("stale")
 FUTURE = _swarm("future")  # a clock ahead
 OVERSIZE = _swarm("oversize")  # larger than this node's `wire.max_bytes`
 DENIED = _swarm("denied")  # this node bans or denies the peer
-# --- body fetches (fetch/bodies.py, fetch/scheduler.py): each failed attempt, then the pointers --
+# --- body fetches (fetch/streams.py, fetch/outcomes.py): each failed answer, then the pointers ----
 BODY_UNREACHABLE = _swarm("body_unreachable")
 BODY_MISSING = _swarm("body_missing")
 BODY_BROKEN = _swarm("body_broken")
@@ -135,7 +135,7 @@ HASH_MISMATCH = _swarm("hash_mismatch", CONTRADICTS)
 BODY_MALFORMED = _swarm("malformed", CONTRADICTS)  # matches its hash, and the wire decoder refuses it
 SENDER_MISMATCH = _swarm("sender_mismatch", CONTRADICTS)
 POINTER_MISMATCH = _swarm("pointer_mismatch", CONTRADICTS)
-# --- requests for this node's bodies (fetch/bodies.py:serve_bodies): load and links -------------
+# --- requests for this node's bodies (fetch/streams.py:serve_bodies): load and links ------------
 TOO_MANY_STREAMS = _swarm("too_many_streams")
 BAD_REQUEST = _swarm("bad_request")
 SLOW_REQUEST = _swarm("slow_request")

@@ -26,7 +26,8 @@ from typing import Optional
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import LedgerConfig, SwarmConfig
-from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap, serve_bodies
+from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
+from ftis_swarm.swarm.fetch.streams import serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.gatherer import Gatherer

@@ -35,7 +35,8 @@ read from the DHT (the fallback).
 `published` counts groups, `published_rounds` the round pointers that carried them;
 `dht_stores_late` and `dht_stores_refused`: replicas that took, or did not take, a record
 after its publish returned (`dht.publishing`). `fetched_bodies` and `fetched_bytes`: the
-bodies this node downloaded and accepted. With a budget (`SwarmClient.set_budget`),
+bodies this node downloaded and accepted; `body_streams` the streams it opened to fetch bodies
+(each up to `max_bodies_per_stream` of them, `fetch.scheduler`). With a budget (`SwarmClient.set_budget`),
 `chosen` counts the groups selected for fetching and `not_chosen` those left out (never
 fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
 waited over its deadline + 10 s for the swarm's event loop to open or close its budget.
@@ -76,7 +77,7 @@ class SwarmCounters:
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
               "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
               "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures",
-              "pointers_revived", "reach_switches", "reach_switch_failed")
+              "pointers_revived", "reach_switches", "reach_switch_failed", "body_streams")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

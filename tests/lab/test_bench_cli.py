@@ -131,26 +131,30 @@ def test_bench_swarm_refuses_bad_flags_in_one_sentence():
 
 
 def test_bench_scale_refuses_bad_flags_in_one_sentence():
-    for flags in (["--nodes", "1"], ["--layout", "everything"], ["--groups", "33"], ["--period", "0"]):
+    for flags in (["--nodes", "1"], ["--layout", "everything"], ["--groups", "33"], ["--period", "0"],
+                  ["--bodies-per-stream", "8", "--bodies-per-stream", "33"]):
         proc = subprocess.run(CLI + ["scale", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_bench_scale_table_puts_each_row_against_fetch_everything_and_the_smallest_swarm():
-    def row(nodes: int, layout: str, kib: float) -> ScaleRow:
+    def row(nodes: int, layout: str, kib: float, per_stream: int = 8) -> ScaleRow:
         return ScaleRow(nodes=nodes, layout=layout, rounds=4, bodies=kib / 48, body_kib_in=kib, body_kib_out=kib,
                         messages=40.0, pointer_kib=30.0, gossip_estimate_kib=nodes * 6 * 2.1, publish_p50_ms=20.0,
                         visible_p50_ms=40.0, fill_p50_ms=900.0, fill_share=1.0, publishers_used=1.0, cpu_s=0.5,
-                        load=3.0)
+                        load=3.0, per_stream=per_stream, streams=kib / 48 / per_stream)
 
-    rows = [row(8, "budget", 3072), row(8, "all", 5376), row(32, "budget", 3072), row(32, "all", 23808),
-            ScaleRow(64, "budget", 0, *[float("nan")] * 12, load=9.0, failed="RuntimeError: out of memory")]
+    rows = [row(8, "budget", 3072, 1), row(8, "budget", 1536), row(8, "all", 5376), row(32, "budget", 3072, 1),
+            row(32, "budget", 3072), row(32, "all", 23808),
+            ScaleRow(64, "budget", 0, *[float("nan")] * 12, load=9.0, per_stream=8, failed="RuntimeError: out of memory")]
     lines = format_scale(rows, period=5.0, groups=16, size=48 * 1024, budget=paper_budget(groups=16, size=48 * 1024)
                          ).splitlines()
-    assert [line.split()[4:6] for line in lines[2:6]] == [["0.57", "1.00"], ["1.00", "1.00"], ["0.13", "1.00"],
-                                                          ["1.00", "4.43"]]
-    assert "64 budget did not run: RuntimeError: out of memory (load 9.0)" in lines[6]
+    assert [line.split()[2:8] for line in lines[2:8]] == [
+        ["1", "64.0", "64.0", "3072", "0.57", "1.00"], ["8", "32.0", "4.0", "1536", "0.29", "1.00"],
+        ["8", "112.0", "14.0", "5376", "1.00", "1.00"], ["1", "64.0", "64.0", "3072", "0.13", "1.00"],
+        ["8", "64.0", "8.0", "3072", "0.13", "2.00"], ["8", "496.0", "62.0", "23808", "1.00", "4.43"]]
+    assert "64 budget  8 did not run: RuntimeError: out of memory (load 9.0)" in lines[8]
     assert paper_budget(groups=16, size=48 * 1024).max_groups == 64  # the node's own Budget.of rule
 
 

@@ -5,7 +5,7 @@
 Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
 
     {"op": "publish", "items": [...], "tokens": n, "round": r}
-        -> [{"ok", "reason", "group_id", "replicas", "body", "started"}]  (round r's groups, one pointer:
+        -> [{"ok", "reason", "group_id", "replicas", "gossiped", "body", "started"}]  (round r's groups, one pointer:
            one entry per group, the publish's outcome in each)
     {"op": "gather", "deadline": s, "round": r or null}
         -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
@@ -51,7 +51,7 @@ def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
         started = time.time()
         result = client.publish_round(groups, round=cmd.get("round", 0))
         return [{"ok": result.ok, "reason": result.reason, "group_id": group.group_id, "replicas": result.replicas,
-                 "body": b64(encode_group(group)), "started": started} for group in groups]
+                 "gossiped": result.gossiped, "body": b64(encode_group(group)), "started": started} for group in groups]
     if cmd["op"] == "gather":
         started = time.monotonic()
         groups = client.gather(cmd["deadline"], round=cmd.get("round"))

@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 from hivemind.p2p import P2P, PeerID
 
-from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL, BodyStore, BodyUnavailable, fetch_body, serve_bodies
+from ftis_swarm.swarm.fetch.bodies import BodyStore
+from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, BodyUnavailable, fetch_body, serve_bodies
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.peers.policy import ALLOW_ALL
 
@@ -28,7 +29,7 @@ async def _daemons(n: int) -> list[P2P]:
 
 def _bad_server(kind: str, size: int):
     async def serve(info, reader, writer) -> None:
-        await reader.readexactly(32)
+        await reader.readexactly(32 * (await reader.readexactly(1))[0])
         if kind != "stall":
             writer.write(b"\x00" + size.to_bytes(8, "big"))
         while kind == "dribble":
@@ -74,7 +75,7 @@ def test_server_answers_busy_past_its_stream_cap_and_drops_slow_readers():
             streams = [await greedy.call_binary_stream_handler(target, BODY_PROTOCOL) for _ in range(3)]
             first_bytes = [await asyncio.wait_for(reader.read(1), 10.0) for _, reader, _ in streams]
             _, reader, writer = await slow.call_binary_stream_handler(target, BODY_PROTOCOL)
-            writer.write(b"a" * 32)
+            writer.write(b"\x01" + b"a" * 32)
             await writer.drain()
             header = await asyncio.wait_for(reader.readexactly(9), 10.0)
             await asyncio.sleep(STEP + 2.0 + 3.0)  # the body's budget is STEP + 64 MiB / (32 MiB/s): never read it

@@ -29,7 +29,7 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     published = {}
     for node in (b, c):
         answers = node.publish([f"{node.peer_id}-{i}" for i in range(4)], round=0)
-        assert all(a["ok"] for a in answers), answers
+        assert all(a["ok"] and a["gossiped"] and a["replicas"] >= 1 for a in answers), answers  # handed, stored
         published.update({a["group_id"]: (node.peer_id, a["body"]) for a in answers})
     assert {decode_group(body).num_completion_tokens for _, body in published.values()} == {256}
     stop_at = time.monotonic() + 30.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Callable, Optional
 
 import pytest
@@ -32,13 +32,14 @@ def peer(i: int) -> str:
 
 
 class Writer:
-    """The request side of a stream: swallows the group id, tells the server when it is closed."""
+    """The request side of a stream: hands the request's ids to the server, tells it when it is closed."""
 
-    def __init__(self, on_close):
-        self._on_close = on_close
+    def __init__(self, on_close, on_request=lambda ids: None):
+        self._on_close, self._on_request = on_close, on_request
 
     def write(self, data: bytes) -> None:
-        assert len(data) == 32
+        assert 1 <= data[0] <= 32 and len(data) == 1 + 32 * data[0]  # one request of `ftis.body.v2`
+        self._on_request([data[i:i + 32].decode() for i in range(1, len(data), 32)])
 
     async def drain(self) -> None:
         return None
@@ -58,6 +59,8 @@ class StandInP2P:
         self.opened: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
         self.dials: dict[str, float] = {}
+        self.asked: dict[str, list[int]] = defaultdict(list)
+        """Ids in each request, per publisher."""
 
     async def call_binary_stream_handler(self, peer_id, name: str):
         publisher = peer_id.to_base58()
@@ -80,9 +83,7 @@ class StandInP2P:
                 raise OSError(f"failed to dial {publisher}: all dials failed * [/ip4/11.0.0.2/tcp/1/p2p-circuit] "
                               "dial backoff")
             kind = "good"
-        if kind == "good":
-            reader.feed_data(b"\x00" + len(BODY).to_bytes(8, "big") + BODY)
-        elif kind == "error":
+        if kind == "error":
             reader.set_exception(RuntimeError("a bug in the stream layer"))
         self.opened[publisher] += 1
         self.open[publisher] += 1
@@ -91,7 +92,12 @@ class StandInP2P:
         def closed() -> None:
             self.open[publisher] -= 1
 
-        return None, reader, Writer(closed)
+        def answer(ids: list[str]) -> None:
+            self.asked[publisher].append(len(ids))
+            if kind == "good":
+                reader.feed_data((b"\x00" + len(BODY).to_bytes(8, "big") + BODY) * len(ids))
+
+        return None, reader, Writer(closed, answer)
 
 
 def pointer(publisher: str) -> GroupPointer:
@@ -103,14 +109,14 @@ def pointer(publisher: str) -> GroupPointer:
 
 class Harness:
     def __init__(self, behaviour: dict[str, str], *, policy=ALLOW_ALL, origins: Optional[dict[str, str]] = None,
-                 **cfg: object):
+                 room: int = 1000, **cfg: object):
         self.p2p = StandInP2P(behaviour)
         self.accepted: list[str] = []
         self.rejected: Counter[tuple[str, str]] = Counter()
         self.counters = SwarmCounters()
         self.scheduler = FetchScheduler(
             p2p=self.p2p, cfg=SwarmConfig(poll_interval=0.05, **cfg), policy=policy, counters=self.counters,
-            room=lambda publisher: 1000, on_body=self._body, on_reject=self._reject,
+            room=lambda publisher: room - self.accepted.count(publisher), on_body=self._body, on_reject=self._reject,
             origin_of=(origins or {}).get)
 
     def _body(self, p: GroupPointer, body: bytes) -> bool:
@@ -155,6 +161,21 @@ def test_slots_per_publisher_and_for_strangers_leave_room_for_proven_peers():
     assert len(harness.accepted) == 7  # the proven publisher's bodies came past the hanging strangers
     assert max(harness.p2p.most_open[s] for s in strangers) <= 2  # max_fetches_per_peer, below the slots
     assert harness.p2p.most_open[proven] <= 2
+
+
+@pytest.mark.parametrize("per_stream, room, requests", [(8, 1000, [8, 8, 4]), (1, 1000, [1] * 20), (8, 6, [6])])
+def test_a_stream_carries_up_to_max_bodies_per_stream_of_one_publisher_within_its_room(per_stream, room, requests):
+    good = peer(8)
+    harness = Harness({good: "good"}, room=room, max_bodies_per_stream=per_stream)
+
+    async def run() -> None:
+        await harness.until(lambda: len(harness.accepted) == min(room, 20), add=[pointer(good) for _ in range(20)])
+        harness.scheduler.cancel()
+
+    asyncio.run(run())
+    assert harness.p2p.asked[good] == requests  # two streams at once (max_fetches_per_peer), each a batch
+    assert harness.counters.snapshot()["body_streams"] == len(requests)
+    assert len(harness.accepted) == min(room, 20)
 
 
 def test_publishers_of_one_origin_share_its_fetch_slots():

@@ -16,7 +16,8 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers import faults
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.swarm.fetch.bodies import BodyStore, BodyUnavailable, UploadCap, fetch_body, serve_bodies
+from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
+from ftis_swarm.swarm.fetch.streams import BodyUnavailable, fetch_body, serve_bodies
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, encode_message
 from ftis_swarm.swarm.keys import pointer_key
@@ -99,8 +100,12 @@ def test_a_holder_serves_a_held_body_and_answers_busy_past_its_cap():
 
 
 class _Writer:
-    def write(self, data: bytes) -> None:
-        assert len(data) == 32
+    def __init__(self, reader: asyncio.StreamReader, body: bytes):
+        self._reader, self._body = reader, body
+
+    def write(self, data: bytes) -> None:  # one request of `ftis.body.v2`: the body for each id
+        assert len(data) == 1 + 32 * data[0]
+        self._reader.feed_data((b"\x00" + len(self._body).to_bytes(8, "big") + self._body) * data[0])
 
     async def drain(self) -> None:
         return None
@@ -122,8 +127,7 @@ class _Sources:
         if body is None:  # a publisher that went away
             raise OSError(f"failed to dial {peer}: connection refused")
         reader = asyncio.StreamReader()
-        reader.feed_data(b"\x00" + len(body).to_bytes(8, "big") + body)
-        return None, reader, _Writer()
+        return None, reader, _Writer(reader, body)
 
 
 def _peer(letter: str) -> str:

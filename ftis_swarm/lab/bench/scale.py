@@ -29,8 +29,12 @@ want of a source and not revived by the end), and that share over the groups som
 (`of held`: those a holder could serve); the p50 of a successful body fetch (stream to body
 in) from the publisher and from a holder (`fetch pub`, `fetch hold`).
 
-Round 0 (first connections) is not reported. Per node and round: bodies fetched, body
-bytes in and out, messages (gossip received and DHT calls) and their bytes against the
+Each (N, layout) is measured once per `bodies_per_stream` K asked for (`max_bodies_per_stream`:
+bodies one stream carries, `fetch.streams`; 1 is one body per stream), each a swarm of its own,
+so K = 1 and K = 8 meet the same machine in one run.
+
+Round 0 (first connections) is not reported. Per node and round: bodies fetched, the
+streams that carried them, body bytes in and out, messages (gossip received and DHT calls) and their bytes against the
 gossip estimate N x mesh degree x pointer size, the publish call, publish-to-visible of
 the groups chosen, the gather's time (to fill the budget) and the share of the budget
 filled; per layout, the CPU seconds of all worker processes and their p2pd daemons over
@@ -104,6 +108,10 @@ class ScaleRow:
     """CPU seconds of the workers and their p2pd daemons, per node and round."""
     load: float
     """The 1-minute load average at the end of the rounds."""
+    per_stream: int = 8
+    """`max_bodies_per_stream` of every node: bodies one fetch stream carries at most."""
+    streams: float = math.nan
+    """Mean body streams a node opened."""
     own_copies: float = math.nan
     """Mean bytes of its own bodies a publisher served per round, over one copy of its round."""
     takers: float = math.nan
@@ -140,26 +148,28 @@ def paper_budget(*, groups: int, size: int) -> Budget:
 
 def run_scale_bench(node_counts: list[int], *, layouts: tuple[str, ...] = LAYOUTS, rounds: int = 4,
                     period: float = 5.0, groups: int = PAPER_GROUPS, size: int = PAPER_SIZE,
-                    clients_per_worker: int = 4, progress=lambda step: None) -> list[ScaleRow]:
-    """Measures every (N, layout); worker processes never outlive this call."""
+                    clients_per_worker: int = 4, bodies_per_stream: tuple[int, ...] = (8,),
+                    progress=lambda step: None) -> list[ScaleRow]:
+    """Measures every (N, layout, bodies per stream); worker processes never outlive this call."""
     budget = paper_budget(groups=groups, size=size)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftis-bench-scale-") as tmp:
         for n in node_counts:
             for layout in layouts:
-                progress(f"{n} nodes, {layout}")
-                try:
-                    rows.append(_measure(n, layout, Path(tmp), budget=budget, rounds=rounds, period=period,
-                                         groups=groups, size=size, per_worker=clients_per_worker))
-                except (RuntimeError, TimeoutError, OSError) as exc:  # a size the machine cannot hold: said, not hidden
-                    logger.warning("%d nodes, %s: %s", n, layout, exc)
-                    rows.append(_failed_row(n, layout, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
-                logger.info("%s", rows[-1])
+                for k in bodies_per_stream:
+                    progress(f"{n} nodes, {layout}, {k} bodies per stream")
+                    try:
+                        rows.append(_measure(n, layout, Path(tmp), budget=budget, rounds=rounds, period=period,
+                                             groups=groups, size=size, per_worker=clients_per_worker, per_stream=k))
+                    except (RuntimeError, TimeoutError, OSError) as exc:  # a size the machine cannot hold: said
+                        logger.warning("%d nodes, %s, %d per stream: %s", n, layout, k, exc)
+                        rows.append(_failed_row(n, layout, k, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+                    logger.info("%s", rows[-1])
     return rows
 
 
-def _failed_row(n: int, layout: str, why: str) -> ScaleRow:
-    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], failed=why)
+def _failed_row(n: int, layout: str, per_stream: int, why: str) -> ScaleRow:
+    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], per_stream=per_stream, failed=why)
 
 
 def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonProcess]:
@@ -184,8 +194,9 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonPr
 
 
 def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
-             size: int, per_worker: int) -> ScaleRow:
-    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}", join_timeout=JOIN_TIMEOUT)
+             size: int, per_worker: int, per_stream: int) -> ScaleRow:
+    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}-{per_stream}", join_timeout=JOIN_TIMEOUT,
+                      max_bodies_per_stream=per_stream)
     if layout == "holders":
         cfg = cfg.model_copy(update={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
                                      "have_interval": period / 2})
@@ -206,7 +217,7 @@ def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, pe
         for w in workers:
             w.kill()
     return _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size,
-                    cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0)
+                    cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0, per_stream=per_stream)
 
 
 def _p50_ms(values: list[float]) -> float:
@@ -252,7 +263,7 @@ def _holding(rows: list[dict], *, copy_bytes: int, cap: int) -> dict:
 
 
 def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget, copy_bytes: int,
-             cap: int) -> ScaleRow:
+             cap: int, per_stream: int) -> ScaleRow:
     every = [r for a in answers for r in a["rows"] if r["round"] >= 1]
     rows = [r for r in every if not r.get("departed")]
     published = {gid: start for a in answers for r in a["rows"] for gid, start in r["published"]}
@@ -277,40 +288,46 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         publishers_used=float(np.mean(used_share)),
         cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
         load=max(a["load"][1] for a in answers),
+        per_stream=per_stream, streams=mean("body_streams"),
         **_holding(every, copy_bytes=copy_bytes, cap=cap),
     )
 
 
 def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int, budget: Budget) -> str:
     """One line per row; `x all` is the row's body bytes over the `all` row of the same size."""
-    everything = {r.nodes: r.body_kib_in for r in rows if r.layout == "all" and not r.failed}
+    everything: dict[int, float] = {}
+    for r in rows:
+        if r.layout == "all" and not r.failed:
+            everything.setdefault(r.nodes, r.body_kib_in)
     lines = [
         f"scale on 127.0.0.1: per node and round ({groups} groups of {size // 1024} KiB a round, one every "
         f"{period:g} s at each node's phase; budget {budget.max_tokens} tokens, {budget.max_groups} groups, "
         f"{budget.max_groups_per_peer} per peer)",
-        f"{'nodes':>5} {'layout':>6} {'bodies':>6} {'KiB in':>8} {'x all':>6} {'x 8':>5} {'KiB out':>8} {'msgs':>6} "
+        f"{'nodes':>5} {'layout':>6} {'K':>2} {'bodies':>6} {'strm':>5} {'KiB in':>8} {'x all':>6} {'x 8':>5} "
+        f"{'KiB out':>8} {'msgs':>6} "
         f"{'ptr KiB':>7} {'NxDxptr':>7} {'publish':>7} {'visible':>7} {'fill ms':>7} {'filled':>6} {'used':>5} "
         f"{'CPU s':>6} {'load':>5}",
     ]
     base = {}
     for r in rows:
         if r.failed:
-            lines.append(f"{r.nodes:>5} {r.layout:>6} did not run: {r.failed} (load {r.load:.1f})")
+            lines.append(f"{r.nodes:>5} {r.layout:>6} {r.per_stream:>2} did not run: {r.failed} (load {r.load:.1f})")
             continue
-        base.setdefault(r.layout, r.body_kib_in)
+        first = base.setdefault((r.layout, r.per_stream), r.body_kib_in)
         vs_all = r.body_kib_in / everything[r.nodes] if everything.get(r.nodes) else math.nan
-        vs_first = r.body_kib_in / base[r.layout] if base[r.layout] else math.nan
+        vs_first = r.body_kib_in / first if first else math.nan
         lines.append(
-            f"{r.nodes:>5} {r.layout:>6} {r.bodies:>6.1f} {r.body_kib_in:>8.0f} {vs_all:>6.2f} {vs_first:>5.2f} "
+            f"{r.nodes:>5} {r.layout:>6} {r.per_stream:>2} {r.bodies:>6.1f} {r.streams:>5.1f} {r.body_kib_in:>8.0f} "
+            f"{vs_all:>6.2f} {vs_first:>5.2f} "
             f"{r.body_kib_out:>8.0f} {r.messages:>6.0f} {r.pointer_kib:>7.1f} {r.gossip_estimate_kib:>7.1f} "
             f"{r.publish_p50_ms:>7.1f} {r.visible_p50_ms:>7.0f} {r.fill_p50_ms:>7.0f} {r.fill_share:>6.2f} "
             f"{r.publishers_used:>5.2f} {r.cpu_s:>6.2f} {r.load:>5.1f}")
     held = [r for r in rows if not r.failed]
     if held:
-        lines.append(f"{'nodes':>5} {'layout':>7} {'own copies':>10} {'most':>5} {'takers':>6} {'peak/cap':>8} "
+        lines.append(f"{'nodes':>5} {'layout':>7} {'K':>2} {'own copies':>10} {'most':>5} {'takers':>6} {'peak/cap':>8} "
                      f"{'held KiB':>8} {'served':>6} {'departed':>8} {'stayed':>6} {'wanted':>6} {'fetch pub':>9} "
                      f"{'fetch hold':>10}")
-        lines += [f"{r.nodes:>5} {r.layout:>7} {r.own_copies:>10.2f} {r.own_copies_max:>5.2f} {r.takers:>6.1f} "
+        lines += [f"{r.nodes:>5} {r.layout:>7} {r.per_stream:>2} {r.own_copies:>10.2f} {r.own_copies_max:>5.2f} {r.takers:>6.1f} "
                   f"{r.upload_peak:>8.2f} {r.held_kib_out:>8.0f} {r.departed_served:>6.0f} {r.departed_share:>8.2f} "
                   f"{r.stayed_share:>6.2f} {r.departed_wanted:>6.2f} {r.departed_wanted_held:>7.2f} {r.fetch_publisher_ms:>9.1f} "
                   f"{r.fetch_holder_ms:>10.1f}" for r in held]
@@ -321,8 +338,8 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
                  "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
-    lines.append("x all: body KiB in over the fetch-everything row of the same size; x 8: over the layout's "
-                 "smallest size; publish, visible: p50 ms; used: share of publishers whose groups some node "
+    lines.append("K: bodies per stream at most; strm: body streams a node opened; x all: body KiB in over the "
+                 "fetch-everything row of the same size; x 8: over the layout's smallest size (same K); publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")
     return "\n".join(lines)
 

@@ -52,7 +52,7 @@ from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.wire import decode_group
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
-           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders")
+           "served_bytes", "chosen", "not_chosen", "held_served_bytes", "fetched_from_holders", "body_streams")
 DEPART_SERVES = 4
 """Own bodies a departing node serves of its last round before it leaves: its first few fetches, so some
 peers hold its groups (the issue's publisher that goes offline after its first few fetches)."""

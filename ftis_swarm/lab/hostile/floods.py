@@ -38,7 +38,7 @@ from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.p2p import P2P
 from hivemind.proto import dht_pb2
 
-from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
+from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, ID_LEN
 from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT
 from ftis_swarm.lab.hostile.gossip import GossipFlood
 from ftis_swarm.swarm.identity import load_identity
@@ -267,7 +267,7 @@ def _bad_server(kind: str):
 
     async def serve(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await reader.readexactly(32)
+            await reader.readexactly(ID_LEN * (await reader.readexactly(1))[0])  # the request; the first id answered
             if kind != "stall":
                 writer.write(header)
             if kind == "dribble":

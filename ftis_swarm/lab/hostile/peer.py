@@ -63,7 +63,7 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis_swarm.config import PuzzleConfig
-from ftis_swarm.swarm.fetch.bodies import BODY_PROTOCOL
+from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, ID_LEN
 from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
 from ftis_swarm.lab.hostile.base import Signer
 from ftis_swarm.lab.hostile.floods import Floods, make_group, names_group, pointed_group, round_value
@@ -111,9 +111,12 @@ class Hostile:
             await self.floods.start_body_peers()
 
     async def _serve(self, info, reader, writer) -> None:
-        gid = (await reader.readexactly(32)).decode()
-        writer.write(b"\x00" + self.served[gid] if gid in self.served else b"\x01")
-        await writer.drain()
+        """The body protocol without checks: each id answered with what `served` holds for it, else missing."""
+        count = (await reader.readexactly(1))[0]
+        raw = (await reader.readexactly(count * ID_LEN)).decode()
+        for gid in (raw[i:i + ID_LEN] for i in range(0, len(raw), ID_LEN)):
+            writer.write(b"\x00" + self.served[gid] if gid in self.served else b"\x01")
+            await writer.drain()
         writer.close()
 
     async def honest_peers(self, kid: DHTID) -> list[PeerID]:

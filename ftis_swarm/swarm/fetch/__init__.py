@@ -3,10 +3,13 @@
 - rounds.py      RoundTracker: which live peers' newest rounds are in (when a gather of a round ends)
 - gatherer.py    pointers pushed or read from the DHT, screening, the inbox of accepted groups
 - selection.py   Selection: with the node's budget, which offered groups to fetch (earned first, strangers at random)
-- scheduler.py   FetchScheduler: slots per publisher, stalls and back-off, which body to fetch next, from whom
-                 (its publisher, or a holder that announced it)
-- bodies.py      the body store (own and held bodies) and the `ftis.body.v1` stream protocol (fetch with clocks,
-                 bounded serving, the upload cap)
+- scheduler.py   FetchScheduler: stream slots per publisher, which bodies to fetch next together, from whom
+                 (its publisher, or a holder that announced them)
+- outcomes.py    what each pointer's answer does: accepted, refused, unavailable (stalls and back-off), from a holder
+- holders.py     HolderBook: the holders that announced a group, their suspensions and failures
+- streams.py     the `ftis.body.v2` stream protocol, several bodies per stream (fetch with a clock per body,
+                 bounded serving)
+- bodies.py      the body store (own and held bodies) and the upload cap
 
 Imports: the gossip and dht wings, swarm's base modules, and peers (the policy, the intake's Budget).
 """

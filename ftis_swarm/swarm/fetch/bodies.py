@@ -1,74 +1,21 @@
-"""Group bodies travel over libp2p streams from their publisher or a holder, never through the DHT.
-
-Protocol `ftis.body.v1`, one body per stream:
-
-    request   32 ASCII bytes: the group id
-    response  1 byte status (0 found, 1 missing, 2 busy), then for 0: 8-byte big-endian length + body
-
-The fetcher knows the size from the signed pointer, so it refuses a length that differs
-before reading a byte of the body, and checks the sha256 after (`records.check_body`).
-Every step has a clock: the header must come within `first_byte_timeout`, each later read
-too, and the whole body within `first_byte_timeout + size / min_body_rate` (and
-`fetch_timeout`), so a publisher that stalls, dribbles or streams without end costs one
-slot for seconds, not forever. The server answers at most `max_streams_per_peer` streams of
-one requester at once (the rest: busy), and gives up on a requester that does not read
-its body at `min_body_rate`. Streams move 140+ MiB/s on loopback and are not bound by
-p2pd's 4 MiB message cap.
+"""The bodies a node serves: its own encoded groups and others' it holds, and the cap on what it uploads.
 
 Holders: a node keeps the bodies it accepted from others (`BodyStore.hold`, at most
 `hold_bytes`, each until its pointer can no longer be alive) and serves them through the
-same protocol: a body is named by its hash in a signed pointer, so whoever sends it, the
-fetcher checks it alike. Serving is bounded by `UploadCap`: with `upload_bytes_per_window`
-set, this node serves at most about that many bytes per `upload_window` s, its own bodies
-first (one is sent while the window's bytes are below the cap) and held ones at lowest
-priority (only within half the cap, and at most `max_holder_serves` at once); past that it
-answers busy, which costs the requester a poll's wait and nobody points.
+body protocol (`streams`): a body is named by its hash in a signed pointer, so whoever sends
+it, the fetcher checks it alike. Serving is bounded by `UploadCap`: with
+`upload_bytes_per_window` set, this node serves at most about that many bytes per
+`upload_window` s, its own bodies first (one is sent while the window's bytes are below the
+cap) and held ones at lowest priority (only within half the cap, and at most
+`max_holder_serves` at once); past that it answers busy, which costs the requester a poll's
+wait and nobody points. Each body of a request is admitted on its own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 import threading
 import time
-from collections import Counter
-from typing import Callable
-
-from hivemind.p2p import P2P, PeerID
-from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
-
-from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
-from ftis_swarm.peers.policy import PeerPolicy
-from ftis_swarm.peers import faults
-
-logger = logging.getLogger(__name__)
-
-BODY_PROTOCOL = "ftis.body.v1"
-_ID_LEN = 32
-_FOUND, _MISSING, _BUSY = b"\x00", b"\x01", b"\x02"
-_LEN_BYTES = 8
-_CHUNK = 1 << 16
-MAX_SERVING_STREAMS = 64
-"""Body streams served at once, all requesters together."""
-
-
-class BodyUnavailable(Exception):
-    """The publisher could not be reached, did not have the body, or broke off: worth another try later."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        """`body_unreachable`, `body_missing`, `body_broken`, `body_busy` (not counted: the publisher is serving
-        others) or `body_stalled` (`peers/faults.py`)."""
-
-
-class BodyRefused(Exception):
-    """The publisher answered with a body that cannot match its pointer: no retry."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 class BodyStore:
@@ -164,136 +111,3 @@ class UploadCap:
 
     def release(self, held: bool) -> None:
         self._held_serving -= held
-
-
-async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float, min_rate: int,
-                       max_streams_per_peer: int, policy: PeerPolicy, counters: SwarmCounters,
-                       upload: UploadCap | None = None,
-                       on_served: Callable[[int, bool], None] = lambda n, held: None) -> None:
-    """Registers the stream handler that answers peers' body requests from `store`.
-
-    Every way a requester can misbehave ends its stream and counts as its fault:
-    `too_many_streams`, `bad_request`, `slow_request` (no id within `first_byte_timeout`),
-    `slow_reader` (the body not taken at `min_rate`), `serve_error` (anything unexpected,
-    logged with its traceback). `upload` (None: no cap) bounds what is sent (a refused body is
-    answered busy, no one's fault). `on_served(n, held)` is called with the size of each body
-    sent and whether it was held for another peer.
-    """
-    active: Counter[str] = Counter()
-    upload = upload or UploadCap(bytes_per_window=0, window=1.0, max_held_serves=MAX_SERVING_STREAMS)
-    log = ThrottledLog(logger, "refused body requests")
-
-    async def handle(info: StreamInfo, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = info.peer_id.to_base58()
-        fault = ""
-        try:
-            if not policy.allows(peer):
-                return
-            if active[peer] >= max_streams_per_peer or sum(active.values()) >= MAX_SERVING_STREAMS:
-                fault = faults.TOO_MANY_STREAMS
-                writer.write(_BUSY)
-                await asyncio.wait_for(writer.drain(), first_byte_timeout)
-                return
-            active[peer] += 1
-            try:
-                fault = await _answer(reader, writer, store, first_byte_timeout=first_byte_timeout,
-                                      min_rate=min_rate, upload=upload, on_served=on_served)
-            finally:
-                active[peer] -= 1
-                if active[peer] <= 0:
-                    del active[peer]
-        except (asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
-            fault = fault or faults.BROKEN_REQUEST
-            logger.debug("body request from %s ended early: %r", peer, exc)
-        except Exception:  # nothing a requester sends may take the handler down
-            fault = faults.SERVE_ERROR
-            logger.exception("serving a body to %s failed", peer)
-        finally:
-            writer.close()
-            if fault:
-                counters.fault(peer, Counter({fault: 1}))
-                log.note(peer, Counter({fault: 1}))
-
-    await p2p.add_binary_stream_handler(BODY_PROTOCOL, handle)
-
-
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, store: BodyStore, *,
-                  first_byte_timeout: float, min_rate: int, upload: UploadCap,
-                  on_served: Callable[[int, bool], None]) -> str:
-    """Reads one request and writes its answer; the fault of the requester, if any."""
-    try:
-        raw = await asyncio.wait_for(reader.readexactly(_ID_LEN), first_byte_timeout)
-    except asyncio.TimeoutError:
-        return faults.SLOW_REQUEST
-    try:
-        group_id = raw.decode("ascii")
-    except UnicodeDecodeError:
-        return faults.BAD_REQUEST
-    found = store.lookup(group_id)
-    if found is None or not upload.admit(len(found[0]), held=found[1], now=time.monotonic()):
-        writer.write(_MISSING if found is None else _BUSY)
-        await asyncio.wait_for(writer.drain(), first_byte_timeout)
-        return ""
-    body, held = found
-    try:
-        writer.write(_FOUND + len(body).to_bytes(_LEN_BYTES, "big"))
-        writer.write(body)
-        try:
-            await asyncio.wait_for(writer.drain(), first_byte_timeout + len(body) / min_rate)
-        except asyncio.TimeoutError:
-            return faults.SLOW_READER
-    finally:
-        upload.release(held)
-    on_served(len(body), held)
-    return ""
-
-
-async def fetch_body(p2p: P2P, publisher: str, group_id: str, *, size: int, timeout: float,
-                     first_byte_timeout: float, min_rate: int) -> bytes:
-    """The body of `group_id` from `publisher`, of exactly `size` bytes.
-
-    Raises BodyUnavailable (retry later) or BodyRefused (the answer cannot be right).
-    """
-    budget = min(timeout, 2 * first_byte_timeout + size / min_rate)
-    try:
-        return await asyncio.wait_for(_fetch(p2p, publisher, group_id, size, first_byte_timeout), budget)
-    except asyncio.TimeoutError:
-        raise BodyUnavailable(faults.BODY_STALLED, f"{size} bytes from {publisher} took over {budget:.1f} s") from None
-
-
-async def _fetch(p2p: P2P, publisher: str, group_id: str, size: int, step: float) -> bytes:
-    try:
-        _, reader, writer = await asyncio.wait_for(
-            p2p.call_binary_stream_handler(PeerID.from_base58(publisher), BODY_PROTOCOL), step)
-    except asyncio.TimeoutError:
-        raise BodyUnavailable(faults.BODY_UNREACHABLE, f"no stream to {publisher} within {step:.1f} s") from None
-    except Exception as exc:  # p2pd reports dial failures as ControlFailure, P2PDaemonError or OSError
-        raise BodyUnavailable(faults.BODY_UNREACHABLE, f"cannot open a stream to {publisher}: {exc}") from exc
-    try:
-        writer.write(group_id.encode("ascii"))
-        await asyncio.wait_for(writer.drain(), step)
-        status = await asyncio.wait_for(reader.readexactly(1), step)
-        if status == _MISSING:
-            raise BodyUnavailable(faults.BODY_MISSING, f"{publisher} does not have group {group_id}")
-        if status == _BUSY:
-            raise BodyUnavailable(faults.BODY_BUSY, f"{publisher} is serving as many streams as it allows")
-        if status != _FOUND:
-            raise BodyRefused(faults.BODY_BAD_STATUS, f"{publisher} answered with status byte {status!r}")
-        length = int.from_bytes(await asyncio.wait_for(reader.readexactly(_LEN_BYTES), step), "big")
-        if length != size:
-            raise BodyRefused(faults.SIZE_MISMATCH, f"{publisher} offers {length} bytes, the pointer says {size}")
-        chunks, got = [], 0
-        while got < size:
-            chunk = await asyncio.wait_for(reader.read(min(_CHUNK, size - got)), step)
-            if not chunk:
-                raise BodyUnavailable(faults.BODY_BROKEN, f"the stream from {publisher} ended after {got} of {size} bytes")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
-    except asyncio.TimeoutError:
-        raise BodyUnavailable(faults.BODY_STALLED, f"{publisher} sent nothing for {step:.1f} s") from None
-    except (asyncio.IncompleteReadError, ConnectionError) as exc:
-        raise BodyUnavailable(faults.BODY_BROKEN, f"stream from {publisher} broke: {exc!r}") from exc
-    finally:
-        writer.close()
-
