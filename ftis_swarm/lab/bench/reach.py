@@ -7,7 +7,7 @@ same run: the baseline `client` (home nodes accept no connection and hold no rel
 what `--client-mode` did before), `relayed` (a slot on the bootstrap's relay), and `auto`
 (every node decides by dial-back, and the control home3, whose router forwards its port,
 joins too: `modes` says what each chose; right is public for P and home3, relayed for
-home1 and home2). Other phases: reach_bootstrap.py, reach_relay.py.
+home1 and home2). Other phases: reach_bootstrap.py, reach_relay.py, reach_punch.py.
 
 Figures per arm: for each (publisher, consumer) pair the share of the publisher's groups
 that reached the consumer within the round's deadline; publish-to-visible p50 per pair
@@ -77,6 +77,9 @@ class ReachArm:
     """Bytes in and out of the bootstrap's interface per round (DHT and relayed traffic)."""
     pub_bytes_per_round: float
     """The same for P, a public node that relays for nobody: the baseline."""
+    direct: bool = False
+    """Whether home1 and home2 held a direct connection to each other after the last round (hole punching;
+    reach_punch.py says why it does not happen on this testbed)."""
 
 
 @dataclasses.dataclass
@@ -145,6 +148,7 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
             before = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
             answers = run_rounds(workers, 0, rounds, groups=groups, size=size, deadline=deadline)
             after = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
+            direct, _ = home_pair_direct(workers)
             faults, modes = {}, {}
             for role, worker in workers.items():
                 counters = worker.request({"op": "counters"})
@@ -155,8 +159,18 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
                 worker.kill()
             boot.kill()
             boot.wait()
-    return _figures(mode, roles, answers, started, joined, faults, slots, modes,
-                    per_round={r: (after[r] - before[r]) / rounds for r in before})
+    arm = _figures(mode, roles, answers, started, joined, faults, slots, modes,
+                   per_round={r: (after[r] - before[r]) / rounds for r in before})
+    return dataclasses.replace(arm, direct=direct)
+
+
+def home_pair_direct(workers: dict[str, JsonProcess]) -> tuple[bool, dict[str, list[str]]]:
+    """Whether the two NAT'd homes hold a direct connection to each other (one of them not a relay circuit,
+    as either home's p2pd lists it), and {home: its connections' remote multiaddrs to the other}."""
+    home1, home2 = NAT_HOMES
+    ids = {home1: workers[home2].peer_id, home2: workers[home1].peer_id}
+    connections = {home: workers[home].request({"op": "connections"}).get(ids[home], []) for home in NAT_HOMES}
+    return any(CIRCUIT not in m for maddrs in connections.values() for m in maddrs), connections
 
 
 def run_rounds(workers: dict[str, JsonProcess], first: int, count: int, *, groups: int, size: int,
@@ -240,6 +254,7 @@ def format_reach(bench: ReachBench) -> str:
         cells = [arm.first_fetchable_s.get(home) for arm in bench.arms]
         lines.append(f"{home + ' first':<14}" + "".join(f"{c:>9.1f}s" if c is not None else f"{'never':>10}"
                                                         for c in cells))
+    lines.append(f"{'homes direct':<14}" + "".join(f"{int(arm.direct):>8}/1" for arm in bench.arms))
     for arm in bench.arms:
         lines.append(f"{arm.mode}: faults " + "; ".join(f"{role} {dict(sorted(f.items()))}"
                                                          for role, f in arm.faults.items() if f))

@@ -19,6 +19,8 @@ command read from stdin with one line.
         one node round: publishes k groups, then gathers once with `deadline`; answers
         {"published": [[group id, ok, reason]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
     {"op": "counters"}  the client's counters
+    {"op": "connections"}  {peer id: the remote multiaddr of each connection p2pd holds to it} (a
+        `/p2p-circuit` one is relayed), as the gatherer last read them
     {"op": "stored"}  records held for others: {"held": n, "by_origin": {origin: n}}
     {"op": "ledger"}  {peer id: {"bans", "ban_reason", "cost", "charged", "allowed"}} for every peer the ledger
         knows ("charged": reasons counted against it, free ones too)
@@ -135,6 +137,8 @@ def main() -> None:
             seed_base += 1000
             if cmd["op"] == "counters":
                 _send(client.counters())
+            elif cmd["op"] == "connections":
+                _send(client.connections())
             elif cmd["op"] == "stored":
                 _send({"held": client.counters()["stored_records"], "by_origin": client.stored_by_origin()})
             elif cmd["op"] == "exchange":
