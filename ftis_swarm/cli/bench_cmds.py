@@ -285,6 +285,8 @@ def bench_reach(
     relay_data_limit: int = typer.Option(1 << 20, help="The bootstrap's bytes per relayed connection (--phase relay)."),
     relay_circuits: int = typer.Option(4, help="The bootstrap's relay circuits per peer (--phase relay)."),
     runs: int = typer.Option(1, help="Runs per testbed variant (--phase punch)."),
+    logs: Optional[Path] = typer.Option(None, help="Keep every process's log in this folder (--phase nat, punch; "
+                                                   "default: a temporary folder, deleted)."),
     variant: Optional[list[str]] = typer.Option(None, help="Testbed variants (--phase punch; repeat; default all): "
                                                            "as-built, observers, drop, observers+drop."),
 ) -> None:
@@ -322,12 +324,12 @@ def bench_reach(
         if unknown:
             fail(f"unknown --variant {unknown[0]!r}: one of {', '.join(VARIANTS)}")
         punch = run_punch_phase(variants=variant or list(VARIANTS), runs=runs, rounds=rounds, groups=groups,
-                                size=size, deadline=deadline, progress=_progress)
+                                size=size, deadline=deadline, progress=_progress, logs=logs)
         _report(format_punch_phase(punch), punch, json_path)
         return
     from ftis_swarm.lab.bench.reach import format_reach, run_reach_bench
 
-    bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress)
+    bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress, logs=logs)
     _report(format_reach(bench), bench, json_path)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ftis_swarm.lab.bench.reach import ReachArm, ReachBench, format_reach
+from ftis_swarm.lab.bench.reach import ReachArm, ReachBench, format_reach, puzzle_seconds
 from ftis_swarm.lab.bench.reach_bootstrap import BootstrapPhase, format_bootstrap_phase
 from ftis_swarm.lab.bench.reach_punch import PunchBench, PunchRun, format_punch_phase
 from ftis_swarm.lab.bench.reach_relay import RelayPart, RelayPhase, format_relay_phase
@@ -94,3 +94,14 @@ def test_the_auto_arm_adds_the_control_home_and_every_node_s_mode() -> None:
     assert "home3->home1           -      100%" in lines
     assert "home3 mode             -    public" in lines and "home1 mode        client   relayed" in lines
     assert "home3 joined           -      6.0s" in lines
+
+
+def test_the_puzzle_s_seconds_come_from_the_worker_s_log_lines(tmp_path) -> None:
+    log = tmp_path / "relayed-home2.log"
+    log.write_text("2026-12-03 14:16:19,903 INFO ftis_swarm.swarm.identity: created identity /tmp/x/identity.key\n"
+                   "Traceback (most recent call last): not a logging line\n"
+                   "2026-12-03 14:16:35,687 INFO ftis_swarm.swarm.puzzle: solved this identity's puzzle for run r "
+                   "in 145 tries, 7.4 CPU s\n")
+    assert abs(puzzle_seconds(log) - 15.784) < 1e-6
+    log.write_text("2026-12-03 14:16:19,903 INFO ftis_swarm.swarm.identity: created identity /tmp/x/identity.key\n")
+    assert puzzle_seconds(log) is None and puzzle_seconds(tmp_path / "missing.log") is None

@@ -16,9 +16,9 @@ The layout, every namespace named `<prefix>-<role>` with a prefix unique to the 
             MASQUERADE out of the bridge side (r2 with --random-fully, so its mappings cannot
             be guessed, unless `random_fully` is False); r1's uplink limited to `uplink_rate` by tbf;
             a SYN to a router's own address that no mapping expects is answered with a reset (a
-            bare Linux router), or with `drop_unsolicited` dropped (a stateful firewall's default,
-            as on most home routers; only then can a TCP hole punch through two routers work:
-            the reset's conntrack entry takes the port the other home's mapping needs)
+            bare Linux router), or with `drop_unsolicited` dropped by its firewall (a stateful
+            firewall's default; only then did a TCP hole punch through two routers work:
+            lab/bench/reach_punch.py)
     home1   12.0.1.2 behind r1;   home2   12.0.2.2 behind r2
     home3   only with `forward_port` (the control home): 12.0.3.2 behind r3 (11.0.0.13), a plain
             MASQUERADE router that also forwards TCP `forward_port` on its public side to

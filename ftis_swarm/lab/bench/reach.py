@@ -25,14 +25,16 @@ the bootstrap's relay is not known yet (docs/deploy.md says what a home operator
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -77,6 +79,9 @@ class ReachArm:
     """Bytes in and out of the bootstrap's interface per round (DHT and relayed traffic)."""
     pub_bytes_per_round: float
     """The same for P, a public node that relays for nobody: the baseline."""
+    puzzle_s: dict[str, Optional[float]] = dataclasses.field(default_factory=dict)
+    """{node: wall seconds its identity's puzzle took at start, from its log (None: not in the log); a
+    share of `joined_s` that grows with the machine's load (the puzzle is CPU-bound)}."""
     direct: bool = False
     """Whether home1 and home2 held a direct connection to each other after the last round (hole punching;
     reach_punch.py says why it does not happen on this testbed)."""
@@ -161,7 +166,21 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
             boot.wait()
     arm = _figures(mode, roles, answers, started, joined, faults, slots, modes,
                    per_round={r: (after[r] - before[r]) / rounds for r in before})
-    return dataclasses.replace(arm, direct=direct)
+    return dataclasses.replace(arm, direct=direct,
+                               puzzle_s={role: puzzle_seconds(logs / f"{mode}-{role}.log") for role in roles})
+
+
+def puzzle_seconds(log: Path) -> Optional[float]:
+    """Seconds between a worker's "created identity" and "solved this identity's puzzle" log lines."""
+    stamps = {}
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        for key, marker in (("start", "created identity"), ("end", "solved this identity's puzzle")):
+            if marker in line and key not in stamps:
+                try:
+                    stamps[key] = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                except ValueError:
+                    pass  # a line without the logging timestamp
+    return stamps["end"] - stamps["start"] if len(stamps) == 2 else None
 
 
 def home_pair_direct(workers: dict[str, JsonProcess]) -> tuple[bool, dict[str, list[str]]]:
@@ -221,13 +240,25 @@ def _figures(mode: str, roles: tuple[str, ...], answers: list[dict[str, dict]], 
                     boot_bytes_per_round=per_round["boot"], pub_bytes_per_round=per_round["pub"])
 
 
-def run_reach_bench(*, rounds: int, groups: int, size: int, deadline: float,
-                    progress: Callable[[str], None]) -> ReachBench:
+@contextlib.contextmanager
+def log_folder(keep: Optional[Path], *, prefix: str) -> Iterator[Path]:
+    """Where a phase's processes write their logs: `keep` (created; the logs outlive the run), else a
+    temporary folder deleted at the end."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
+
+
+def run_reach_bench(*, rounds: int, groups: int, size: int, deadline: float, progress: Callable[[str], None],
+                    logs: Optional[Path] = None) -> ReachBench:
     arms = []
-    with tempfile.TemporaryDirectory(prefix="ftis-reach-") as tmp:
+    with log_folder(logs, prefix="ftis-reach-") as folder:
         for mode in ARMS:
             progress(f"home nodes in {mode} mode: {rounds} rounds")
-            arms.append(_arm(mode, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=Path(tmp)))
+            arms.append(_arm(mode, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=folder))
     return ReachBench(rounds=rounds, groups=groups, size=size, arms=arms)
 
 
@@ -248,6 +279,8 @@ def format_reach(bench: ReachBench) -> str:
             return f"{role + ' ' + label:<14}" + "".join(f"{cell(arm) if role in arm.joined_s else '-':>10}"
                                                          for arm in bench.arms)
         lines.append(row("joined", lambda arm: f"{arm.joined_s[role]:.1f}s"))
+        lines.append(row("puzzle", lambda arm: f"{arm.puzzle_s[role]:.1f}s" if arm.puzzle_s.get(role) is not None
+                         else "?"))
         lines.append(row("slot", lambda arm: "yes" if arm.relay_slot[role] else "no"))
         lines.append(row("mode", lambda arm: arm.modes.get(role, "?")))
     for home in bench.arms[0].first_fetchable_s:

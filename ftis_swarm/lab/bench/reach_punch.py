@@ -11,10 +11,11 @@ Two conditions decide whether that can work (go-libp2p 0.32, the daemon's):
   home neither answers nor starts a hole punch. With the bootstrap and P as the only public
   peers it never learns it; behind `--random-fully` every peer sees another port, so no
   address is ever confirmed either.
-- the two SYNs sent at once must cross both NATs: a router that answers a SYN of no known
-  mapping with a reset (a bare Linux router) keeps a conntrack entry for it, which takes the
-  very port the other home's own mapping needs; a router that drops it (a stateful
-  firewall's default) lets the second SYN through.
+- the two SYNs sent at once must cross both NATs: where the router's own TCP stack answers a
+  SYN of no known mapping with a reset (a bare Linux router, the testbed's default) all three
+  tries fail, most likely because that answered SYN's conntrack entry takes the very port
+  the home behind it needs for its own SYN; a router that drops it in its firewall (a
+  stateful firewall's default) lets the next SYN through.
 
 `VARIANTS` are NatTestbed options. Every node (P, pub2.., the homes relayed) runs a
 `swarm_worker`; each round every node publishes and gathers, as in the nat phase. After each
@@ -28,14 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.nat_testbed import NatTestbed
-from ftis_swarm.lab.bench.reach import NAT_HOMES, home_pair_direct, iface_bytes, run_rounds, start_bootstrap
+from ftis_swarm.lab.bench.reach import (NAT_HOMES, home_pair_direct, iface_bytes, log_folder, run_rounds,
+                                        start_bootstrap)
 from ftis_swarm.lab.bench.swarm import JsonProcess
 
 VARIANTS: dict[str, dict] = {
@@ -114,13 +115,15 @@ def _run(variant: str, *, rounds: int, groups: int, size: int, deadline: float, 
 
 
 def run_punch_phase(*, variants: list[str], runs: int, rounds: int, groups: int, size: int, deadline: float,
-                    progress: Callable[[str], None]) -> PunchBench:
+                    progress: Callable[[str], None], logs: Optional[Path] = None) -> PunchBench:
     done = []
-    with tempfile.TemporaryDirectory(prefix="ftis-reach-punch-") as tmp:
+    with log_folder(logs, prefix="ftis-reach-punch-") as folder:
         for variant in variants:
             for number in range(runs):
                 progress(f"{variant}: run {number + 1} of {runs}, {rounds} rounds")
-                done.append(_run(variant, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=Path(tmp)))
+                run_logs = folder / f"{variant}-{number + 1}"
+                run_logs.mkdir()
+                done.append(_run(variant, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=run_logs))
     return PunchBench(rounds=rounds, groups=groups, size=size, runs=done)
 
 

@@ -31,6 +31,7 @@ command read from stdin with one line.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -123,6 +124,7 @@ def _ledger_view(ledger: PeerLedger | None) -> dict:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # to its log
     cfg = SwarmConfig.model_validate_json(sys.argv[1])
     ledger = PeerLedger(LedgerConfig.model_validate_json(sys.argv[2])) if len(sys.argv) > 2 else None
     client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE,
