@@ -2,8 +2,10 @@
 
 The testbed variant where it can work (ftis_swarm/lab/bench/reach_punch.py says why the
 default one never does): both routers keep the homes' ports (no --random-fully) and drop
-unsolicited SYNs instead of resetting them, and four public IPs (boot, pub, pub2, pub3)
-see each home's address, libp2p's threshold to trust it.
+unsolicited SYNs instead of resetting them, and five public IPs (boot, pub, pub2 .. pub4)
+can see each home's address; libp2p trusts it once four have. p2pd tries the punch when a
+relayed connection between the homes opens, and not again while it lives: the test has
+the homes exchange only once each is connected to four public IPs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ TOKENS = 4096
 """Tokens per completion: a group of about 130 KiB, far above the DHT traffic of one publish."""
 
 
+def _public_ips(node) -> set[str]:
+    return {m.split("/")[2] for ms in node.connections().values() for m in ms if "/p2p-circuit" not in m}
+
+
 def _direct(node, other_id: str) -> list[str]:
     return [m for m in node.connections().get(other_id, []) if "/p2p-circuit" not in m]
 
@@ -43,16 +49,21 @@ def _exchange(publisher, consumer, items: list[str], *, round: int) -> int:
 
 
 def test_relayed_homes_punch_a_hole_and_fetch_each_others_bodies_directly(swarm) -> None:
-    with nat_testbed(random_fully=False, extra_public=2, drop_unsolicited=True) as bed:
+    with nat_testbed(random_fully=False, extra_public=3, drop_unsolicited=True) as bed:
         peers = swarm.bootstrap(ttl=120.0, max_clock_skew=5.0, host=bed.addr("boot"),
                                 prefix=tuple(bed.wrap("boot", [])))
-        roles = {"pub": "public", "pub2": "public", "pub3": "public", "home1": "relayed", "home2": "relayed"}
+        roles = {**{role: "public" for role in bed.public_hosts if role != "boot"}, "home1": "relayed",
+                 "home2": "relayed"}
         nodes = {role: swarm.node(swarm.config(run_id="punch", peers=peers, host=bed.addr(role), reachability=mode,
                                                relay_wait=60.0), prefix=tuple(bed.wrap(role, [])))
                  for role, mode in roles.items()}
         for node in nodes.values():
             node.joined()
         home1, home2 = nodes["home1"], nodes["home2"]
+        stop_at = time.monotonic() + 30.0
+        while min(len(_public_ips(home1)), len(_public_ips(home2))) < 4 and time.monotonic() < stop_at:
+            time.sleep(0.5)
+        assert len(_public_ips(home1)) >= 4 and len(_public_ips(home2)) >= 4, (home1.connections(), home2.connections())
         for round, (publisher, consumer) in enumerate([(home1, home2), (home2, home1)]):
             _exchange(publisher, consumer, [f"first-{round}"], round=round)  # through the relay at first
         stop_at = time.monotonic() + PUNCH_DEADLINE
