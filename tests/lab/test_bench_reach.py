@@ -103,5 +103,9 @@ def test_the_puzzle_s_seconds_come_from_the_worker_s_log_lines(tmp_path) -> None
                    "2026-12-03 14:16:35,687 INFO ftis_swarm.swarm.puzzle: solved this identity's puzzle for run r "
                    "in 145 tries, 7.4 CPU s\n")
     assert abs(puzzle_seconds(log) - 15.784) < 1e-6
+    with log.open("a") as more:  # an auto node's second identity: the one after its dial-back probe
+        more.write("2026-12-03 14:16:40,000 INFO ftis_swarm.swarm.identity: created identity /tmp/y/identity.key\n"
+                   "2026-12-03 14:16:42,500 INFO ftis_swarm.swarm.puzzle: solved this identity's puzzle for run r\n")
+    assert abs(puzzle_seconds(log) - 18.284) < 1e-6
     log.write_text("2026-12-03 14:16:19,903 INFO ftis_swarm.swarm.identity: created identity /tmp/x/identity.key\n")
     assert puzzle_seconds(log) is None and puzzle_seconds(tmp_path / "missing.log") is None

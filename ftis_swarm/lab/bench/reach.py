@@ -171,16 +171,20 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
 
 
 def puzzle_seconds(log: Path) -> Optional[float]:
-    """Seconds between a worker's "created identity" and "solved this identity's puzzle" log lines."""
-    stamps = {}
+    """Seconds from each "created identity" log line of a worker to the "solved this identity's puzzle" line
+    after it, summed (an `auto` node without an identity file solves one for its dial-back probe's daemon
+    too); None when the log has no such pair."""
+    total, created, pairs = 0.0, None, 0
     for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-        for key, marker in (("start", "created identity"), ("end", "solved this identity's puzzle")):
-            if marker in line and key not in stamps:
-                try:
-                    stamps[key] = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-                except ValueError:
-                    pass  # a line without the logging timestamp
-    return stamps["end"] - stamps["start"] if len(stamps) == 2 else None
+        try:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue  # a line without the logging timestamp
+        if "created identity" in line:
+            created = stamp
+        elif "solved this identity's puzzle" in line and created is not None:
+            total, created, pairs = total + stamp - created, None, pairs + 1
+    return total if pairs else None
 
 
 def home_pair_direct(workers: dict[str, JsonProcess]) -> tuple[bool, dict[str, list[str]]]:
