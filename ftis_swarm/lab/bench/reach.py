@@ -16,11 +16,11 @@ other home node; and the bytes the bootstrap's interface carried per round (its 
 traffic plus the relayed bodies) against P's (the DHT traffic alone, no relay clients).
 
 P starts, and says hello, before the home nodes (`PUBLIC_FIRST`). Started all at once, the
-relay answered home-to-home dials with NO_RESERVATION (204) in 4 of 7 relayed runs,
-although both homes had reserved their slots (their hello showed the circuit address)
-before P joined; in those runs P joined last. With P first, 5 of 5 runs delivered
-everything. Why a public node that joins later costs the homes their reservations on
-the bootstrap's relay is not known yet (docs/deploy.md says what a home operator sees).
+relay answered home-to-home dials with NO_RESERVATION (204) in 4 of 7 relayed runs, those
+in which P joined last. Why (the bootstrap's p2pd logs): its daemon runs a relay with
+libp2p's default limits from the start, where the homes reserve; once P's AutoNAT dial-back
+confirms the bootstrap public, libp2p starts the relay with our limits, which takes over
+the relay protocol with no reservations (docs/deploy.md, Known gap).
 """
 
 from __future__ import annotations
