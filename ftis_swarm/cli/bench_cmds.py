@@ -285,18 +285,24 @@ def bench_reach(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
     phase: str = typer.Option("nat", help="nat: home nodes behind real NAT; bootstrap: the bootstrap killed "
                                           "mid-run, on loopback (no root); relay: the relay under a hostile "
-                                          "relayed pair, on real NAT."),
+                                          "relayed pair, on real NAT; punch: whether two relayed homes get a "
+                                          "direct connection (hole punching), per testbed variant."),
     nodes: int = typer.Option(6, help="Nodes joining through one bootstrap (--phase bootstrap)."),
     relay_data_limit: int = typer.Option(1 << 20, help="The bootstrap's bytes per relayed connection (--phase relay)."),
     relay_circuits: int = typer.Option(4, help="The bootstrap's relay circuits per peer (--phase relay)."),
+    runs: int = typer.Option(1, help="Runs per testbed variant (--phase punch)."),
+    logs: Optional[Path] = typer.Option(None, help="Keep every process's log in this folder (--phase nat, punch; "
+                                                   "default: a temporary folder, deleted)."),
+    variant: Optional[list[str]] = typer.Option(None, help="Testbed variants (--phase punch; repeat; default all): "
+                                                           "as-built, observers, drop, observers+drop."),
 ) -> None:
     """Home nodes behind real NAT (network namespaces, needs root): relayed against client mode, and what
-    auto chooses; or a swarm that outlives its bootstrap (--phase bootstrap), or the relay under a hostile
-    relayed pair (--phase relay)."""
+    auto chooses; or a swarm that outlives its bootstrap (--phase bootstrap), the relay under a hostile
+    relayed pair (--phase relay), or hole punching between relayed homes (--phase punch)."""
     if not 1 <= rounds <= 200 or not 1 <= groups <= 16 or not 1024 <= size <= 4 * 1024 * 1024 or deadline <= 0:
         fail("--rounds must be 1-200, --groups 1-16, --size 1 KiB-4 MiB and --round-deadline > 0")
-    if phase not in ("nat", "bootstrap", "relay") or not 3 <= nodes <= 32:
-        fail("--phase must be nat, bootstrap or relay, and --nodes 3-32")
+    if phase not in ("nat", "bootstrap", "relay", "punch") or not 3 <= nodes <= 32 or not 1 <= runs <= 20:
+        fail("--phase must be nat, bootstrap, relay or punch, --nodes 3-32 and --runs 1-20")
     _check_json_path(json_path)
     if phase == "bootstrap":
         from ftis_swarm.lab.bench.reach_bootstrap import format_bootstrap_phase, run_bootstrap_phase
@@ -317,9 +323,19 @@ def bench_reach(
                                 max_circuits=relay_circuits, progress=_progress)
         _report(format_relay_phase(relay), relay, json_path)
         return
+    if phase == "punch":
+        from ftis_swarm.lab.bench.reach_punch import VARIANTS, format_punch_phase, run_punch_phase
+
+        unknown = [v for v in variant or [] if v not in VARIANTS]
+        if unknown:
+            fail(f"unknown --variant {unknown[0]!r}: one of {', '.join(VARIANTS)}")
+        punch = run_punch_phase(variants=variant or list(VARIANTS), runs=runs, rounds=rounds, groups=groups,
+                                size=size, deadline=deadline, progress=_progress, logs=logs)
+        _report(format_punch_phase(punch), punch, json_path)
+        return
     from ftis_swarm.lab.bench.reach import format_reach, run_reach_bench
 
-    bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress)
+    bench = run_reach_bench(rounds=rounds, groups=groups, size=size, deadline=deadline, progress=_progress, logs=logs)
     _report(format_reach(bench), bench, json_path)
 
 

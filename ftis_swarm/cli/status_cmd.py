@@ -18,6 +18,11 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def _paths(peers: Optional[dict[str, int]]) -> str:
+    """How the node reaches its connected peers, as the reach section says (nothing before it said)."""
+    return f"; peers connected directly {peers['direct']}, through a relay only {peers['relayed']}" if peers else ""
+
+
 def status_tables(doc: dict[str, Any]) -> list[Any]:
     """The document as a heading line and tables (node, rounds newest first, peers, disk)."""
     from rich.table import Table  # here, not at import: `ftis-node --help` stays quick
@@ -28,7 +33,7 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
             f"{n['state']}, round {n['round']} of {n['rounds']} (updated {age:.0f} s ago)\n"
             f"reachability: mode {reach['mode']} ({reach.get('configured', '?')}, decided by "
             f"{reach.get('decided_by', '?')}, switched {reach.get('switches', 0)} time(s)), can peers dial me: "
-            f"{reach['dialable']} ({reach.get('note', '')})")
+            f"{reach['dialable']} ({reach.get('note', '')})" + _paths(reach.get("peers")))
     rounds = Table("round", "reward", "accuracy", "filtered", "ESS", "peer share", "peer groups", "gen s", "gather s",
                    "learn s", title="last rounds")
     for r in reversed(doc["rounds"]):

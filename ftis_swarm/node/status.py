@@ -13,7 +13,8 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
   to the node's port at the last dial-back check, `no`, or `unknown`: no peer answered, or
   no check yet), `dialback` (asked, answered, reached, port), `checked` (when) and a `note`
   in words, `switches` and `switched_at` (an `auto` node switches mode after
-  `reach_switch_after` contradicting rechecks); the swarm rechecks every
+  `reach_switch_after` contradicting rechecks), `peers` ({"direct": n, "relayed": n}: the peers
+  connected when the round ended, directly or through a relay only); the swarm rechecks every
   `reach_recheck_every` seconds (`swarm/dialback.py`). A transport without
   addresses (the in-process loopback) has no reachability: mode is the configured one,
   dialable `unknown`;
@@ -77,7 +78,8 @@ def reach_metrics(reach: Optional[dict[str, Any]]) -> dict[str, Any]:
     return {"reach_mode": reach["mode"], "reach_public": reach["mode"] == "public",
             "reach_dialable": reach["dialable"], "reach_mismatch": reach.get("mismatch", False),
             "reach_dialback_answered": reach["dialback"]["answered"], "reach_dialback_reached": reach["dialback"]["reached"],
-            "reach_switches": reach.get("switches", 0)}
+            "reach_switches": reach.get("switches", 0),
+            **{f"reach_peers_{path}": n for path, n in reach.get("peers", {}).items()}}
 
 
 def reach_section(reach: Optional[dict[str, Any]], *, configured: str, mode: str) -> dict[str, Any]:
@@ -98,7 +100,8 @@ def reach_section(reach: Optional[dict[str, Any]], *, configured: str, mode: str
                  f"{time.strftime('%H:%M:%S', time.gmtime(reach['switched_at']))} UTC")
     return {"configured": reach["configured"], "mode": reach["mode"], "decided_by": reach["decided_by"],
             "dialable": reach["dialable"], "dialback": dict(d), "checked": reach["checked"],
-            "switches": reach.get("switches", 0), "switched_at": reach.get("switched_at"), "note": note}
+            "switches": reach.get("switches", 0), "switched_at": reach.get("switched_at"), "note": note,
+            "peers": reach.get("peers")}
 
 
 def _why(account: dict[str, Any]) -> Optional[str]:

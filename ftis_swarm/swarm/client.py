@@ -427,14 +427,31 @@ class SwarmClient:
         `serving_bodies` (own bodies served now), `stored_records` and `stored_bytes` (records held for the
         DHT, and the memory they are charged), `upload_window_peak` (the most body bytes sent in one
         `upload_window`: with a cap, at most it plus one body); and `reach`, this node's reachability
-        (`dialback.Reachability.snapshot`)."""
+        (`dialback.Reachability.snapshot`) with `peers`: {"direct": n, "relayed": n}, the peers connected at
+        the last read of p2pd's connections (`connection_paths`)."""
         snapshot = self._counters.snapshot()
         snapshot["serving_bodies"] = len(self._bodies)
         snapshot["stored_records"] = self._node.protocol.storage.held
         snapshot["stored_bytes"] = self._node.protocol.storage.held_bytes
         snapshot["upload_window_peak"] = self._upload.peak
-        snapshot["reach"] = self._peer.reach.snapshot() if self._peer.reach else None
+        if self._peer.reach:
+            paths = Counter(self.connection_paths().values())
+            snapshot["reach"] = {**self._peer.reach.snapshot(),
+                                 "peers": {"direct": paths["direct"], "relayed": paths["relayed"]}}
+        else:
+            snapshot["reach"] = None
         return snapshot
+
+    def connection_paths(self) -> dict[str, str]:
+        """{peer id: "direct" | "relayed"}: how this node reaches each peer it is connected to (direct when
+        one connection is, e.g. a hole punch's), as p2pd listed them at the gatherer's last poll
+        (`swarm.origins`). Safe from any thread."""
+        return self._peer.origins.paths()
+
+    def connections(self) -> dict[str, list[str]]:
+        """{peer id: the remote multiaddr of each connection p2pd holds to it} (a `/p2p-circuit` one goes
+        through a relay), as of the same read as `connection_paths`. Safe from any thread."""
+        return self._peer.origins.connections()
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:
         """{peer id: Counter(reason)}: the rejections and faults each peer caused since the last call.

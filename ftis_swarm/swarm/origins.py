@@ -13,8 +13,13 @@ is why the per-origin quotas sit well above the per-identity ones): such peers a
 by identity, and all of them together by one global cap, the origin `RELAYED`. A peer with
 no live connection has no known origin (`None`): only the per-identity quotas apply to it.
 
+The same read says how this node reaches each connected peer (`paths`): `direct` when at
+least one of its connections to the peer is direct (dialed either way, or hole-punched),
+`relayed` when all go through a relay: what an operator reads as `reach.peers` in the
+swarm's counters (docs/swarm.md, Reach).
+
 Runs on the swarm's event loop. `OriginBook.refresh` reads p2pd's connection list at most
-every `min_refresh` seconds; `origin_of` answers from the last read.
+every `min_refresh` seconds; `origin_of` and `paths` answer from the last read.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 RELAYED = "relayed"
 """The one origin of every peer reached through a relay (its own address is not known)."""
+DIRECT = "direct"
+"""The path to a peer with at least one connection that does not go through a relay."""
 
 
 def origin_of_maddr(maddr: str, *, prefix_v4: int, prefix_v6: int) -> Optional[str]:
@@ -54,7 +61,18 @@ class OriginBook:
     def __init__(self, p2p: P2P, *, prefix_v4: int, prefix_v6: int, min_refresh: float = 0.5):
         self._p2p, self._v4, self._v6, self._min_refresh = p2p, prefix_v4, prefix_v6, min_refresh
         self._origins: dict[str, str] = {}
+        self._remote: dict[str, list[str]] = {}
         self._read_at = -float("inf")
+
+    def connections(self) -> dict[str, list[str]]:
+        """{peer id: the remote multiaddr of each of its connections} at the last refresh. Safe from any
+        thread (the dict is replaced whole, never changed)."""
+        return dict(self._remote)
+
+    def paths(self) -> dict[str, str]:
+        """{peer id: DIRECT | RELAYED} for every peer connected at the last refresh. Safe from any thread."""
+        return {peer: DIRECT if any("/p2p-circuit" not in m for m in maddrs) else RELAYED
+                for peer, maddrs in self._remote.items()}
 
     def origin_of(self, peer_id: str) -> Optional[str]:
         """The origin seen at the last refresh; None for a peer not connected then."""
@@ -71,10 +89,13 @@ class OriginBook:
         if now - self._read_at < self._min_refresh:
             return
         self._read_at = now
+        remote: dict[str, list[str]] = {}
+        for info in await self._p2p.list_peers():  # one entry per connection: a peer may have several
+            remote.setdefault(info.peer_id.to_base58(), []).extend(str(m) for m in info.addrs)
         origins: dict[str, str] = {}
-        for info in await self._p2p.list_peers():
-            found = [o for o in (origin_of_maddr(str(m), prefix_v4=self._v4, prefix_v6=self._v6) for m in info.addrs)
+        for peer, maddrs in remote.items():
+            found = [o for o in (origin_of_maddr(m, prefix_v4=self._v4, prefix_v6=self._v6) for m in maddrs)
                      if o is not None]
             if found:  # a direct connection wins over a relayed one
-                origins[info.peer_id.to_base58()] = next((o for o in found if o != RELAYED), found[0])
-        self._origins = origins
+                origins[peer] = next((o for o in found if o != RELAYED), found[0])
+        self._origins, self._remote = origins, remote

@@ -9,12 +9,12 @@ import pytest
 from ftis_swarm.lab.bench.nat_testbed import NatTestbed, unavailable_reason
 
 
-def nat_testbed(*, forward_port: int = 0) -> NatTestbed:
-    """A fresh testbed (with the control home3 when `forward_port`); without root or iptables a failure
-    under CI=true, a skip with the reason elsewhere."""
+def nat_testbed(**options) -> NatTestbed:
+    """A fresh testbed (`options`: NatTestbed.create's, e.g. `forward_port` for the control home3); without
+    root or iptables a failure under CI=true, a skip with the reason elsewhere."""
     reason = unavailable_reason()
     if reason:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{reason}; CI must run the NAT tests (run CI as root)")
         pytest.skip(reason)
-    return NatTestbed.create(forward_port=forward_port)
+    return NatTestbed.create(**options)

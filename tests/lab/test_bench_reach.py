@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ftis_swarm.lab.bench.reach import ReachArm, ReachBench, format_reach
+from ftis_swarm.lab.bench.reach import ReachArm, ReachBench, format_reach, puzzle_seconds
 from ftis_swarm.lab.bench.reach_bootstrap import BootstrapPhase, format_bootstrap_phase
+from ftis_swarm.lab.bench.reach_punch import PunchBench, PunchRun, format_punch_phase
 from ftis_swarm.lab.bench.reach_relay import RelayPart, RelayPhase, format_relay_phase
 
 CLI = [sys.executable, "-m", "ftis_swarm.cli", "bench", "reach"]
@@ -14,7 +15,8 @@ CLI = [sys.executable, "-m", "ftis_swarm.cli", "bench", "reach"]
 
 def test_bench_reach_refuses_bad_flags_in_one_sentence() -> None:
     for flags in (["--rounds", "0"], ["--groups", "17"], ["--size", "10"], ["--round-deadline", "0"],
-                  ["--phase", "moon"], ["--phase", "bootstrap", "--nodes", "2"]):
+                  ["--phase", "moon"], ["--phase", "bootstrap", "--nodes", "2"], ["--phase", "punch", "--runs", "0"],
+                  ["--phase", "punch", "--variant", "moon"]):
         proc = subprocess.run(CLI + flags, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
@@ -42,6 +44,20 @@ def test_the_table_puts_each_arm_beside_the_client_baseline() -> None:
     assert "home1 first        never      9.5s" in lines and "home2 first        never     never" in lines
     assert "relayed: bootstrap 5 KiB/round (2.50x the baseline's), P 1 KiB/round" in lines
     assert "client: faults home1 {'fetch_failed': 2}" in lines
+    assert "homes direct         0/1       0/1" in lines
+
+
+def test_the_punch_phase_counts_direct_home_pairs_per_variant_and_the_round_the_first_came() -> None:
+    def run(variant: str, direct_after: list[bool], direct_kib: float) -> PunchRun:
+        return PunchRun(variant=variant, direct_after=direct_after, share=1.0, direct_kib_per_round=direct_kib,
+                        boot_kib_per_round=300.0 - direct_kib, connections={})
+    lines = format_punch_phase(PunchBench(rounds=3, groups=2, size=32768, runs=[
+        run("as-built", [False] * 3, 0.0), run("observers+drop", [False, True, True], 120.0),
+        run("observers+drop", [True] * 3, 128.0)])).splitlines()
+    assert "as-built             1     0/1          -   100%            0        300" in lines
+    assert "observers+drop       1     1/1          1   100%          120        180" in lines
+    assert "observers+drop       2     1/1          0   100%          128        172" in lines
+    assert "observers+drop: direct         2/2 home pairs" in lines and "as-built: direct           0/1 home pairs" in lines
 
 
 def test_the_bootstrap_phase_says_never_for_a_node_that_missed_a_peer_and_counts_the_last_round() -> None:
@@ -78,3 +94,18 @@ def test_the_auto_arm_adds_the_control_home_and_every_node_s_mode() -> None:
     assert "home3->home1           -      100%" in lines
     assert "home3 mode             -    public" in lines and "home1 mode        client   relayed" in lines
     assert "home3 joined           -      6.0s" in lines
+
+
+def test_the_puzzle_s_seconds_come_from_the_worker_s_log_lines(tmp_path) -> None:
+    log = tmp_path / "relayed-home2.log"
+    log.write_text("2026-12-03 14:16:19,903 INFO ftis_swarm.swarm.identity: created identity /tmp/x/identity.key\n"
+                   "Traceback (most recent call last): not a logging line\n"
+                   "2026-12-03 14:16:35,687 INFO ftis_swarm.swarm.puzzle: solved this identity's puzzle for run r "
+                   "in 145 tries, 7.4 CPU s\n")
+    assert abs(puzzle_seconds(log) - 15.784) < 1e-6
+    with log.open("a") as more:  # an auto node's second identity: the one after its dial-back probe
+        more.write("2026-12-03 14:16:40,000 INFO ftis_swarm.swarm.identity: created identity /tmp/y/identity.key\n"
+                   "2026-12-03 14:16:42,500 INFO ftis_swarm.swarm.puzzle: solved this identity's puzzle for run r\n")
+    assert abs(puzzle_seconds(log) - 18.284) < 1e-6
+    log.write_text("2026-12-03 14:16:19,903 INFO ftis_swarm.swarm.identity: created identity /tmp/x/identity.key\n")
+    assert puzzle_seconds(log) is None and puzzle_seconds(tmp_path / "missing.log") is None

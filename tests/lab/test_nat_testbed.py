@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -41,10 +42,32 @@ def test_homes_dial_out_but_nobody_dials_in_and_everything_is_deleted() -> None:
         masq = bed.run("r2", ["iptables", "-t", "nat", "-S", "POSTROUTING"]).stdout
         assert "MASQUERADE" in masq and "--random-fully" in masq
         assert "tbf" in bed.run("r1", ["tc", "qdisc", "show", "dev", "wan"]).stdout
+        assert _knock(bed, "boot", bed.router_addr("home1")) == "refused"  # a bare Linux router resets
     finally:
         bed.close()
     assert not set(names) & _host_namespaces()
     bed.close()  # idempotent
+
+
+def _knock(bed: NatTestbed, src: str, addr: str, port: int = 7411) -> str:
+    """What a SYN from `src` to `addr`:`port` (nothing listens there) gets: "refused" (a reset) or "timeout"."""
+    code = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0)\n"
+            "except ConnectionRefusedError:\n    print('refused')\nexcept OSError:\n    print('timeout')\n"
+            "else:\n    print('open')")
+    return bed.run(src, [sys.executable, "-c", code, addr, str(port)]).stdout.strip()
+
+
+def test_the_hole_punching_variant_keeps_ports_drops_unsolicited_syns_and_adds_public_hosts() -> None:
+    with nat_testbed(random_fully=False, extra_public=2, drop_unsolicited=True) as bed:
+        assert len(bed.namespaces) == 9 and bed.addr("pub2") == "11.0.0.4" and bed.addr("pub3") == "11.0.0.5"
+        assert bed.tcp_reachable("home1", "pub3") and bed.tcp_reachable("pub2", "boot")
+        assert not bed.tcp_reachable("pub2", "home2")
+        masq = bed.run("r2", ["iptables", "-t", "nat", "-S", "POSTROUTING"]).stdout
+        assert "MASQUERADE" in masq and "--random-fully" not in masq
+        for home in ("home1", "home2"):
+            assert _knock(bed, "pub", bed.router_addr(home)) == "timeout"  # dropped, not reset
+    with pytest.raises(ValueError, match="extra_public"):
+        NatTestbed.create(extra_public=7)
 
 
 def test_the_control_home_is_reached_on_its_forwarded_port_only() -> None:

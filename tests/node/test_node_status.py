@@ -127,3 +127,12 @@ def test_the_decided_mode_and_the_last_dial_back_are_in_the_status_and_the_metri
     assert (shown["mode"], shown["decided_by"], shown["switches"]) == ("public", "dial-back recheck", 1), shown
     assert "switched mode 1 time(s), last at" in shown["note"], shown
     assert reach_metrics(reach.snapshot())["reach_switches"] == 1
+    # how it reaches its peers (the swarm's counters add it to the reach snapshot): metrics, page and terminal
+    with_paths = {**reach.snapshot(), "peers": {"direct": 3, "relayed": 2}}
+    assert {k: v for k, v in reach_metrics(with_paths).items() if k.startswith("reach_peers")} == {
+        "reach_peers_direct": 3, "reach_peers_relayed": 2}
+    b.observe(record(3), {}, reach=with_paths)
+    assert json.loads((tmp_path / "status.json").read_text())["reachability"]["peers"] == {"direct": 3, "relayed": 2}
+    out = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "status", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+    assert "peers connected directly 3, through a relay only 2" in out.stdout, out.stdout

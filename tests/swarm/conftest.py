@@ -122,6 +122,10 @@ class Node(Proc):
     def counters(self) -> dict:
         return self.request({"op": "counters"})
 
+    def connections(self) -> dict[str, list[str]]:
+        """{peer id: the remote multiaddr of each connection its p2pd holds to it} (`SwarmClient.connections`)."""
+        return self.request({"op": "connections"})
+
     def budget(self, **fields: float) -> None:
         """Sets the client's budget (`peers.intake.Budget` fields; context is not asked)."""
         assert self.request({"op": "budget", **fields}) == {"ok": True}

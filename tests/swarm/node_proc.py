@@ -10,6 +10,7 @@ Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
     {"op": "gather", "deadline": s, "round": r or null}
         -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
     {"op": "counters"}                                -> the client's counters
+    {"op": "connections"}                             -> {peer id: remote multiaddrs of its connections}
     {"op": "budget", "max_tokens": n, ...}            -> {"ok": true}: fetch only what that Budget takes
     {"op": "quit"}                                    -> {"ok": true}, after shutdown
 
@@ -59,6 +60,8 @@ def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
                 "arrivals": client.arrival_times()}
     if cmd["op"] == "counters":
         return client.counters()
+    if cmd["op"] == "connections":
+        return client.connections()
     if cmd["op"] == "budget":
         fields = {k: v for k, v in cmd.items() if k != "op"}
         client.set_budget(Budget(**fields, context=1 << 20))

@@ -60,6 +60,11 @@ def test_auto_finds_home_nodes_behind_nat_and_they_fetch_each_others_groups_thro
             received = _gather_until(node, expected, seconds=FETCH_DEADLINE)
             assert received == expected, (role, node.counters(), node.tail())
         print(f"all groups crossed {time.monotonic() - started:.1f} s after the nodes started")
+        # home1 reaches home2 through the relay only: no hole punch on this testbed (lab/bench/reach_punch.py)
+        to_home2 = nodes["home1"].connections()[nodes["home2"].peer_id]
+        assert to_home2 and all("/p2p-circuit" in m for m in to_home2), to_home2
+        paths = nodes["home1"].counters()["reach"]["peers"]
+        assert paths["relayed"] >= 1 and paths["direct"] >= 2, paths  # home2; the bootstrap and pub at least
         for role, mode in {"pub": "public", "home1": "relayed", "home2": "relayed", "home3": "public"}.items():
             first_lines = nodes[role].tail(None)
             assert "peers dialed back port" in first_lines and f"starting {mode}" in first_lines, first_lines

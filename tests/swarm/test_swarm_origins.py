@@ -11,7 +11,7 @@ from hivemind.p2p import P2P
 
 from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
 from ftis_swarm.swarm.keys import pointer_key
-from ftis_swarm.swarm.origins import RELAYED, OriginBook, origin_of_maddr
+from ftis_swarm.swarm.origins import DIRECT, RELAYED, OriginBook, origin_of_maddr
 
 from record_peers import RUN, SER, W, Peer, Scores
 
@@ -41,14 +41,19 @@ def test_daemons_on_their_own_loopback_addresses_see_each_others_origins():
                 await asyncio.sleep(0.6)  # past the book's least interval between two reads
             await wide.refresh()
             return (book.origin_of(second.peer_id.to_base58()), wide.origin_of(second.peer_id.to_base58()),
-                    book.origin_of(first.peer_id.to_base58()))
+                    book.origin_of(first.peer_id.to_base58()), book.paths(), book.connections(),
+                    second.peer_id.to_base58())
         finally:
             await second.shutdown()
             await first.shutdown()
 
-    seen, wide, itself = asyncio.run(run())
+    seen, wide, itself, paths, connections, second_id = asyncio.run(run())
     assert seen == "127.0.2.0/24" and wide == "127.0.0.0/8"
     assert itself is None  # no connection to itself
+    # how it reaches the peer: over the one direct connection, at the address the peer dialed from
+    assert paths == {second_id: DIRECT}
+    assert list(connections) == [second_id] and len(connections[second_id]) == 1
+    assert connections[second_id][0].startswith("/ip4/127.0.2.1/tcp/")
 
 
 def _admit(storage: OriginQuotaStorage, record, owner: str, requester: str, origin) -> str:

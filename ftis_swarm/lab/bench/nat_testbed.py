@@ -9,9 +9,16 @@ The layout, every namespace named `<prefix>-<role>` with a prefix unique to the 
     core    a bridge (no address) that is the public segment; nothing else
     boot    11.0.0.2 on the bridge: the bootstrap
     pub     11.0.0.3 on the bridge: a public node
+    pub2 .. only with `extra_public` n (1 to 6): more public hosts, 11.0.0.4 .. 11.0.0.(3 + n), named
+            pub2 .. pub(1 + n): more observers of the homes' addresses (libp2p trusts an observed
+            address of its own only once 4 distinct IPs reported it; hole punching needs one)
     r1, r2  routers: 11.0.0.11 / .12 on the bridge, 12.0.1.1 / 12.0.2.1 on their home LAN;
             MASQUERADE out of the bridge side (r2 with --random-fully, so its mappings cannot
-            be guessed); r1's uplink limited to `uplink_rate` by tbf
+            be guessed, unless `random_fully` is False); r1's uplink limited to `uplink_rate` by tbf;
+            a SYN to a router's own address that no mapping expects is answered with a reset (a
+            bare Linux router), or with `drop_unsolicited` dropped by its firewall (a stateful
+            firewall's default; only then did a TCP hole punch through two routers work:
+            lab/bench/reach_punch.py)
     home1   12.0.1.2 behind r1;   home2   12.0.2.2 behind r2
     home3   only with `forward_port` (the control home): 12.0.3.2 behind r3 (11.0.0.13), a plain
             MASQUERADE router that also forwards TCP `forward_port` on its public side to
@@ -43,6 +50,8 @@ from typing import Optional
 
 PUBLIC_NET = "11.0.0"
 PUBLIC_HOSTS = {"boot": 2, "pub": 3}
+MAX_EXTRA_PUBLIC = 6
+"""pub2 .. pub7 at 11.0.0.4 .. 11.0.0.9, below the routers' 11.0.0.11."""
 HOMES = {"home1": ("r1", 1), "home2": ("r2", 2)}
 """home namespace -> (its router, the x of its LAN 12.0.x.0/24 and of its router's 11.0.0.1x)."""
 FORWARDED_HOME = {"home3": ("r3", 3)}
@@ -71,19 +80,30 @@ class NatTestbed:
     uplink_rate: str = "10mbit"
     forward_port: int = 0
     """TCP port r3 forwards to home3 (0: no home3, r3: the testbed costs 7 namespaces, not 9)."""
+    random_fully: bool = True
+    """r2's MASQUERADE picks a random port for each connection (no hole punch can guess it); False: it keeps
+    the source port where it can, as r1's does."""
+    extra_public: int = 0
+    """Public hosts besides boot and pub (pub2 ..), one namespace each."""
+    drop_unsolicited: bool = False
+    """The routers drop inbound packets of no known connection instead of answering them."""
     namespaces: list[str] = field(default_factory=list)
     """The names created so far, in creation order: exactly what `close` deletes."""
 
     @classmethod
-    def create(cls, *, uplink_rate: str = "10mbit", forward_port: int = 0) -> "NatTestbed":
-        """Builds the layout above (home3 only with `forward_port`); raises TestbedError (why) when it
-        cannot, leaving nothing behind."""
+    def create(cls, *, uplink_rate: str = "10mbit", forward_port: int = 0, random_fully: bool = True,
+               extra_public: int = 0, drop_unsolicited: bool = False) -> "NatTestbed":
+        """Builds the layout above (home3 only with `forward_port`, pub2 .. with `extra_public`); raises
+        TestbedError (why) when it cannot, leaving nothing behind."""
         reason = unavailable_reason()
         if reason:
             raise TestbedError(reason)
         if not 0 <= forward_port < 65536:
             raise ValueError("forward_port must be a TCP port (0: no forwarded home)")
-        bed = cls(prefix=f"ftr{secrets.token_hex(3)}", uplink_rate=uplink_rate, forward_port=forward_port)
+        if not 0 <= extra_public <= MAX_EXTRA_PUBLIC:
+            raise ValueError(f"extra_public must be 0 to {MAX_EXTRA_PUBLIC}")
+        bed = cls(prefix=f"ftr{secrets.token_hex(3)}", uplink_rate=uplink_rate, forward_port=forward_port,
+                  random_fully=random_fully, extra_public=extra_public, drop_unsolicited=drop_unsolicited)
         atexit.register(bed.close)
         try:
             bed._build()
@@ -100,18 +120,27 @@ class NatTestbed:
         """The homes built: home1 and home2, and home3 with `forward_port` (as `HOMES`)."""
         return {**HOMES, **(FORWARDED_HOME if self.forward_port else {})}
 
+    @property
+    def public_hosts(self) -> dict[str, int]:
+        """The public hosts built: role -> the x of its 11.0.0.x (boot, pub, and pub2 .. with `extra_public`)."""
+        return {**PUBLIC_HOSTS, **{f"pub{i + 2}": 4 + i for i in range(self.extra_public)}}
+
     def addr(self, role: str) -> str:
         """The address `role` listens on (a home's own LAN address: nobody outside can reach it)."""
-        if role in PUBLIC_HOSTS:
-            return f"{PUBLIC_NET}.{PUBLIC_HOSTS[role]}"
+        if role in self.public_hosts:
+            return f"{PUBLIC_NET}.{self.public_hosts[role]}"
         if role in self.homes:
             return f"12.0.{self.homes[role][1]}.2"
         raise KeyError(f"no host {role!r} in the testbed")
 
+    def router_addr(self, home: str) -> str:
+        """The public address of `home`'s router: the one every connection `home` opens comes from."""
+        return f"{PUBLIC_NET}.{10 + self.homes[home][1]}"
+
     def public_addr(self, role: str) -> str:
         """The address peers dial to reach `role`: its router's public one for the forwarded home, else `addr`."""
         if role in FORWARDED_HOME and self.forward_port:
-            return f"{PUBLIC_NET}.{10 + FORWARDED_HOME[role][1]}"
+            return self.router_addr(role)
         return self.addr(role)
 
     def wrap(self, role: str, argv: list[str]) -> list[str]:
@@ -159,7 +188,7 @@ class NatTestbed:
         self.run("core", ["ip", "link", "add", "br0", "type", "bridge"])
         self.run("core", ["ip", "link", "set", "br0", "up"])
         index = 0
-        for role, host in PUBLIC_HOSTS.items():
+        for role, host in self.public_hosts.items():
             self._add_ns(role)
             self._on_bridge(role, host, index)
             index += 1
@@ -175,7 +204,10 @@ class NatTestbed:
             self.run(router, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
             masquerade = ["iptables", "-t", "nat", "-A", "POSTROUTING", "-s", f"12.0.{x}.0/24", "-o", "wan",
                           "-j", "MASQUERADE"]
-            self.run(router, masquerade + (["--random-fully"] if x == 2 else []))
+            self.run(router, masquerade + (["--random-fully"] if x == 2 and self.random_fully else []))
+            if self.drop_unsolicited:
+                self.run(router, ["iptables", "-A", "INPUT", "-i", "wan", "-m", "conntrack", "--ctstate",
+                                  "NEW,INVALID", "-j", "DROP"])
             if x == 1 and self.uplink_rate:
                 self.run(router, ["tc", "qdisc", "add", "dev", "wan", "root", "tbf", "rate", self.uplink_rate,
                                   "burst", "64kb", "latency", "100ms"])
@@ -200,6 +232,17 @@ class NatTestbed:
     def open_forward(self, home: str = "home3") -> None:
         """Puts back the port forward `close_forward` removed (a port that opens later)."""
         self._change_forward("-A", home)
+
+    def count_direct(self, home: str, other: str) -> None:
+        """From now on counts the bytes `home`'s router forwards to or from `other`'s router: traffic on a
+        direct path between the two homes, which never crosses a relay (`direct_bytes`)."""
+        for side in ("-s", "-d"):  # rules without a target only count
+            self.run(self.homes[home][0], ["iptables", "-A", "FORWARD", side, self.router_addr(other)])
+
+    def direct_bytes(self, home: str) -> int:
+        """The bytes `count_direct`'s rules on `home`'s router have counted so far."""
+        out = self.run(self.homes[home][0], ["iptables", "-nvx", "-L", "FORWARD"]).stdout.splitlines()
+        return sum(int(line.split()[1]) for line in out[2:] if line.split() and line.split()[0].isdigit())
 
     def close(self) -> None:
         """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""

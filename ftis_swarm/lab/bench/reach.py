@@ -7,7 +7,7 @@ same run: the baseline `client` (home nodes accept no connection and hold no rel
 what `--client-mode` did before), `relayed` (a slot on the bootstrap's relay), and `auto`
 (every node decides by dial-back, and the control home3, whose router forwards its port,
 joins too: `modes` says what each chose; right is public for P and home3, relayed for
-home1 and home2). Other phases: reach_bootstrap.py, reach_relay.py.
+home1 and home2). Other phases: reach_bootstrap.py, reach_relay.py, reach_punch.py.
 
 Figures per arm: for each (publisher, consumer) pair the share of the publisher's groups
 that reached the consumer within the round's deadline; publish-to-visible p50 per pair
@@ -16,23 +16,25 @@ other home node; and the bytes the bootstrap's interface carried per round (its 
 traffic plus the relayed bodies) against P's (the DHT traffic alone, no relay clients).
 
 P starts, and says hello, before the home nodes (`PUBLIC_FIRST`). Started all at once, the
-relay answered home-to-home dials with NO_RESERVATION (204) in 4 of 7 relayed runs,
-although both homes had reserved their slots (their hello showed the circuit address)
-before P joined; in those runs P joined last. With P first, 5 of 5 runs delivered
-everything. Why a public node that joins later costs the homes their reservations on
-the bootstrap's relay is not known yet (docs/deploy.md says what a home operator sees).
+relay answered home-to-home dials with NO_RESERVATION (204) in 4 of 7 relayed runs, those
+in which P joined last. Why (the bootstrap's p2pd logs): its daemon runs a relay with
+libp2p's default limits from the start, where the homes reserve; once P's AutoNAT dial-back
+confirms the bootstrap public, libp2p starts the relay with our limits, which takes over
+the relay protocol with no reservations (docs/deploy.md, Known gap).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -77,6 +79,12 @@ class ReachArm:
     """Bytes in and out of the bootstrap's interface per round (DHT and relayed traffic)."""
     pub_bytes_per_round: float
     """The same for P, a public node that relays for nobody: the baseline."""
+    puzzle_s: dict[str, Optional[float]] = dataclasses.field(default_factory=dict)
+    """{node: wall seconds its identity's puzzle took at start, from its log (None: not in the log); a
+    share of `joined_s` that grows with the machine's load (the puzzle is CPU-bound)}."""
+    direct: bool = False
+    """Whether home1 and home2 held a direct connection to each other after the last round (hole punching;
+    reach_punch.py says why it does not happen on this testbed)."""
 
 
 @dataclasses.dataclass
@@ -145,6 +153,7 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
             before = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
             answers = run_rounds(workers, 0, rounds, groups=groups, size=size, deadline=deadline)
             after = {role: iface_bytes(bed, role) for role in ("boot", "pub")}
+            direct, _ = home_pair_direct(workers)
             faults, modes = {}, {}
             for role, worker in workers.items():
                 counters = worker.request({"op": "counters"})
@@ -155,8 +164,36 @@ def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, log
                 worker.kill()
             boot.kill()
             boot.wait()
-    return _figures(mode, roles, answers, started, joined, faults, slots, modes,
-                    per_round={r: (after[r] - before[r]) / rounds for r in before})
+    arm = _figures(mode, roles, answers, started, joined, faults, slots, modes,
+                   per_round={r: (after[r] - before[r]) / rounds for r in before})
+    return dataclasses.replace(arm, direct=direct,
+                               puzzle_s={role: puzzle_seconds(logs / f"{mode}-{role}.log") for role in roles})
+
+
+def puzzle_seconds(log: Path) -> Optional[float]:
+    """Seconds from each "created identity" log line of a worker to the "solved this identity's puzzle" line
+    after it, summed (an `auto` node without an identity file solves one for its dial-back probe's daemon
+    too); None when the log has no such pair."""
+    total, created, pairs = 0.0, None, 0
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        try:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue  # a line without the logging timestamp
+        if "created identity" in line:
+            created = stamp
+        elif "solved this identity's puzzle" in line and created is not None:
+            total, created, pairs = total + stamp - created, None, pairs + 1
+    return total if pairs else None
+
+
+def home_pair_direct(workers: dict[str, JsonProcess]) -> tuple[bool, dict[str, list[str]]]:
+    """Whether the two NAT'd homes hold a direct connection to each other (one of them not a relay circuit,
+    as either home's p2pd lists it), and {home: its connections' remote multiaddrs to the other}."""
+    home1, home2 = NAT_HOMES
+    ids = {home1: workers[home2].peer_id, home2: workers[home1].peer_id}
+    connections = {home: workers[home].request({"op": "connections"}).get(ids[home], []) for home in NAT_HOMES}
+    return any(CIRCUIT not in m for maddrs in connections.values() for m in maddrs), connections
 
 
 def run_rounds(workers: dict[str, JsonProcess], first: int, count: int, *, groups: int, size: int,
@@ -207,13 +244,25 @@ def _figures(mode: str, roles: tuple[str, ...], answers: list[dict[str, dict]], 
                     boot_bytes_per_round=per_round["boot"], pub_bytes_per_round=per_round["pub"])
 
 
-def run_reach_bench(*, rounds: int, groups: int, size: int, deadline: float,
-                    progress: Callable[[str], None]) -> ReachBench:
+@contextlib.contextmanager
+def log_folder(keep: Optional[Path], *, prefix: str) -> Iterator[Path]:
+    """Where a phase's processes write their logs: `keep` (created; the logs outlive the run), else a
+    temporary folder deleted at the end."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
+
+
+def run_reach_bench(*, rounds: int, groups: int, size: int, deadline: float, progress: Callable[[str], None],
+                    logs: Optional[Path] = None) -> ReachBench:
     arms = []
-    with tempfile.TemporaryDirectory(prefix="ftis-reach-") as tmp:
+    with log_folder(logs, prefix="ftis-reach-") as folder:
         for mode in ARMS:
             progress(f"home nodes in {mode} mode: {rounds} rounds")
-            arms.append(_arm(mode, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=Path(tmp)))
+            arms.append(_arm(mode, rounds=rounds, groups=groups, size=size, deadline=deadline, logs=folder))
     return ReachBench(rounds=rounds, groups=groups, size=size, arms=arms)
 
 
@@ -234,12 +283,15 @@ def format_reach(bench: ReachBench) -> str:
             return f"{role + ' ' + label:<14}" + "".join(f"{cell(arm) if role in arm.joined_s else '-':>10}"
                                                          for arm in bench.arms)
         lines.append(row("joined", lambda arm: f"{arm.joined_s[role]:.1f}s"))
+        lines.append(row("puzzle", lambda arm: f"{arm.puzzle_s[role]:.1f}s" if arm.puzzle_s.get(role) is not None
+                         else "?"))
         lines.append(row("slot", lambda arm: "yes" if arm.relay_slot[role] else "no"))
         lines.append(row("mode", lambda arm: arm.modes.get(role, "?")))
     for home in bench.arms[0].first_fetchable_s:
         cells = [arm.first_fetchable_s.get(home) for arm in bench.arms]
         lines.append(f"{home + ' first':<14}" + "".join(f"{c:>9.1f}s" if c is not None else f"{'never':>10}"
                                                         for c in cells))
+    lines.append(f"{'homes direct':<14}" + "".join(f"{int(arm.direct):>8}/1" for arm in bench.arms))
     for arm in bench.arms:
         lines.append(f"{arm.mode}: faults " + "; ".join(f"{role} {dict(sorted(f.items()))}"
                                                          for role, f in arm.faults.items() if f))

@@ -19,6 +19,8 @@ command read from stdin with one line.
         one node round: publishes k groups, then gathers once with `deadline`; answers
         {"published": [[group id, ok, reason]], "received": [[group id, sender]], "round_s": s, "gather_s": s}
     {"op": "counters"}  the client's counters
+    {"op": "connections"}  {peer id: the remote multiaddr of each connection p2pd holds to it} (a
+        `/p2p-circuit` one is relayed), as the gatherer last read them
     {"op": "stored"}  records held for others: {"held": n, "by_origin": {origin: n}}
     {"op": "ledger"}  {peer id: {"bans", "ban_reason", "cost", "charged", "allowed"}} for every peer the ledger
         knows ("charged": reasons counted against it, free ones too)
@@ -29,6 +31,7 @@ command read from stdin with one line.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -121,6 +124,7 @@ def _ledger_view(ledger: PeerLedger | None) -> dict:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # to its log
     cfg = SwarmConfig.model_validate_json(sys.argv[1])
     ledger = PeerLedger(LedgerConfig.model_validate_json(sys.argv[2])) if len(sys.argv) > 2 else None
     client = SwarmClient.start(cfg, tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE,
@@ -135,6 +139,8 @@ def main() -> None:
             seed_base += 1000
             if cmd["op"] == "counters":
                 _send(client.counters())
+            elif cmd["op"] == "connections":
+                _send(client.connections())
             elif cmd["op"] == "stored":
                 _send({"held": client.counters()["stored_records"], "by_origin": client.stored_by_origin()})
             elif cmd["op"] == "exchange":

@@ -116,6 +116,7 @@ class Outcomes:
             state.resume_at = max(state.resume_at, now + reach.DIAL_BACKOFF)
             return
         self._counters.fault(pointer.publisher, Counter({exc.reason: 1}))
+        logger.debug("fetch of %s from its publisher %s failed (%s)", pointer.group_id, pointer.publisher, exc)
         state.failures += 1
         state.failed_at = now
         state.allowance = max(1, state.allowance // 2)
