@@ -33,6 +33,9 @@ Each (N, layout) is measured once per `bodies_per_stream` K asked for (`max_bodi
 bodies one stream carries, `fetch.streams`; 1 is one body per stream), each a swarm of its own,
 so K = 1 and K = 8 meet the same machine in one run.
 
+Publish-to-visible in legs (`scale_legs`): seen, choose, queue, stream, body, check, as means
+that add up to visible's mean, and as p50s.
+
 Round 0 (first connections) is not reported. Per node and round: bodies fetched, the
 streams that carried them, body bytes in and out, messages (gossip received and DHT calls) and their bytes against the
 gossip estimate N x mesh degree x pointer size, the publish call, publish-to-visible of
@@ -51,13 +54,14 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from ftis_swarm.config import NodeConfig, SwarmConfig
+from ftis_swarm.lab.bench.scale_legs import leg_figures, leg_lines
 from ftis_swarm.lab.bench.swarm import JsonProcess
 from ftis_swarm.lab.bench.swarm_worker import synthetic_group
 from ftis_swarm.peers.intake import Budget
@@ -136,6 +140,10 @@ class ScaleRow:
     """p50 of a successful body fetch (stream opened to body in) from the publisher, from a holder."""
     failed: str = ""
     """Why the size did not run to the end (empty when it did)."""
+    visible_mean_ms: float = math.nan
+    legs_ms: dict = field(default_factory=dict)
+    legs_p50_ms: dict = field(default_factory=dict)
+    """Publish-to-visible's mean, and the mean and p50 ms of each of its legs (`scale_legs.LEGS`)."""
 
 
 def paper_budget(*, groups: int, size: int) -> Budget:
@@ -274,6 +282,7 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         used_share.append(len(senders) / n)
     pointer_bytes = float(np.median([r["pointer_bytes"] for r in rows if r["pointer_bytes"]] or [0]))
     mean = lambda key: float(np.mean([r["traffic"][key] for r in rows]))  # noqa: E731
+    legs_ms, legs_p50_ms = leg_figures(rows, published)
     return ScaleRow(
         nodes=n, layout=layout, rounds=rounds,
         bodies=mean("fetched_bodies"), body_kib_in=mean("fetched_bytes") / 1024,
@@ -290,6 +299,8 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         load=max(a["load"][1] for a in answers),
         per_stream=per_stream, streams=mean("body_streams"),
         **_holding(every, copy_bytes=copy_bytes, cap=cap),
+        visible_mean_ms=1e3 * float(np.mean(visible)) if visible else math.nan,
+        legs_ms=legs_ms, legs_p50_ms=legs_p50_ms,
     )
 
 
@@ -338,6 +349,7 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
                  "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
+    lines += leg_lines(held)
     lines.append("K: bodies per stream at most; strm: body streams a node opened; x all: body KiB in over the "
                  "fetch-everything row of the same size; x 8: over the layout's smallest size (same K); publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")

@@ -25,7 +25,7 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
-"arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
+"arrivals": {group id: accepted at}, "legs": {group id: its `fetch.legs.Legs` as a dict}, "senders": [publisher of each group gathered], "bodies",
 "tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before},
 "fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "sourceless": [group ids given up on for
 want of a source, now], "upload_peak": most bytes sent in one upload window}.
@@ -34,6 +34,7 @@ want of a source, now], "upload_peak": most bytes sent in one upload window}.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import sys
@@ -97,7 +98,8 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             rows.append({"node": index, "round": r, "peer_id": client.peer_id, "publish_s": result.seconds,
                          "publish_ok": result.ok, "pointer_bytes": result.pointer_bytes, "departed": True,
                          "served": served // cmd["size"], "left_at": time.time(),
-                         "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "senders": [],
+                         "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "legs": {},
+                         "senders": [],
                          "bodies": 0, "tokens": 0, "fill_s": 0.0, "max_tokens": 0,
                          "traffic": {name: after[name] - before[name] for name in TRAFFIC},
                          "fetch_times": client.fetch_times(), "sourceless": client.sourceless(),
@@ -114,7 +116,9 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "publish_ok": result.ok,
             "pointer_bytes": result.pointer_bytes,
             "published": [[gid, started] for gid in result.group_ids],
-            "arrivals": client.arrival_times(), "senders": [g.sender for g in got], "bodies": len(got),
+            "arrivals": client.arrival_times(),
+            "legs": {gid: dataclasses.asdict(legs) for gid, legs in client.visible_legs().items()},
+            "senders": [g.sender for g in got], "bodies": len(got),
             "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
             "max_tokens": budget.max_tokens if budget is not None else 0,
             "traffic": {name: after[name] - before[name] for name in TRAFFIC},
