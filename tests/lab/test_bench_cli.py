@@ -132,7 +132,7 @@ def test_bench_swarm_refuses_bad_flags_in_one_sentence():
 
 def test_bench_scale_refuses_bad_flags_in_one_sentence():
     for flags in (["--nodes", "1"], ["--layout", "everything"], ["--groups", "33"], ["--period", "0"],
-                  ["--bodies-per-stream", "8", "--bodies-per-stream", "33"]):
+                  ["--bodies-per-stream", "8", "--bodies-per-stream", "33"], ["--read-clock", "never"]):
         proc = subprocess.run(CLI + ["scale", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr

@@ -40,14 +40,15 @@ def leg_figures(rows: list[dict], published: dict[str, float]) -> tuple[dict[str
 def leg_lines(rows: list) -> list[str]:
     """The legs' table: per row, visible's mean and each leg's mean (they add up to it), then the p50s."""
     head = " ".join(f"{leg:>6}" for leg in LEGS)
-    lines = [f"{'nodes':>5} {'layout':>7} {'K':>2} {'vis mean':>8} {head} | {'vis p50':>7} {head}"]
+    lines = [f"{'nodes':>5} {'layout':>7} {'K':>2} {'reads':>8} {'vis mean':>8} {head} | {'vis p50':>7} {head}"]
     for r in rows:
         means = " ".join(f"{r.legs_ms.get(leg, math.nan):>6.1f}" for leg in LEGS)
         p50s = " ".join(f"{r.legs_p50_ms.get(leg, math.nan):>6.1f}" for leg in LEGS)
-        lines.append(f"{r.nodes:>5} {r.layout:>7} {r.per_stream:>2} {r.visible_mean_ms:>8.1f} {means} | "
+        lines.append(f"{r.nodes:>5} {r.layout:>7} {r.per_stream:>2} {r.reads:>8} {r.visible_mean_ms:>8.1f} {means} | "
                      f"{r.visible_p50_ms:>7.1f} {p50s}")
     lines.append("legs of publish-to-visible, ms at the node that chose the group (means add up to vis mean; p50s "
                  "need not): seen: publish start to pointer seen; choose: to chosen; queue: to its stream's slot; "
                  "stream: to the stream beginning on its body; body: to its bytes in (a stream's first: with the "
-                 "dial); check: to checked and accepted")
+                 "dial); check: to checked and accepted; reads: each body read timed by a deadline on the running task, or by a "
+                 "task of its own (wait_for)")
     return lines

@@ -2,7 +2,8 @@
 
 Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}, and
 optionally "hosts" (the address each node listens on: one network origin per /24; default
-`cfg.host` for all) and "tokenizer_fp", "vocab_size" (those of the groups it will publish;
+`cfg.host` for all), "taskless" (`fetch.streams.TASKLESS_TIMEOUTS` in this process; default as
+installed) and "tokenizer_fp", "vocab_size" (those of the groups it will publish;
 default the synthetic groups'). Its first node joins through `cfg.peers` (none: it starts
 the swarm), the others through it (or through `cfg.peers` too, when given).
 Each node is a real `SwarmClient` with its own p2pd, DHT peer and RSA key, and a policy
@@ -50,6 +51,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE, _send, synthetic_group
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.swarm.fetch import streams
 from ftis_swarm.wire import decode_group
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
@@ -172,6 +174,7 @@ def main() -> None:
     settings = json.loads(sys.argv[1])
     cfg = SwarmConfig.model_validate_json(settings["cfg"])
     k = settings["clients"]
+    streams.TASKLESS_TIMEOUTS = settings.get("taskless", streams.TASKLESS_TIMEOUTS)
     hosts = settings.get("hosts") or [cfg.host] * k
     fp, vocab = settings.get("tokenizer_fp", TOKENIZER_FP), settings.get("vocab_size", VOCAB_SIZE)
     policies = [UsedPolicy() for _ in range(k)]
