@@ -241,6 +241,9 @@ def bench_scale(
     bodies_per_stream: Optional[list[int]] = typer.Option(
         None, help="max_bodies_per_stream of every node (repeatable: each its own swarm, same run); default 8; "
                    "1 is one body per stream."),
+    read_clock: Optional[list[str]] = typer.Option(
+        None, help="deadline or task (repeatable: each its own swarm, same run): how each body read is timed, a "
+                   "deadline on the running task (default, Python 3.11+) or a task of its own (wait_for)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
     """Per node and round: bodies, body bytes, messages and pointer bytes, fill time, CPU; with and without a budget."""
@@ -263,12 +266,16 @@ def bench_scale(
     per_stream = tuple(bodies_per_stream or [8])
     if any(not 1 <= k <= 32 for k in per_stream):
         fail("--bodies-per-stream must be between 1 and 32 (what one request may name)")
+    reads = tuple(read_clock or ["deadline"])
+    if any(r not in ("deadline", "task") for r in reads):
+        fail("--read-clock must be deadline or task")
     _check_json_path(json_path)
     from ftis_swarm.lab.bench.scale import format_table, paper_budget, rows_as_json, run_scale_bench
 
     size = size_kib * 1024
     rows = run_scale_bench(counts, layouts=layouts, rounds=rounds, period=period, groups=groups, size=size,
-                           clients_per_worker=per_worker, bodies_per_stream=per_stream, progress=_progress)
+                           clients_per_worker=per_worker, bodies_per_stream=per_stream, read_clocks=reads,
+                           progress=_progress)
     budget = paper_budget(groups=groups, size=size)
     typer.echo(format_table(rows, period=period, groups=groups, size=size, budget=budget))
     if json_path is not None:

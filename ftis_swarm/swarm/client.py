@@ -31,6 +31,7 @@ from ftis_swarm.swarm.fetch.streams import serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.gatherer import Gatherer
+from ftis_swarm.swarm.fetch.legs import Legs
 from ftis_swarm.swarm.gossip.gate import GossipGate
 from ftis_swarm.swarm.gossip.haves import HaveAnnouncer
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
@@ -84,7 +85,7 @@ class SwarmClient:
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
                                   counters=self._counters, policy=policy, origins=peer.origins,
                                   on_accepted=self._hold)
-        self._arrivals: dict[str, float] = {}
+        self._legs: dict[str, Legs] = {}
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
         self._member_updated = 0.0
@@ -358,7 +359,7 @@ class SwarmClient:
             return []
         used = self._late_on_loop(self._gatherer.close_gather(), deadline, "closing the gather") or (0, 0)
         drained = self._gatherer.drain()
-        self._arrivals = {group.group_id: accepted_at for group, accepted_at in drained}
+        self._legs = {group.group_id: legs for group, legs in drained}
         self._fill = GatherFill(seconds=time.monotonic() - started, tokens=used[0], groups=used[1],
                                 max_tokens=self._budget.max_tokens if self._budget is not None else 0)
         return [group for group, _ in drained]
@@ -380,7 +381,12 @@ class SwarmClient:
 
     def arrival_times(self) -> dict[str, float]:
         """{group id: unix time its body was accepted here} for the groups the last gather returned."""
-        return dict(self._arrivals)
+        return {group_id: legs.accepted for group_id, legs in self._legs.items()}
+
+    def visible_legs(self) -> dict[str, Legs]:
+        """{group id: its `fetch.legs.Legs`} for the groups the last gather returned: unix times of its pointer
+        seen here, chosen, its stream's slot taken, the stream begun on its body, its bytes in, and accepted."""
+        return dict(self._legs)
 
     def fetch_times(self) -> dict[str, list[float]]:
         """{"publisher": [...], "holder": [...]}: seconds of each body fetch that succeeded since the last

@@ -16,6 +16,7 @@ import pytest
 from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
 from ftis_swarm.lab.bench.scale import ScaleRow, paper_budget
 from ftis_swarm.lab.bench.scale import format_table as format_scale
+from ftis_swarm.lab.bench.scale_legs import leg_figures
 from ftis_swarm.lab.bench.swarm import SwarmBenchRow, format_table
 from ftis_swarm.lab.bench.wire import paper_group
 from ftis_swarm.models.tiny import build_tiny_qwen2
@@ -132,7 +133,7 @@ def test_bench_swarm_refuses_bad_flags_in_one_sentence():
 
 def test_bench_scale_refuses_bad_flags_in_one_sentence():
     for flags in (["--nodes", "1"], ["--layout", "everything"], ["--groups", "33"], ["--period", "0"],
-                  ["--bodies-per-stream", "8", "--bodies-per-stream", "33"]):
+                  ["--bodies-per-stream", "8", "--bodies-per-stream", "33"], ["--read-clock", "never"]):
         proc = subprocess.run(CLI + ["scale", *flags], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, (flags, proc.stderr)
         assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
@@ -156,6 +157,19 @@ def test_bench_scale_table_puts_each_row_against_fetch_everything_and_the_smalle
         ["8", "64.0", "8.0", "3072", "0.13", "2.00"], ["8", "496.0", "62.0", "23808", "1.00", "4.43"]]
     assert "64 budget  8 did not run: RuntimeError: out of memory (load 9.0)" in lines[8]
     assert paper_budget(groups=16, size=48 * 1024).max_groups == 64  # the node's own Budget.of rule
+
+
+def test_bench_scale_legs_add_up_to_visible_and_find_each_streams_first_body():
+    def legs(started: float, began: float, received: float) -> dict:
+        return dict(seen=0.1, chosen=0.2, started=started, began=began, received=received, accepted=received + 0.001)
+
+    rows = [{"node": 0, "round": 1, "legs": {"a": legs(1.0, 1.0, 1.1), "b": legs(1.0, 1.101, 1.102)}},
+            {"node": 1, "round": 1, "legs": {"c": legs(1.0, 1.0, 1.05)}}]  # same slot time, another node's stream
+    means, p50s = leg_figures(rows, {"a": 0.0, "b": 0.0, "c": 0.0})
+    visible = [1.101, 1.103, 1.051]
+    assert sum(means.values()) == pytest.approx(1e3 * sum(visible) / 3)
+    assert p50s["first_body"] == pytest.approx(75.0)  # a (100 ms) and c (50 ms) opened streams; b waited behind a
+    assert p50s["stream"] == pytest.approx(0.0) and means["stream"] == pytest.approx(101 / 3)
 
 
 def test_bench_swarm_table_gives_each_gossip_row_its_ratio_to_the_poll_row():

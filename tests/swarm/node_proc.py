@@ -8,7 +8,8 @@ Writes {"peer_id", "maddrs"} once joined, then answers one line per command:
         -> [{"ok", "reason", "group_id", "replicas", "gossiped", "body", "started"}]  (round r's groups, one pointer:
            one entry per group, the publish's outcome in each)
     {"op": "gather", "deadline": s, "round": r or null}
-        -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted}}
+        -> {"bodies": [...], "elapsed": s, "arrivals": {group id: unix time accepted},
+            "legs": {group id: its `fetch.legs.Legs` as a dict}}
     {"op": "counters"}                                -> the client's counters
     {"op": "connections"}                             -> {peer id: remote multiaddrs of its connections}
     {"op": "budget", "max_tokens": n, ...}            -> {"ok": true}: fetch only what that Budget takes
@@ -20,6 +21,7 @@ Bodies are base64 of the canonical wire encoding, so the test compares them bit 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import sys
@@ -57,7 +59,8 @@ def _handle(client: SwarmClient, cfg: SwarmConfig, cmd: dict) -> object:
         started = time.monotonic()
         groups = client.gather(cmd["deadline"], round=cmd.get("round"))
         return {"bodies": [b64(encode_group(g)) for g in groups], "elapsed": time.monotonic() - started,
-                "arrivals": client.arrival_times()}
+                "arrivals": client.arrival_times(),
+                "legs": {gid: dataclasses.asdict(legs) for gid, legs in client.visible_legs().items()}}
     if cmd["op"] == "counters":
         return client.counters()
     if cmd["op"] == "connections":

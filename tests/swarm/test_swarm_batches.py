@@ -18,6 +18,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
+from ftis_swarm.swarm.fetch.legs import Legs
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.fetch.streams import (BODY_PROTOCOL, BUSY, FOUND, MAX_BODIES_PER_STREAM, MISSING,
                                             BodyUnavailable, fetch_bodies, serve_bodies)
@@ -48,6 +49,7 @@ class _Fetcher:
         self.accepted: list[str] = []
         self.accepted_at: list[float] = []
         self.rejected: list[tuple[str, str]] = []
+        self.legs: list[Legs] = []
         self.counters = SwarmCounters()
         self.scheduler = FetchScheduler(p2p=p2p, cfg=SwarmConfig(**cfg), policy=ALLOW_ALL, counters=self.counters,
                                         room=lambda publisher: 100, on_body=self._body, on_reject=self._reject)
@@ -59,14 +61,17 @@ class _Fetcher:
         self.scheduler.settle(pointer)
         self.accepted.append(pointer.group_id)
         self.accepted_at.append(time.monotonic())
+        self.legs.append(self.scheduler.clock.legs(pointer.group_id))
         return True
 
     def _reject(self, pointer: GroupPointer, reason: str, detail: str) -> None:
+        self.scheduler.clock.forget(pointer.group_id)
         self.scheduler.settle(pointer)
         self.rejected.append((pointer.group_id, reason))
 
     async def until(self, done: Callable[[], bool], pointers: list[GroupPointer], *, limit: float = 30.0) -> None:
         for pointer in pointers:
+            self.scheduler.clock.seen(pointer.group_id, chosen=True)
             self.scheduler.add(pointer)
         stop_at = time.monotonic() + limit
         while not done() and time.monotonic() < stop_at:
@@ -106,6 +111,10 @@ def test_one_stream_carries_a_publishers_bodies_each_checked_on_its_own():
     fetcher, served, streams = asyncio.run(run())
     assert sorted(fetcher.accepted) == sorted(hashlib.sha256(b).hexdigest()[:32] for b in bodies + after)
     assert streams["first"] == 1 and sorted(served[:6]) == sorted(len(b) for b in bodies)  # six in one stream
+    legs = fetcher.legs[:6]  # in the stream's order: each waits in it for the one before, then its own bytes
+    assert len({leg.started for leg in legs}) == 1
+    assert all(a.received <= b.began < b.received <= b.accepted for a, b in zip(legs, legs[1:])), legs
+    assert legs[0].began - legs[0].started < 1.0 and legs[-1].began - legs[-1].started >= legs[0].received - legs[0].started
     assert fetcher.rejected == [(hashlib.sha256(liar).hexdigest()[:32], "hash_mismatch")]  # its own pointer only
     assert streams["second"] == 2  # the lie ended its stream; the three after it came in the next, uncharged
     assert fetcher.counters.snapshot()["faults"] == {}

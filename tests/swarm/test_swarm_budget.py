@@ -4,7 +4,8 @@ A bootstrap peer and three nodes; two publish a round of four groups (256 comple
 each) as one pointer, the third has room for three groups and two per peer, all of it the
 strangers' share. Its gather
 takes one group of each stranger in turn: exactly three bodies, never more than two of one
-publisher, the other five not fetched, not charged, and not offered again.
+publisher, the other five not fetched, not charged, and not offered again. Each group's
+publish-to-visible comes in legs (`fetch.legs`) that add up to it, as `bench scale` sums them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 
 import pytest
 
+from ftis_swarm.lab.bench.scale_legs import leg_spans
 from ftis_swarm.wire import content_id, decode_group
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
@@ -26,11 +28,12 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
         node.joined()
     reader.budget(max_groups=8, max_groups_per_peer=8, max_tokens=768, max_tokens_per_peer=512,
                   strangers_share=1.0)  # no earned peer here: the whole budget is the strangers' share
-    published = {}
+    published, started = {}, {}
     for node in (b, c):
         answers = node.publish([f"{node.peer_id}-{i}" for i in range(4)], round=0)
         assert all(a["ok"] and a["gossiped"] and a["replicas"] >= 1 for a in answers), answers  # handed, stored
         published.update({a["group_id"]: (node.peer_id, a["body"]) for a in answers})
+        started.update({a["group_id"]: a["started"] for a in answers})
     assert {decode_group(body).num_completion_tokens for _, body in published.values()} == {256}
     stop_at = time.monotonic() + 30.0
     while reader.counters()["pointers_gossiped"] + reader.counters()["pointers_read"] < 8:
@@ -43,6 +46,14 @@ def test_a_gather_with_a_budget_fetches_only_what_the_update_takes(swarm):
     assert sorted([published[g][0] for g in got].count(p) for p in (b.peer_id, c.peer_id)) == [1, 2]
     assert all(body == published[content_id(body)][1] for body in answer["bodies"])  # bit for bit
     assert answer["elapsed"] < 5.0  # no earned peer to wait for: it ends once the chosen bodies are in
+    assert sorted(answer["legs"]) == sorted(got)
+    for group_id, legs in answer["legs"].items():
+        times = [started[group_id], *legs.values()]  # publish start, seen, chosen, started, began, received, accepted
+        assert times == sorted(times), legs
+        assert legs["accepted"] == answer["arrivals"][group_id]
+        assert legs["chosen"] > legs["seen"]  # strangers are chosen when the gather opens, not on arrival
+        spans = leg_spans(started[group_id], legs)
+        assert sum(spans.values()) == pytest.approx(legs["accepted"] - started[group_id], abs=1e-6)
     counters = reader.counters()
     assert (counters["chosen"], counters["fetched_bodies"], counters["not_chosen"]) == (3, 3, 5)
     assert counters["fetched_bytes"] == sum(len(published[g][1]) for g in got)

@@ -41,6 +41,11 @@ def test_a_store_holds_others_bodies_within_its_bytes_dropping_the_oldest_first(
     assert not store.hold("d" * 32, b"d" * 10_001, until=later)  # larger than the whole room
     store.hold("e" * 32, b"e", until=time.time() - 1)
     assert store.lookup("e" * 32) is None  # expired: never served
+    for short in ("s" * 32, "t" * 32):  # each expires on time, after an eviction scan too; the rest is kept
+        store.put(short, b"short", until=time.time() + 0.3)
+        assert store.lookup(short) == (b"short", False)
+        time.sleep(0.4)
+        assert store.lookup(short) is None and store.lookup("o" * 32) == (b"own" * 1000, False)
     assert not BodyStore().hold("f" * 32, b"f", until=later)  # holding off by default
 
 

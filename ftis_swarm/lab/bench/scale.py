@@ -31,7 +31,12 @@ in) from the publisher and from a holder (`fetch pub`, `fetch hold`).
 
 Each (N, layout) is measured once per `bodies_per_stream` K asked for (`max_bodies_per_stream`:
 bodies one stream carries, `fetch.streams`; 1 is one body per stream), each a swarm of its own,
-so K = 1 and K = 8 meet the same machine in one run.
+so K = 1 and K = 8 meet the same machine in one run; likewise once per `read_clocks` asked for
+(`deadline`: each body read's clock a deadline on the running task, `fetch.streams.TASKLESS_TIMEOUTS`, the
+default on Python 3.11+; `task`: `asyncio.wait_for`, a task per read, as before), set in the workers.
+
+Publish-to-visible in legs (`scale_legs`): seen, choose, queue, stream, body, check, as means
+that add up to visible's mean, and as p50s.
 
 Round 0 (first connections) is not reported. Per node and round: bodies fetched, the
 streams that carried them, body bytes in and out, messages (gossip received and DHT calls) and their bytes against the
@@ -51,13 +56,14 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from ftis_swarm.config import NodeConfig, SwarmConfig
+from ftis_swarm.lab.bench.scale_legs import leg_figures, leg_lines
 from ftis_swarm.lab.bench.swarm import JsonProcess
 from ftis_swarm.lab.bench.swarm_worker import synthetic_group
 from ftis_swarm.peers.intake import Budget
@@ -110,6 +116,8 @@ class ScaleRow:
     """The 1-minute load average at the end of the rounds."""
     per_stream: int = 8
     """`max_bodies_per_stream` of every node: bodies one fetch stream carries at most."""
+    reads: str = "deadline"
+    """How each body read is timed: `deadline` (on the running task) or `task` (`wait_for`)."""
     streams: float = math.nan
     """Mean body streams a node opened."""
     own_copies: float = math.nan
@@ -136,6 +144,10 @@ class ScaleRow:
     """p50 of a successful body fetch (stream opened to body in) from the publisher, from a holder."""
     failed: str = ""
     """Why the size did not run to the end (empty when it did)."""
+    visible_mean_ms: float = math.nan
+    legs_ms: dict = field(default_factory=dict)
+    legs_p50_ms: dict = field(default_factory=dict)
+    """Publish-to-visible's mean, and the mean and p50 ms of each of its legs (`scale_legs.LEGS`)."""
 
 
 def paper_budget(*, groups: int, size: int) -> Budget:
@@ -149,32 +161,35 @@ def paper_budget(*, groups: int, size: int) -> Budget:
 def run_scale_bench(node_counts: list[int], *, layouts: tuple[str, ...] = LAYOUTS, rounds: int = 4,
                     period: float = 5.0, groups: int = PAPER_GROUPS, size: int = PAPER_SIZE,
                     clients_per_worker: int = 4, bodies_per_stream: tuple[int, ...] = (8,),
-                    progress=lambda step: None) -> list[ScaleRow]:
-    """Measures every (N, layout, bodies per stream); worker processes never outlive this call."""
+                    read_clocks: tuple[str, ...] = ("deadline",), progress=lambda step: None) -> list[ScaleRow]:
+    """Measures every (N, layout, bodies per stream, read clock); worker processes never outlive this call."""
     budget = paper_budget(groups=groups, size=size)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftis-bench-scale-") as tmp:
         for n in node_counts:
             for layout in layouts:
-                for k in bodies_per_stream:
-                    progress(f"{n} nodes, {layout}, {k} bodies per stream")
+                for k, reads in [(k, reads) for k in bodies_per_stream for reads in read_clocks]:
+                    progress(f"{n} nodes, {layout}, {k} bodies per stream, reads timed by {reads}")
                     try:
                         rows.append(_measure(n, layout, Path(tmp), budget=budget, rounds=rounds, period=period,
-                                             groups=groups, size=size, per_worker=clients_per_worker, per_stream=k))
+                                             groups=groups, size=size, per_worker=clients_per_worker, per_stream=k,
+                                             reads=reads))
                     except (RuntimeError, TimeoutError, OSError) as exc:  # a size the machine cannot hold: said
                         logger.warning("%d nodes, %s, %d per stream: %s", n, layout, k, exc)
-                        rows.append(_failed_row(n, layout, k, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+                        rows.append(_failed_row(n, layout, k, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                                                reads))
                     logger.info("%s", rows[-1])
     return rows
 
 
-def _failed_row(n: int, layout: str, per_stream: int, why: str) -> ScaleRow:
-    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], per_stream=per_stream, failed=why)
+def _failed_row(n: int, layout: str, per_stream: int, why: str, reads: str) -> ScaleRow:
+    return ScaleRow(n, layout, 0, *[math.nan] * 12, load=os.getloadavg()[0], per_stream=per_stream, failed=why,
+                    reads=reads)
 
 
-def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonProcess]:
+def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int, reads: str) -> list[JsonProcess]:
     def worker(first: int, k: int, c: SwarmConfig) -> JsonProcess:
-        settings = {"cfg": c.model_dump_json(), "clients": k, "first": first}
+        settings = {"cfg": c.model_dump_json(), "clients": k, "first": first, "taskless": reads == "deadline"}
         return JsonProcess([sys.executable, "-m", "ftis_swarm.lab.bench.scale_worker", json.dumps(settings)],
                            log=logs / f"{cfg.run_id}-{first}.log")
 
@@ -194,13 +209,13 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int) -> list[JsonPr
 
 
 def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
-             size: int, per_worker: int, per_stream: int) -> ScaleRow:
-    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}-{per_stream}", join_timeout=JOIN_TIMEOUT,
+             size: int, per_worker: int, per_stream: int, reads: str) -> ScaleRow:
+    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}-{per_stream}-{reads}", join_timeout=JOIN_TIMEOUT,
                       max_bodies_per_stream=per_stream)
     if layout == "holders":
         cfg = cfg.model_copy(update={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
                                      "have_interval": period / 2})
-    workers = _start(n, cfg, logs, per_worker)
+    workers = _start(n, cfg, logs, per_worker, reads)
     try:
         start_at = time.time() + 2.0
         cmd = {"op": "run", "rounds": rounds + 1, "period": period, "groups": groups, "size": size,
@@ -217,7 +232,8 @@ def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, pe
         for w in workers:
             w.kill()
     return _figures(n, layout, answers, rounds=rounds, budget=budget, copy_bytes=groups * size,
-                    cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0, per_stream=per_stream)
+                    cap=UPLOAD_COPIES * groups * size if layout == "holders" else 0, per_stream=per_stream,
+                    reads=reads)
 
 
 def _p50_ms(values: list[float]) -> float:
@@ -263,7 +279,7 @@ def _holding(rows: list[dict], *, copy_bytes: int, cap: int) -> dict:
 
 
 def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: Budget, copy_bytes: int,
-             cap: int, per_stream: int) -> ScaleRow:
+             cap: int, per_stream: int, reads: str) -> ScaleRow:
     every = [r for a in answers for r in a["rows"] if r["round"] >= 1]
     rows = [r for r in every if not r.get("departed")]
     published = {gid: start for a in answers for r in a["rows"] for gid, start in r["published"]}
@@ -274,6 +290,7 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         used_share.append(len(senders) / n)
     pointer_bytes = float(np.median([r["pointer_bytes"] for r in rows if r["pointer_bytes"]] or [0]))
     mean = lambda key: float(np.mean([r["traffic"][key] for r in rows]))  # noqa: E731
+    legs_ms, legs_p50_ms = leg_figures(rows, published)
     return ScaleRow(
         nodes=n, layout=layout, rounds=rounds,
         bodies=mean("fetched_bodies"), body_kib_in=mean("fetched_bytes") / 1024,
@@ -288,8 +305,10 @@ def _figures(n: int, layout: str, answers: list[dict], *, rounds: int, budget: B
         publishers_used=float(np.mean(used_share)),
         cpu_s=sum(a["cpu_s"] for a in answers) / (n * (rounds + 1)),
         load=max(a["load"][1] for a in answers),
-        per_stream=per_stream, streams=mean("body_streams"),
+        per_stream=per_stream, reads=reads, streams=mean("body_streams"),
         **_holding(every, copy_bytes=copy_bytes, cap=cap),
+        visible_mean_ms=1e3 * float(np.mean(visible)) if visible else math.nan,
+        legs_ms=legs_ms, legs_p50_ms=legs_p50_ms,
     )
 
 
@@ -338,6 +357,7 @@ def format_table(rows: list[ScaleRow], *, period: float, groups: int, size: int,
                  "left (holders), of those that stayed, some node gathered; wanted: share of the (peer, group) pairs "
                  "of the departed round chosen that were delivered, of held: over the groups some peer got; fetch pub, hold: p50 ms of a body fetch from the "
                  "publisher, from a holder")
+    lines += leg_lines(held)
     lines.append("K: bodies per stream at most; strm: body streams a node opened; x all: body KiB in over the "
                  "fetch-everything row of the same size; x 8: over the layout's smallest size (same K); publish, visible: p50 ms; used: share of publishers whose groups some node "
                  "gathered, per round; CPU s: workers and p2pd daemons; load: 1-min load average")

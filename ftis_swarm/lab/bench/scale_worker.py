@@ -2,7 +2,8 @@
 
 Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}, and
 optionally "hosts" (the address each node listens on: one network origin per /24; default
-`cfg.host` for all) and "tokenizer_fp", "vocab_size" (those of the groups it will publish;
+`cfg.host` for all), "taskless" (`fetch.streams.TASKLESS_TIMEOUTS` in this process; default as
+installed) and "tokenizer_fp", "vocab_size" (those of the groups it will publish;
 default the synthetic groups'). Its first node joins through `cfg.peers` (none: it starts
 the swarm), the others through it (or through `cfg.peers` too, when given).
 Each node is a real `SwarmClient` with its own p2pd, DHT peer and RSA key, and a policy
@@ -25,7 +26,7 @@ It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "madd
     {"op": "quit"}  leaves the swarm and answers {"ok": true}
 
 A row: {"node", "round", "peer_id", "publish_s", "pointer_bytes", "published": [[group id, publish start]],
-"arrivals": {group id: accepted at}, "senders": [publisher of each group gathered], "bodies",
+"arrivals": {group id: accepted at}, "legs": {group id: its `fetch.legs.Legs` as a dict}, "senders": [publisher of each group gathered], "bodies",
 "tokens", "fill_s", "traffic": {counter: increase since the end of the node's round before},
 "fetch_times": {"publisher" | "holder": [seconds of each fetch]}, "sourceless": [group ids given up on for
 want of a source, now], "upload_peak": most bytes sent in one upload window}.
@@ -34,6 +35,7 @@ want of a source, now], "upload_peak": most bytes sent in one upload window}.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import sys
@@ -49,6 +51,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE, _send, synthetic_group
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm import SwarmClient
+from ftis_swarm.swarm.fetch import streams
 from ftis_swarm.wire import decode_group
 
 TRAFFIC = ("gossip_received", "gossip_bytes", "dht_requests", "dht_bytes", "fetched_bytes", "fetched_bodies",
@@ -97,7 +100,8 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             rows.append({"node": index, "round": r, "peer_id": client.peer_id, "publish_s": result.seconds,
                          "publish_ok": result.ok, "pointer_bytes": result.pointer_bytes, "departed": True,
                          "served": served // cmd["size"], "left_at": time.time(),
-                         "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "senders": [],
+                         "published": [[gid, started] for gid in result.group_ids], "arrivals": {}, "legs": {},
+                         "senders": [],
                          "bodies": 0, "tokens": 0, "fill_s": 0.0, "max_tokens": 0,
                          "traffic": {name: after[name] - before[name] for name in TRAFFIC},
                          "fetch_times": client.fetch_times(), "sourceless": client.sourceless(),
@@ -114,7 +118,9 @@ def _node_rounds(client: SwarmClient, policy: UsedPolicy, cmd: dict, index: int,
             "publish_ok": result.ok,
             "pointer_bytes": result.pointer_bytes,
             "published": [[gid, started] for gid in result.group_ids],
-            "arrivals": client.arrival_times(), "senders": [g.sender for g in got], "bodies": len(got),
+            "arrivals": client.arrival_times(),
+            "legs": {gid: dataclasses.asdict(legs) for gid, legs in client.visible_legs().items()},
+            "senders": [g.sender for g in got], "bodies": len(got),
             "tokens": sum(g.num_completion_tokens for g in got), "fill_s": fill.seconds,
             "max_tokens": budget.max_tokens if budget is not None else 0,
             "traffic": {name: after[name] - before[name] for name in TRAFFIC},
@@ -168,6 +174,7 @@ def main() -> None:
     settings = json.loads(sys.argv[1])
     cfg = SwarmConfig.model_validate_json(settings["cfg"])
     k = settings["clients"]
+    streams.TASKLESS_TIMEOUTS = settings.get("taskless", streams.TASKLESS_TIMEOUTS)
     hosts = settings.get("hosts") or [cfg.host] * k
     fp, vocab = settings.get("tokenizer_fp", TOKENIZER_FP), settings.get("vocab_size", VOCAB_SIZE)
     policies = [UsedPolicy() for _ in range(k)]

@@ -5,6 +5,7 @@
 - selection.py   Selection: with the node's budget, which offered groups to fetch (earned first, strangers at random)
 - scheduler.py   FetchScheduler: stream slots per publisher, which bodies to fetch next together, from whom
                  (its publisher, or a holder that announced them)
+- legs.py        Legs: where a chosen group's publish-to-visible went at this node (seen, chosen, slot, stream, body, check)
 - outcomes.py    what each pointer's answer does: accepted, refused, unavailable (stalls and back-off), from a holder
 - holders.py     HolderBook: the holders that announced a group, their suspensions and failures
 - streams.py     the `ftis.body.v2` stream protocol, several bodies per stream (fetch with a clock per body,

@@ -26,12 +26,14 @@ class BodyStore:
         self._bodies: dict[str, tuple[bytes, float]] = {}
         self._held: dict[str, tuple[bytes, float]] = {}  # in the order they were accepted
         self._hold_bytes, self._held_bytes = hold_bytes, 0
+        self._next_expiry = math.inf  # no body expires before it (a lower bound: eviction scans only from then)
         self._lock = threading.Lock()
 
     def put(self, group_id: str, body: bytes, *, until: float) -> None:
         with self._lock:
             self._evict(time.time())
             self._bodies[group_id] = (body, until)
+            self._next_expiry = min(self._next_expiry, until)
 
     def hold(self, group_id: str, body: bytes, *, until: float) -> bool:
         """Keeps another peer's accepted body to serve; the oldest held ones go when `hold_bytes` is full.
@@ -46,6 +48,7 @@ class BodyStore:
                 self._drop_held(next(iter(self._held)))
             self._held[group_id] = (body, until)
             self._held_bytes += len(body)
+            self._next_expiry = min(self._next_expiry, until)
             return True
 
     def get(self, group_id: str) -> bytes | None:
@@ -73,10 +76,15 @@ class BodyStore:
             return len(self._bodies)
 
     def _evict(self, now: float) -> None:
+        """Drops the expired bodies; scans them only once one may have expired (each lookup calls it)."""
+        if now <= self._next_expiry:
+            return
         for gid in [g for g, (_, until) in self._bodies.items() if until < now]:
             del self._bodies[gid]
         for gid in [g for g, (_, until) in self._held.items() if until < now]:
             self._drop_held(gid)
+        self._next_expiry = min((until for _, until in [*self._bodies.values(), *self._held.values()]),
+                                default=math.inf)
 
     def _drop_held(self, group_id: str) -> None:
         body, _ = self._held.pop(group_id)

@@ -35,6 +35,8 @@ Every new pointer is noted in the `RoundTracker` (`rounds`), and every accepted 
 group settled there, so `owed` says which live peers' newest rounds are not in yet; each
 change sets `changed`, which a gather of a round waits on.
 
+Each accepted group carries its `legs.Legs` to `drain`: where its publish-to-visible went here.
+
 Runs on the swarm's event loop thread; `drain` is called from the node's thread.
 """
 
@@ -53,6 +55,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
+from ftis_swarm.swarm.fetch.legs import LegClock, Legs
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.fetch.selection import Selection
 from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_between
@@ -101,7 +104,7 @@ class Gatherer:
         self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
         self._lookback = cfg.max_clock_skew + cfg.publish_timeout
         self._lock = threading.Lock()  # guards the inbox, shared with the node's thread
-        self._inbox: list[tuple[Group, float]] = []  # (group, when its body was accepted)
+        self._inbox: list[tuple[Group, Legs]] = []
         self._inbox_by_peer: Counter[str] = Counter()
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
@@ -117,10 +120,11 @@ class Gatherer:
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
         self._origins, self._on_accepted = origins, on_accepted
+        self._clock = LegClock()
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
                                          origin_of=_origin_lookup(origins),
-                                         seed=peer_id)
+                                         seed=peer_id, clock=self._clock)
         self._selection: Optional[Selection] = None
         self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
         self._horizon = 2 * cfg.poll_interval
@@ -176,11 +180,13 @@ class Gatherer:
             self._pass(pointer)
         for pointer in choice.chosen:
             self._counters.add("chosen")
+            self._clock.chosen(pointer.group_id)
             self._scheduler.add(pointer)
 
     def _pass(self, pointer: GroupPointer) -> None:
         """An offer never chosen: not fetched, not charged; remembered so that it is not offered again."""
         self._counters.add("not_chosen")
+        self._clock.forget(pointer.group_id)
         self._passed[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
         self.rounds.settle(pointer, accepted=False)
         self.changed.set()
@@ -307,19 +313,19 @@ class Gatherer:
         return sorted(latest, key=lambda p: (not (self._scheduler.is_proven(p) or self._policy.score(p) > 0),
                                              -latest[p]))
 
-    def drain(self) -> list[tuple[Group, float]]:
-        """(group, unix time its body was accepted) for the groups accepted since the last drain,
-        minus any that went stale while waiting."""
+    def drain(self) -> list[tuple[Group, Legs]]:
+        """(group, its `Legs`: `accepted` is when its body was accepted) for the groups accepted since the
+        last drain, minus any that went stale while waiting."""
         with self._lock:
             groups, self._inbox = self._inbox, []
             self._inbox_by_peer.clear()
         now = get_dht_time()
         fresh = []
-        for group, accepted_at in groups:
+        for group, legs in groups:
             if now - group.created_at > self._cfg.ttl:
                 self._counters.reject(group.sender, faults.STALE)
             else:
-                fresh.append((group, accepted_at))
+                fresh.append((group, legs))
         self._counters.add("gathered", len(fresh))
         return fresh
 
@@ -380,8 +386,10 @@ class Gatherer:
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
         elif self._selection is not None:
+            self._clock.seen(pointer.group_id, chosen=False)
             self._offer(pointer)
         else:
+            self._clock.seen(pointer.group_id, chosen=True)
             self._scheduler.add(pointer)
 
     def _room(self, publisher: str) -> int:
@@ -402,8 +410,9 @@ class Gatherer:
         self._counters.add("fetched_bytes", len(body))
         self._counters.add("fetched_bodies")
         self._on_accepted(pointer, body)  # the client holds it to serve others (`bodies`)
+        legs = self._clock.legs(pointer.group_id)
         with self._lock:
-            self._inbox.append((group, time.time()))
+            self._inbox.append((group, legs))
             self._inbox_by_peer[pointer.publisher] += 1
         self.rounds.settle(pointer, accepted=True)
         if self._selection is not None:
@@ -419,6 +428,7 @@ class Gatherer:
             self._select()  # its tokens went back to the budget
         self.changed.set()
         self._rejected[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
+        self._clock.forget(pointer.group_id)
         if reason in REVIVABLE:  # a have for it may come later (`_note_have`)
             self._sourceless.setdefault(pointer.group_id, {})[pointer.publisher] = pointer
         self._counters.reject(pointer.publisher, reason)

@@ -72,6 +72,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.holders import HolderBook
+from ftis_swarm.swarm.fetch.legs import LegClock
 from ftis_swarm.swarm.fetch.outcomes import Outcomes, PublisherState
 from ftis_swarm.swarm.fetch.streams import ends_stream, fetch_bodies
 from ftis_swarm.swarm.records import GroupPointer
@@ -87,8 +88,11 @@ class FetchScheduler:
     def __init__(self, *, p2p: P2P, cfg: SwarmConfig, policy: PeerPolicy, counters: SwarmCounters,
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
                  on_reject: Callable[[GroupPointer, str, str], None],
-                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None, seed: str = ""):
-        """`seed` (this node's peer id) orders a round's groups for this node (`_spread`)."""
+                 origin_of: Callable[[str], Optional[str]] = lambda publisher: None, seed: str = "",
+                 clock: Optional[LegClock] = None):
+        """`seed` (this node's peer id) orders a round's groups for this node (`_spread`); `clock` is told
+        when each body's stream took its slot, began on it and had it (`legs`)."""
+        self.clock = clock or LegClock()
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
         self._seed = seed
         self._origin_of = origin_of
@@ -227,19 +231,22 @@ class FetchScheduler:
         if origin is not None:
             self._origin_streams[origin] += 1
         self._counters.add("body_streams")
-        task = asyncio.get_running_loop().create_task(self._stream(batch, state, stranger, origin, source))
+        task = asyncio.get_running_loop().create_task(self._stream(batch, state, stranger, origin, source,
+                                                                   time.time()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _stream(self, batch: list[GroupPointer], state: PublisherState, stranger: bool, origin: Optional[str],
-                      source: str) -> None:
-        """One stream of `batch` from `source`: each answer settled as it comes, the unanswered back to pending."""
+                      source: str, taken: float) -> None:
+        """One stream of `batch` from `source` (its slot taken at unix time `taken`): each answer settled as it
+        comes, the unanswered back to pending."""
         cfg, started, left = self._cfg, time.monotonic(), list(batch)
         answers = fetch_bodies(self._p2p, source, [(p.group_id, p.size) for p in batch], timeout=cfg.fetch_timeout,
                                first_byte_timeout=cfg.first_byte_timeout, min_rate=cfg.min_body_rate)
         try:
             async with contextlib.aclosing(answers):
                 while left:
+                    began = time.time()  # the generator reads the next body only once asked
                     try:
                         _, answer = await anext(answers)  # in the order of `batch`
                     except StopAsyncIteration:
@@ -253,6 +260,7 @@ class FetchScheduler:
                         self._release(left, state, source, pending=True)
                     elif isinstance(answer, bytes):
                         self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
+                        self.clock.fetched(pointer.group_id, started=taken, began=began, received=time.time())
                     if self._outcomes.settle(pointer, state, source, answer):  # its bytes lied: no more from it
                         self._release(left, state, source, pending=True)
         except asyncio.CancelledError:  # the daemon is being replaced (`rewire`): fetch them again afterwards

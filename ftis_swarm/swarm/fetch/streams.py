@@ -41,7 +41,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from typing import AsyncIterator, Callable, Sequence, Union
+from typing import AsyncIterator, Awaitable, Callable, Sequence, TypeVar, Union
 
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
@@ -62,6 +62,21 @@ _LEN_BYTES = 8
 _CHUNK = 1 << 16
 MAX_SERVING_STREAMS = 64
 """Body streams served at once, all requesters together."""
+T = TypeVar("T")
+
+
+TASKLESS_TIMEOUTS = hasattr(asyncio, "timeout")
+"""Python 3.11+: each read's clock is a deadline on the running task (`asyncio.timeout`), not the task of its
+own that `asyncio.wait_for` starts for every read before 3.12 (two more turns of the loop per read, each
+a chance for another thread to take the GIL); 3.10 keeps `wait_for`."""
+
+
+async def _within(awaitable: Awaitable[T], seconds: float) -> T:
+    """`awaitable`'s result, or `asyncio.TimeoutError` once `seconds` passed (see `TASKLESS_TIMEOUTS`)."""
+    if not TASKLESS_TIMEOUTS:
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable
 
 
 class BodyUnavailable(Exception):
@@ -123,7 +138,7 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float,
             if active[peer] >= max_streams_per_peer or sum(active.values()) >= MAX_SERVING_STREAMS:
                 fault = faults.TOO_MANY_STREAMS
                 writer.write(BUSY)
-                await asyncio.wait_for(writer.drain(), first_byte_timeout)
+                await _within(writer.drain(), first_byte_timeout)
                 return
             active[peer] += 1
             try:
@@ -151,10 +166,10 @@ async def serve_bodies(p2p: P2P, store: BodyStore, *, first_byte_timeout: float,
 async def _read_request(reader: asyncio.StreamReader, step: float) -> Union[list[str], str]:
     """The ids of one request, or the requester's fault."""
     try:
-        count = (await asyncio.wait_for(reader.readexactly(1), step))[0]
+        count = (await _within(reader.readexactly(1), step))[0]
         if not 1 <= count <= MAX_BODIES_PER_STREAM:
             return faults.BAD_REQUEST
-        raw = await asyncio.wait_for(reader.readexactly(count * ID_LEN), step)
+        raw = await _within(reader.readexactly(count * ID_LEN), step)
     except asyncio.TimeoutError:
         return faults.SLOW_REQUEST
     try:
@@ -175,14 +190,14 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, st
         found = store.lookup(group_id)
         if found is None or not upload.admit(len(found[0]), held=found[1], now=time.monotonic()):
             writer.write(MISSING if found is None else BUSY)
-            await asyncio.wait_for(writer.drain(), first_byte_timeout)
+            await _within(writer.drain(), first_byte_timeout)
             continue
         body, held = found
         try:
             writer.write(FOUND + len(body).to_bytes(_LEN_BYTES, "big"))
             writer.write(body)
             try:
-                await asyncio.wait_for(writer.drain(), first_byte_timeout + len(body) / min_rate)
+                await _within(writer.drain(), first_byte_timeout + len(body) / min_rate)
             except asyncio.TimeoutError:
                 return faults.SLOW_READER
         finally:
@@ -204,7 +219,7 @@ async def fetch_bodies(p2p: P2P, source: str, wanted: Sequence[tuple[str, int]],
         for index, (group_id, size) in enumerate(wanted):
             budget = min(timeout, 2 * step + size / min_rate)
             try:
-                answer: Answer = await asyncio.wait_for(
+                answer: Answer = await _within(
                     _next_body(p2p, source, wanted, index, stream, step), budget)
             except asyncio.TimeoutError:
                 answer = BodyUnavailable(faults.BODY_STALLED, f"{size} bytes from {source} took over {budget:.1f} s")
@@ -243,7 +258,7 @@ async def _next_body(p2p: P2P, source: str, wanted: Sequence[tuple[str, int]], i
     """The body of `wanted[index]`; opens the stream and sends the request first when `stream` is empty."""
     if not stream:
         try:
-            _, reader, writer = await asyncio.wait_for(
+            _, reader, writer = await _within(
                 p2p.call_binary_stream_handler(PeerID.from_base58(source), BODY_PROTOCOL), step)
         except asyncio.TimeoutError:
             raise BodyUnavailable(faults.BODY_UNREACHABLE, f"no stream to {source} within {step:.1f} s") from None
@@ -255,8 +270,8 @@ async def _next_body(p2p: P2P, source: str, wanted: Sequence[tuple[str, int]], i
     try:
         if index == 0:
             writer.write(encode_request([g for g, _ in wanted]))
-            await asyncio.wait_for(writer.drain(), step)
-        status = await asyncio.wait_for(reader.read(1), step)
+            await _within(writer.drain(), step)
+        status = await _within(reader.read(1), step)
         if not status:
             raise _Closed()
         if status == MISSING:
@@ -265,12 +280,12 @@ async def _next_body(p2p: P2P, source: str, wanted: Sequence[tuple[str, int]], i
             raise BodyUnavailable(faults.BODY_BUSY, f"{source} is serving as many streams or bytes as it allows")
         if status != FOUND:
             raise BodyRefused(faults.BODY_BAD_STATUS, f"{source} answered with status byte {status!r}")
-        length = int.from_bytes(await asyncio.wait_for(reader.readexactly(_LEN_BYTES), step), "big")
+        length = int.from_bytes(await _within(reader.readexactly(_LEN_BYTES), step), "big")
         if length != size:
             raise BodyRefused(faults.SIZE_MISMATCH, f"{source} offers {length} bytes, the pointer says {size}")
         chunks, got = [], 0
         while got < size:
-            chunk = await asyncio.wait_for(reader.read(min(_CHUNK, size - got)), step)
+            chunk = await _within(reader.read(min(_CHUNK, size - got)), step)
             if not chunk:
                 raise BodyUnavailable(faults.BODY_BROKEN, f"the stream from {source} ended after {got} of {size} bytes")
             chunks.append(chunk)
