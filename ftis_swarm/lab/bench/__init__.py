@@ -7,19 +7,26 @@
 - rollout.py         tokens/s of each installed rollout backend and log-prob parity with the learner
 - swarm.py           publish-to-visible latency, groups/s and traffic per peer for N nodes, gossip against
                      polling (swarm_worker.py: one node)
+- scale.py           what one node pays per round at 8 to 64 nodes, with a budget against fetching
+                     everything, holders, bodies per stream (scale_worker.py: several nodes in one process;
+                     scale_legs.py: publish-to-visible in legs at the node that chose a group)
 - e2e.py             a swarm round of real `ftis-node join` processes against a solo round
 - attacks.py         what of each hostile group reaches an update; how fast forgers are caught
+                     (standing.py: a crowd of fresh identities against earned peers on the loopback hub;
+                     crowd.py: the same crowd with daemons of their own over the real swarm)
 - resume.py          a lone node SIGKILLed N times against an undisturbed run (run_compare.py:
                      weights, optimiser and per-round logs compared)
 - pipeline.py        the same lone node with max_staleness 0 against 1 on the same threads: round time,
                      samples learned per second, generate and learn alone with their shares, sync time
 - soak.py            RSS and open files of every process of a testnet over hundreds of rounds
-- hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes)
+- hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes); identities.py:
+                     what identities cost; storage_memory.py: what one record stored for others costs
 - nat_testbed.py     network namespaces behind real MASQUERADE routers (a public segment, two homes,
                      opt-in a control home whose router forwards its port)
 - reach.py           groups between home nodes behind that NAT: relayed against client mode
 - reach_bootstrap.py the swarm after its bootstrap's SIGKILL, newcomers through any live peer (loopback)
 - reach_relay.py     the bootstrap's relay under a hostile relayed pair, honest homes beside it
+- reach_punch.py     whether two relayed homes end up connected directly (hole punching), per testbed variant
 - tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
 
 A bench measures the product, never a copy of it: e2e, resume and soak start real
