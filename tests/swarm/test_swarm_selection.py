@@ -102,9 +102,37 @@ def test_caps_per_peer_and_oversized_groups_cost_nothing():
     choice = sel.choose()
     assert names(choice.chosen) == {"s1": 2}  # 250 tokens per peer: two groups of 100
     assert choice.dropped == huge  # no budget ever takes it: dropped at once, never fetched
-    left = sel.next_gather()
-    assert names(left) == {"s1": 4}  # the offers left out end with the gather
+    assert sel.next_gather() == []  # the offers left stay on offer for the next gather
     assert sel.used() == (200, 2)  # the next gather starts with what is still being fetched
+    sel.open()
+    assert sel.choose().chosen == []  # s1's two in flight hold 200 of its 250 tokens
+    assert names(sel.next_gather()) == {"s1": 4}  # and at its end the four left are dropped
+
+
+def test_an_offer_missed_by_one_draw_is_in_the_next_and_then_ends():
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096,
+                    strangers_share=0.25)  # 100 tokens: one group of 100 a gather
+    sel = _selection({}, budget=budget)
+    _offer(sel, _round("a", groups=1), _round("b", groups=1))
+    sel.open(round=0)
+    first = sel.choose().chosen
+    assert len(first) == 1
+    for p in first:
+        sel.settled(p, accepted=True)
+    assert sel.next_gather() == []  # the one not drawn is carried
+    sel.open(round=1)
+    second = sel.choose().chosen
+    assert len(second) == 1 and {first[0].publisher, second[0].publisher} == {pid("a"), pid("b")}
+    for p in second:
+        sel.settled(p, accepted=True)
+    assert sel.next_gather() == []
+    _offer(sel, _round("c", groups=2))
+    sel.open(round=2)
+    assert names(sel.choose().chosen) == {"c": 1}
+    assert sel.next_gather() == []  # c's other group came in this gather: carried once
+    sel.open(round=3)
+    assert sel.choose().chosen == []  # the budget's 100 tokens hold c's first, still not settled
+    assert names(sel.next_gather()) == {"c": 1}  # then it ends
 
 
 def test_a_refused_body_gives_its_tokens_back_and_an_accepted_one_keeps_them():
@@ -139,7 +167,9 @@ def test_strangers_are_drawn_at_random_seeded_and_every_publisher_is_used_over_a
     def gathers(seed: str, n: int) -> list[list[str]]:
         sel, out = _selection({}, seed=seed, budget=budget), []
         for g in range(n):
-            _offer(sel, *(_round(p, groups=2, round=g, at=1000.0 * (g + 1)) for p in publishers))
+            for pointers in (_round(p, groups=2, round=g, at=1000.0 * (g + 1)) for p in publishers):
+                for pointer in pointers:  # a newer round replaces the offers carried from the last gather
+                    sel.offer(pointer)
             sel.open()
             chosen = sel.choose().chosen
             for p in chosen:

@@ -147,7 +147,8 @@ class Gatherer:
             self._scheduler.schedule()
 
     async def close_gather(self) -> tuple[int, int]:
-        """The gather ended: drops the offers left; (tokens, groups) it chose, refusals not counted."""
+        """The gather ended: drops the offers left since the gather before (the later ones stay on offer
+        for the next: `Selection.next_gather`); (tokens, groups) it chose, refusals not counted."""
         if self._selection is None:
             return 0, 0
         used = self._selection.used()

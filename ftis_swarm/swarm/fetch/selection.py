@@ -18,9 +18,15 @@ by the intake's own rule (`peers/intake.py`), the budget split in the same two p
 Every choice keeps the budget's caps: `max_tokens` and `max_groups` for the update, and
 `max_tokens_per_peer` and `max_groups_per_peer` per publisher, counting the completion
 tokens each pointer signs (a body with other counts is refused as `pointer_mismatch`).
-A group never chosen costs nothing: not fetched, not charged; at the end of the gather
-(`next_gather`) the offers left are dropped (`not_chosen`), and a newer round of a
-publisher drops its older offers. A chosen group whose body is refused gives its tokens
+A group never chosen costs nothing: not fetched, not charged. An offer left at the end of
+a gather (`next_gather`) stays on offer for the next gather too, then is dropped
+(`not_chosen`); a newer round of its publisher drops it sooner. Without that carry the
+strangers' draw would be first-come in phase: a gather's draw would see only the
+publishers whose round ended since the last gather closed, and one whose rounds end in
+step with the gathers would miss draw after draw (measured with 4 peers: a peer's offers
+were missing at 1 gather opening in 3, and a restarted peer went 9 and 10 rounds unused,
+`tests/node/test_node_churn.py`). With it every live publisher with a round this gather
+or the last one is in the draw. A chosen group whose body is refused gives its tokens
 back. Two nodes draw differently, so over a run every honest publisher's groups are used
 by someone (docs/scale.md).
 
@@ -56,12 +62,15 @@ class Selection:
     """The offers and the budget of the current gather (see the module docstring)."""
 
     def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float],
-                 origin_of: Optional[OriginOf] = None):
+                 origin_of: Optional[OriginOf] = None, carry: int = 1):
+        """`carry`: gathers an offer not chosen stays on offer after the one it came in (module docstring)."""
         self.budget = budget
+        self._carry = carry
         self._seed, self._score, self._origin_of = seed, score, origin_of
         earned, strangers = budget.parts()
         self._parts = {True: (earned.tokens, earned.groups), False: (strangers.tokens, strangers.groups)}
         self._offers: dict[str, dict[str, GroupPointer]] = {}  # publisher -> group id -> pointer (newest round)
+        self._offered_in: dict[str, int] = {}  # group id on offer -> the gather it came in
         self._in_flight: dict[str, GroupPointer] = {}
         self._tokens_of: Counter[str] = Counter()
         self._groups_of: Counter[str] = Counter()
@@ -80,7 +89,9 @@ class Selection:
             return [pointer]  # a round older than the one on offer
         for p in older:
             del held[p.group_id]
+            self._offered_in.pop(p.group_id, None)
         held[pointer.group_id] = pointer
+        self._offered_in.setdefault(pointer.group_id, self._gathers)
         return older
 
     def open(self, round: Optional[int] = None) -> None:
@@ -95,6 +106,7 @@ class Selection:
         for publisher, held in list(self._offers.items()):  # offers no budget can ever take
             for p in [p for p in held.values() if not self._could_ever_fit(p)]:
                 del held[p.group_id]
+                self._offered_in.pop(p.group_id, None)
                 out.dropped.append(p)
         earned = sorted((p for p in self._offers if self._score(p) > 0), key=lambda p: (-self._score(p), p))
         for publisher in earned:
@@ -124,10 +136,17 @@ class Selection:
         return len(self._in_flight)
 
     def next_gather(self) -> list[GroupPointer]:
-        """Ends the gather: returns the offers left (dropped), and starts the next one's budget
-        with what is still being fetched."""
-        dropped = [p for held in self._offers.values() for p in held.values()]
-        self._offers.clear()
+        """Ends the gather: returns the offers dropped (those that came in `carry` gathers ago or
+        earlier; the later ones stay on offer), and starts the next one's budget with what is
+        still being fetched."""
+        dropped = []
+        for publisher, held in list(self._offers.items()):
+            for p in [p for p in held.values() if self._offered_in[p.group_id] + self._carry <= self._gathers]:
+                del held[p.group_id]
+                del self._offered_in[p.group_id]
+                dropped.append(p)
+            if not held:
+                del self._offers[publisher]
         self._tokens_of.clear()
         self._groups_of.clear()
         self._tier_tokens.clear()
@@ -163,6 +182,7 @@ class Selection:
 
     def _choose(self, pointer: GroupPointer, out: Choice, *, earned: bool) -> None:
         del self._offers[pointer.publisher][pointer.group_id]
+        self._offered_in.pop(pointer.group_id, None)
         self._in_flight[pointer.group_id] = pointer
         self._tier_of[pointer.group_id] = earned
         self._count(pointer, earned)
