@@ -226,3 +226,27 @@ def test_the_swarm_fetches_for_the_strangers_share_exactly_what_the_intake_takes
         by_origin = Counter(origins.get(g.sender, g.sender) for g in taken.kept)
         # three origins (the crowd's, lone-0's, and lone-1 alone: none known) take turns: 12 identities, 2 of 5
         assert sorted(by_origin.values()) == [1, 2, 2] and by_origin["10.0.0.0/24"] <= 2
+
+
+def test_a_carried_offer_is_drawn_only_with_the_strangers_and_an_earned_peers_leftovers_end():
+    scores: dict[str, float] = {}
+    budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096,
+                    strangers_share=0.25)  # strangers: 100 tokens, one group of 100; earned: three
+    sel = _selection(scores, budget=budget)
+    _offer(sel, _round("x", groups=2))
+    sel.open(round=0)
+    first = sel.choose().chosen
+    assert names(first) == {"x": 1}
+    sel.settled(first[0], accepted=True)
+    assert sel.next_gather() == []  # x's other group is carried
+    scores["x"] = 1.0  # x earns credit
+    assert sel.choose().chosen == []  # the carried offer is not the earned tier's: it waits for the draw
+    fresh = _round("e", groups=4, at=2000.0)
+    scores["e"] = 2.0
+    _offer(sel, fresh)
+    assert names(sel.choose().chosen) == {"e": 3}  # a fresh earned offer is taken on arrival, within 300
+    sel.open(round=1)
+    drawn = names(sel.choose().chosen)  # one strangers' turn: x's carried offer, or e's fourth left over
+    assert sum(drawn.values()) == 1 and set(drawn) <= {"x", "e"}
+    # x's offer has had its two gathers; e's leftover is an earned peer's: never carried
+    assert names(sel.next_gather()) == Counter({"x": 1, "e": 1}) - drawn
