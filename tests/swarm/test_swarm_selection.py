@@ -9,6 +9,7 @@ from collections import Counter
 
 import base58
 import numpy as np
+import pytest
 
 from ftis_swarm.peers.intake import Budget, PeerIntake
 from ftis_swarm.swarm.fetch.selection import Selection
@@ -228,11 +229,12 @@ def test_the_swarm_fetches_for_the_strangers_share_exactly_what_the_intake_takes
         assert sorted(by_origin.values()) == [1, 2, 2] and by_origin["10.0.0.0/24"] <= 2
 
 
-def test_a_carried_offer_is_drawn_only_with_the_strangers_and_an_earned_peers_leftovers_end():
+@pytest.mark.parametrize("seed", ["me", "z"])
+def test_a_carried_offer_is_drawn_only_with_the_strangers_even_an_earned_peers(seed):
     scores: dict[str, float] = {}
     budget = Budget(max_groups=64, max_groups_per_peer=16, max_tokens=400, max_tokens_per_peer=400, context=4096,
                     strangers_share=0.25)  # strangers: 100 tokens, one group of 100; earned: three
-    sel = _selection(scores, budget=budget)
+    sel = _selection(scores, budget=budget, seed=seed)
     _offer(sel, _round("x", groups=2))
     sel.open(round=0)
     first = sel.choose().chosen
@@ -244,9 +246,17 @@ def test_a_carried_offer_is_drawn_only_with_the_strangers_and_an_earned_peers_le
     fresh = _round("e", groups=4, at=2000.0)
     scores["e"] = 2.0
     _offer(sel, fresh)
-    assert names(sel.choose().chosen) == {"e": 3}  # a fresh earned offer is taken on arrival, within 300
+    earned = sel.choose().chosen
+    assert names(earned) == {"e": 3}  # a fresh earned offer is taken on arrival, within 300
     sel.open(round=1)
-    drawn = names(sel.choose().chosen)  # one strangers' turn: x's carried offer, or e's fourth left over
+    chosen = sel.choose().chosen
+    for p in earned + chosen:
+        sel.settled(p, accepted=True)
+    drawn = names(chosen)  # one strangers' turn: x's carried offer, or e's fourth left over
     assert sum(drawn.values()) == 1 and set(drawn) <= {"x", "e"}
-    # x's offer has had its two gathers; e's leftover is an earned peer's: never carried
-    assert names(sel.next_gather()) == Counter({"x": 1, "e": 1}) - drawn
+    assert names(sel.next_gather()) == Counter({"x": 1}) - drawn  # x's had its two gathers; e's is carried
+    assert drawn == {"me": {"e": 1}, "z": {"x": 1}}[seed]  # the seeded draw: each case once
+    if drawn["e"] == 0:
+        assert names(sel.choose().chosen) == {}  # carried: not the earned tier's any more
+        sel.open(round=2)
+        assert names(sel.choose().chosen) == {"e": 1}  # but in the next draw

@@ -18,21 +18,20 @@ by the intake's own rule (`peers/intake.py`), the budget split in the same two p
 Every choice keeps the budget's caps: `max_tokens` and `max_groups` for the update, and
 `max_tokens_per_peer` and `max_groups_per_peer` per publisher, counting the completion
 tokens each pointer signs (a body with other counts is refused as `pointer_mismatch`).
-A group never chosen costs nothing: not fetched, not charged. A stranger's offer left at
-the end of a gather (`next_gather`) stays on offer for the next gather too, then is dropped
+A group never chosen costs nothing: not fetched, not charged. An offer left at the end of
+a gather (`next_gather`) stays on offer for the next gather too, then is dropped
 (`not_chosen`); a newer round of its publisher drops it sooner. Without that carry the
 strangers' draw would be first-come in phase: a gather's draw would see only the
 publishers whose round ended since the last gather closed, and one whose rounds end in
 step with the gathers would miss draw after draw (measured with 4 peers: a peer's offers
 were missing at 1 gather opening in 3, and a restarted peer went 9 and 10 rounds unused,
-`tests/node/test_node_churn.py`). With it every live stranger with a round this gather or
-the last one is in the draw. An earned peer's offers left over are dropped at the end of
-the gather, and a stranger's carried offer is drawn only among strangers even if its
-publisher has earned credit since: the earned tier is taken on arrival, highest score
-first, and a carry would only make it a queue of the last round's leftovers (measured:
-`bench scale` at 8 nodes, where every peer earns credit after its first round, with the
-carry on both tiers the chosen groups' publish-to-visible p50 went from 155 ms to
-2,568 ms, the leftovers taken a gather late). A chosen group whose body is refused gives its tokens
+`tests/node/test_node_churn.py`). With it every live publisher with a round this gather
+or the last one is in the draw. A carried offer is drawn only in the strangers' draw, even
+an earned peer's: the earned tier takes offers on arrival, highest score first, and a
+carry into it would make it a queue of the last round's leftovers (measured: `bench
+scale` at 8 nodes, where every peer earns credit after its first round, with carried
+offers in the earned tier the chosen groups' publish-to-visible p50 went from 155 ms to
+2,568 ms). A chosen group whose body is refused gives its tokens
 back. Two nodes draw differently, so over a run every honest publisher's groups are used
 by someone (docs/scale.md).
 
@@ -142,13 +141,12 @@ class Selection:
         return len(self._in_flight)
 
     def next_gather(self) -> list[GroupPointer]:
-        """Ends the gather: returns the offers dropped (an earned peer's, and a stranger's that came
-        in `carry` gathers ago or earlier; a later stranger's stays on offer), and starts the next
+        """Ends the gather: returns the offers dropped (those that came in `carry` gathers ago or
+        earlier; the later ones stay on offer, for the strangers' draw only), and starts the next
         one's budget with what is still being fetched."""
         dropped = []
         for publisher, held in list(self._offers.items()):
-            earned = self._score(publisher) > 0  # taken on arrival by score: a carry would only queue leftovers
-            for p in [p for p in held.values() if earned or self._offered_in[p.group_id] + self._carry <= self._gathers]:
+            for p in [p for p in held.values() if self._offered_in[p.group_id] + self._carry <= self._gathers]:
                 del held[p.group_id]
                 del self._offered_in[p.group_id]
                 dropped.append(p)
