@@ -67,10 +67,8 @@ class Selection:
     """The offers and the budget of the current gather (see the module docstring)."""
 
     def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float],
-                 origin_of: Optional[OriginOf] = None, carry: int = 1):
-        """`carry`: gathers an offer not chosen stays on offer after the one it came in (module docstring)."""
+                 origin_of: Optional[OriginOf] = None):
         self.budget = budget
-        self._carry = carry
         self._seed, self._score, self._origin_of = seed, score, origin_of
         earned, strangers = budget.parts()
         self._parts = {True: (earned.tokens, earned.groups), False: (strangers.tokens, strangers.groups)}
@@ -88,14 +86,13 @@ class Selection:
 
     def offer(self, pointer: GroupPointer) -> list[GroupPointer]:
         """Adds a screened pointer; returns the offers it makes obsolete (an older round of its publisher)."""
-        held = self._offers.setdefault(pointer.publisher, {})
+        held = self._offers.get(pointer.publisher, {})
         older = [p for p in held.values() if p.round != pointer.round and p.created_at <= pointer.created_at]
         if any(p.round != pointer.round and p.created_at > pointer.created_at for p in held.values()):
             return [pointer]  # a round older than the one on offer
         for p in older:
-            del held[p.group_id]
-            self._offered_in.pop(p.group_id, None)
-        held[pointer.group_id] = pointer
+            self._withdraw(p)
+        self._offers.setdefault(pointer.publisher, {})[pointer.group_id] = pointer
         self._offered_in.setdefault(pointer.group_id, self._gathers)
         return older
 
@@ -110,8 +107,7 @@ class Selection:
         out = Choice()
         for publisher, held in list(self._offers.items()):  # offers no budget can ever take
             for p in [p for p in held.values() if not self._could_ever_fit(p)]:
-                del held[p.group_id]
-                self._offered_in.pop(p.group_id, None)
+                self._withdraw(p)
                 out.dropped.append(p)
         earned = sorted((p for p in self._offers if self._score(p) > 0), key=lambda p: (-self._score(p), p))
         for publisher in earned:
@@ -141,17 +137,13 @@ class Selection:
         return len(self._in_flight)
 
     def next_gather(self) -> list[GroupPointer]:
-        """Ends the gather: returns the offers dropped (those that came in `carry` gathers ago or
-        earlier; the later ones stay on offer, for the strangers' draw only), and starts the next
-        one's budget with what is still being fetched."""
-        dropped = []
-        for publisher, held in list(self._offers.items()):
-            for p in [p for p in held.values() if self._offered_in[p.group_id] + self._carry <= self._gathers]:
-                del held[p.group_id]
-                del self._offered_in[p.group_id]
-                dropped.append(p)
-            if not held:
-                del self._offers[publisher]
+        """Ends the gather: returns the offers dropped (those that came in before it; the ones
+        that came in during it stay on offer for the next, for the strangers' draw only), and
+        starts the next one's budget with what is still being fetched."""
+        dropped = [p for held in self._offers.values() for p in held.values()
+                   if self._offered_in[p.group_id] < self._gathers]
+        for p in dropped:
+            self._withdraw(p)
         self._tokens_of.clear()
         self._groups_of.clear()
         self._tier_tokens.clear()
@@ -185,9 +177,16 @@ class Selection:
         """A publisher's offers, oldest first."""
         return sorted(self._offers.get(publisher, {}).values(), key=lambda g: (g.created_at, g.group_id))
 
+    def _withdraw(self, pointer: GroupPointer) -> None:
+        """Takes an offer off offer (chosen, dropped or replaced)."""
+        held = self._offers[pointer.publisher]
+        del held[pointer.group_id]
+        del self._offered_in[pointer.group_id]
+        if not held:  # a publisher with nothing on offer is not kept
+            del self._offers[pointer.publisher]
+
     def _choose(self, pointer: GroupPointer, out: Choice, *, earned: bool) -> None:
-        del self._offers[pointer.publisher][pointer.group_id]
-        self._offered_in.pop(pointer.group_id, None)
+        self._withdraw(pointer)
         self._in_flight[pointer.group_id] = pointer
         self._tier_of[pointer.group_id] = earned
         self._count(pointer, earned)
