@@ -33,7 +33,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import BoundedSerializer
-from ftis_swarm.swarm.errors import SwarmError
+from ftis_swarm.swarm.errors import PeersUnreachable, SwarmError
 from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.identity import NodeIdentity
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
@@ -139,7 +139,7 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
         )
     except P2PDaemonError as exc:
         if cfg.peers and "bootstrap peers" in str(exc):
-            raise SwarmError(f"none of the --peers could be reached ({', '.join(cfg.peers)})") from exc
+            raise PeersUnreachable(f"none of the --peers could be reached ({', '.join(cfg.peers)})") from exc
         raise SwarmError(f"the libp2p daemon did not start on {cfg.host}:{cfg.port}: {exc}") from exc
     try:
         node = await DHTNode.create(
@@ -251,6 +251,21 @@ class PeerHandle:
             self.identity.close()
 
 
+def visible_maddrs(loop: LoopThread, node: DHTNode) -> list[str]:
+    """The multiaddrs p2pd now tells peers to dial this node at (refreshed), [] while it has none.
+
+    A relayed daemon announces only relay circuits, so until its first slot is reserved it
+    has no address at all, and hivemind raises ValueError for that: here it is a fact to
+    wait out (`_wait_for_relay_slot`), not a failed start.
+    """
+    try:
+        return [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+    except ValueError as exc:
+        if "No multiaddrs" not in str(exc):
+            raise
+        return []
+
+
 def _wait_for_relay_slot(loop: LoopThread, node: DHTNode, maddrs: list[str], *, wait: float) -> list[str]:
     """The node's visible multiaddrs once one is a relay circuit (a slot reserved), or after `wait` seconds.
 
@@ -260,7 +275,7 @@ def _wait_for_relay_slot(loop: LoopThread, node: DHTNode, maddrs: list[str], *, 
     started = time.monotonic()
     while not any(reach.CIRCUIT in m for m in maddrs) and time.monotonic() - started < wait:
         time.sleep(RELAY_CHECK_EVERY)
-        maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+        maddrs = visible_maddrs(loop, node)
     if any(reach.CIRCUIT in m for m in maddrs):
         logger.info("reserved a relay slot in %.1f s: other NAT'd peers can fetch this node's groups",
                     time.monotonic() - started)
@@ -295,13 +310,43 @@ def open_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy = ALLOW_
         mode, answers = _probe_reachability(cfg, thread_name=thread_name)
         cfg = cfg.model_copy(update={"reachability": mode})
         first_check = cfg.reach_recheck_every
-    handle = _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
+        handle = _start_after_probe(cfg, thread_name=thread_name, policy=policy, counters=counters)
+    else:
+        handle = _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
     handle.reach = Reachability(configured=configured, mode=handle.mode, decided_by=_decided_by(configured, cfg))
     if first_check:
         handle.reach.record_check(**answers)
         handle.reach.decided_by = "dial-back" if answers["answered"] else "dial-back unanswered"
     _start_services(handle, first_check=first_check)
     return handle
+
+
+AFTER_PROBE_PAUSES = (1.0, 3.0)
+"""Seconds to wait before starting the node's daemon again when it reached none of the peers
+that the probe's daemon, on the same port, reached a moment before (a pause before each retry)."""
+
+
+def _start_after_probe(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,
+                       counters: Optional[SwarmCounters]) -> PeerHandle:
+    """`_start_peer` for the daemon that follows a dial-back probe on the same port.
+
+    The probe's daemon reached the peers, so a start that reaches none of them a moment
+    later failed for a passing reason, not for peers that are gone. CI saw it once in many
+    runs behind NAT, within a second of the start; the cause is not pinned down (the new
+    daemon dials the same peers from the same port while the probe's connections close).
+    It is tried again after each of `AFTER_PROBE_PAUSES`, with a WARNING, before the error
+    goes to the user.
+    """
+    for pause in (*AFTER_PROBE_PAUSES, None):
+        try:
+            return _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
+        except PeersUnreachable as exc:
+            if pause is None:
+                raise
+            logger.warning("reachability auto: the daemon reached none of the peers the probe reached a moment "
+                           "ago (%s); starting it again in %.1f s", exc, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable: the last pass returns or raises")
 
 
 def _start_services(handle: PeerHandle, *, first_check: float) -> None:
@@ -358,7 +403,7 @@ def _restart(handle: PeerHandle, cfg: SwarmConfig) -> None:
                                               checker=handle.checker, policy=handle.policy,
                                               counters=handle.counters), timeout=cfg.join_timeout + 10.0)
     try:
-        maddrs = [str(m) for m in handle.loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+        maddrs = visible_maddrs(handle.loop, node)
         if cfg.reach_mode == "relayed" and cfg.peers:
             maddrs = _wait_for_relay_slot(handle.loop, node, maddrs, wait=cfg.relay_wait)
         handle.node, handle.origins, handle.visible_maddrs, handle.cfg = node, origins, maddrs, cfg
@@ -420,7 +465,7 @@ def _start_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,
                                 max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew)
         node, origins = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
                                            counters=counters), timeout=cfg.join_timeout + 10.0)
-        maddrs = [str(m) for m in loop.run(node.get_visible_maddrs(latest=True), timeout=10.0)]
+        maddrs = visible_maddrs(loop, node)
         if cfg.reach_mode == "relayed" and cfg.peers:
             maddrs = _wait_for_relay_slot(loop, node, maddrs, wait=cfg.relay_wait)
     except TimeoutError as exc:

@@ -3,6 +3,7 @@ behaviour itself: test_swarm_nat.py)."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 
@@ -230,3 +231,88 @@ def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switch
         assert client.gather(0.5) == []
     finally:
         client.shutdown()
+
+
+@pytest.mark.net
+def test_a_relayed_node_without_an_address_yet_waits_for_its_slot_instead_of_failing(caplog) -> None:
+    """A relayed daemon announces only circuits; its public-looking address is dropped, and with a bootstrap
+    that relays nothing it never has one. hivemind's ValueError for that ended the start before."""
+    from record_peers import PUZZLE
+
+    from ftis_swarm.swarm import runtime
+
+    boot = runtime.open_peer(SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, relay_service=False),
+                             thread_name="noaddr-boot")
+    try:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cfg = SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, reachability="relayed",
+                          peers=boot.visible_maddrs, relay_wait=1.0, port=port, announce=[f"/ip4/11.0.0.9/tcp/{port}"])
+        with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.runtime"):
+            node = runtime.open_peer(cfg, thread_name="noaddr-node")
+        try:
+            assert (node.mode, node.visible_maddrs) == ("relayed", [])
+            assert any("no relay slot on the bootstrap peers after 1 s" in r.getMessage() for r in caplog.records)
+            assert runtime.visible_maddrs(node.loop, node.node) == []  # still none, still no error
+        finally:
+            node.close()
+    finally:
+        boot.close()
+
+
+def _unreachable_first(times: int, start_dht, calls: list[str]):
+    """`runtime.start_dht`, but the first `times` daemons not in client mode (not a probe) reach no peer."""
+    from ftis_swarm.swarm.errors import PeersUnreachable
+
+    async def start(cfg, **kwargs):
+        calls.append(cfg.reach_mode)
+        if cfg.reach_mode != "client" and sum(mode != "client" for mode in calls) <= times:
+            raise PeersUnreachable("none of the --peers could be reached (a test's refusal)")
+        return await start_dht(cfg, **kwargs)
+
+    return start
+
+
+@pytest.mark.net
+def test_the_daemon_after_a_probe_starts_again_when_it_reaches_no_peer_and_a_configured_one_does_not(
+        monkeypatch, caplog) -> None:
+    """In process, on loopback: the probe reached the bootstrap, so the node's own daemon is tried again
+    (`AFTER_PROBE_PAUSES`) before its failure goes to the user; without a probe there is nothing to retry."""
+    from record_peers import PUZZLE
+
+    from ftis_swarm.swarm import runtime
+    from ftis_swarm.swarm.errors import PeersUnreachable
+
+    monkeypatch.setattr(runtime, "AFTER_PROBE_PAUSES", (0.1, 0.2))
+    real_start = runtime.start_dht
+    boot = runtime.open_peer(SwarmConfig(host="127.0.0.1", run_id="retry", puzzle=PUZZLE), thread_name="retry-boot")
+    try:
+        cfg = SwarmConfig(host="127.0.0.1", run_id="retry", puzzle=PUZZLE, peers=boot.visible_maddrs)
+        calls: list[str] = []
+        monkeypatch.setattr(runtime, "start_dht", _unreachable_first(2, real_start, calls))
+        with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.runtime"):
+            node = runtime.open_peer(cfg, thread_name="retry-node")
+        try:
+            assert calls == ["client", "public", "public", "public"]  # the probe, two refusals, the start
+            snap = node.reach.snapshot()
+            assert (snap["mode"], snap["decided_by"], snap["dialback"]["reached"]) == ("public", "dial-back", 1)
+            retries = [r for r in caplog.records if "reached none of the peers the probe reached" in r.getMessage()]
+            assert [r.levelno for r in retries] == [logging.WARNING, logging.WARNING]
+            assert boot.peer_id in node.askable_peers()
+        finally:
+            node.close()
+
+        calls.clear()
+        monkeypatch.setattr(runtime, "start_dht", _unreachable_first(3, real_start, calls))
+        with pytest.raises(PeersUnreachable, match="could be reached"):  # three in a row: the user hears of it
+            runtime.open_peer(cfg, thread_name="retry-node")
+        assert calls == ["client", "public", "public", "public"]
+
+        calls.clear()
+        monkeypatch.setattr(runtime, "start_dht", _unreachable_first(1, real_start, calls))
+        with pytest.raises(PeersUnreachable):
+            runtime.open_peer(cfg.model_copy(update={"reachability": "public"}), thread_name="retry-node")
+        assert calls == ["public"]  # configured public: no probe, so no retry
+    finally:
+        boot.close()
