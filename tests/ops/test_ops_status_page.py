@@ -87,7 +87,10 @@ def test_status_page_loads_shows_the_nodes_and_updates(tmp_path):
                       lambda: other[-8:] in browser.find_element(By.ID, "peers").text and
                       browser.find_element(By.ID, "peers").text, 300)
         assert "score" in peers and "refused" in peers
-        assert "ckpt-" in browser.find_element(By.ID, "disk").text
+        # the first checkpoint comes after round `checkpoint_every` (5), which the page may not have reached yet
+        disk = _wait("a checkpoint in the disk table", lambda: "ckpt-" in browser.find_element(By.ID, "disk").text and
+                     browser.find_element(By.ID, "disk").text, 300, proc)
+        assert re.search(r"ckpt-\S* \(round \d+\)", disk), disk
         reach = browser.find_element(By.ID, "reachability").text  # on loopback the bootstrap dials each node back
         assert "public" in reach and "dial-back" in reach and "yes" in reach and "peers dialed port" in reach
         # updates without a reload: a later round appears on the same page
