@@ -337,16 +337,14 @@ def _start_after_probe(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy
     It is tried again after each of `AFTER_PROBE_PAUSES`, with a WARNING, before the error
     goes to the user.
     """
-    for pause in (*AFTER_PROBE_PAUSES, None):
+    for pause in AFTER_PROBE_PAUSES:
         try:
             return _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
         except PeersUnreachable as exc:
-            if pause is None:
-                raise
             logger.warning("reachability auto: the daemon reached none of the peers the probe reached a moment "
                            "ago (%s); starting it again in %.1f s", exc, pause)
             time.sleep(pause)
-    raise AssertionError("unreachable: the last pass returns or raises")
+    return _start_peer(cfg, thread_name=thread_name, policy=policy, counters=counters)
 
 
 def _start_services(handle: PeerHandle, *, first_check: float) -> None:

@@ -244,9 +244,7 @@ def test_a_relayed_node_without_an_address_yet_waits_for_its_slot_instead_of_fai
     boot = runtime.open_peer(SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, relay_service=False),
                              thread_name="noaddr-boot")
     try:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = runtime._free_port("127.0.0.1")
         cfg = SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, reachability="relayed",
                           peers=boot.visible_maddrs, relay_wait=1.0, port=port, announce=[f"/ip4/11.0.0.9/tcp/{port}"])
         with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.runtime"):
