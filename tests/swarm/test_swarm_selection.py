@@ -260,3 +260,47 @@ def test_a_carried_offer_is_drawn_only_with_the_strangers_even_an_earned_peers(s
         assert names(sel.choose().chosen) == {}  # carried: not the earned tier's any more
         sel.open(round=2)
         assert names(sel.choose().chosen) == {"e": 1}  # but in the next draw
+
+
+def test_the_same_group_id_from_two_publishers_is_two_offers_and_none_breaks_the_book():
+    """A pointer that names a group id another publisher has on offer (issue 38's remote crash: a KeyError
+    in `_withdraw` or `next_gather` ended the node) is an offer of its own: chosen, carried, dropped and
+    settled apart from the genuine one, and neither's way out touches the other's."""
+    budget = Budget(max_groups=1, max_groups_per_peer=1, max_tokens=100, max_tokens_per_peer=100, context=4096,
+                    strangers_share=1.0)  # one group a gather: the rest is carried, then dropped
+    sel = _selection({}, budget=budget)
+    honest = _round("honest", groups=2)
+    copier = [p.copy(update={"publisher": pid("copier")}) for p in honest]
+    NAMES[pid("copier")] = "copier"
+    _offer(sel, honest, copier)
+    seen = Counter()
+    for gather in range(3):
+        sel.open(round=gather)
+        choice = sel.choose()
+        for p in choice.chosen:
+            seen[(NAMES[p.publisher], p.group_id)] += 1
+            sel.settled(p, accepted=NAMES[p.publisher] == "honest")
+        for p in choice.dropped + sel.next_gather():
+            seen[(NAMES[p.publisher], p.group_id)] += 1
+    assert len(seen) == 4 and set(seen.values()) == {1}  # each offer left exactly once, whichever way
+    assert sel.in_flight() == 0 and sel.used() == (0, 0)
+    sel.open(round=3)
+    assert sel.choose().chosen == [] and sel.next_gather() == []  # nothing left behind in any table
+
+
+def test_a_refused_copy_gives_back_its_own_tokens_not_the_genuine_offers():
+    budget = Budget(max_groups=4, max_groups_per_peer=4, max_tokens=400, max_tokens_per_peer=400, context=4096,
+                    strangers_share=1.0)
+    sel = _selection({}, budget=budget)
+    [genuine] = _round("honest2", groups=1)
+    copy = genuine.copy(update={"publisher": pid("copier2")})
+    NAMES[pid("copier2")] = "copier2"
+    _offer(sel, [genuine], [copy])
+    sel.open()
+    assert names(sel.choose().chosen) == {"honest2": 1, "copier2": 1}
+    sel.settled(copy, accepted=False)  # its body names another sender: `sender_mismatch`
+    assert sel.used() == (100, 1) and sel.in_flight() == 1
+    sel.settled(copy, accepted=False)  # settled twice: nothing more given back
+    assert sel.used() == (100, 1)
+    sel.settled(genuine, accepted=True)
+    assert sel.used() == (100, 1) and sel.in_flight() == 0

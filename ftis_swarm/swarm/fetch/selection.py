@@ -55,6 +55,13 @@ from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm.records import GroupPointer
 
 
+_Key = tuple[str, str]  # (publisher, group id): one offer; the same id from two publishers is two offers
+
+
+def _key(pointer: GroupPointer) -> _Key:
+    return pointer.publisher, pointer.group_id
+
+
 @dataclasses.dataclass
 class Choice:
     """What one `choose` decided: groups to fetch now, and offers dropped for good."""
@@ -73,11 +80,11 @@ class Selection:
         earned, strangers = budget.parts()
         self._parts = {True: (earned.tokens, earned.groups), False: (strangers.tokens, strangers.groups)}
         self._offers: dict[str, dict[str, GroupPointer]] = {}  # publisher -> group id -> pointer (newest round)
-        self._offered_in: dict[str, int] = {}  # group id on offer -> the gather it came in
-        self._in_flight: dict[str, GroupPointer] = {}
+        self._offered_in: dict[_Key, int] = {}  # offer -> the gather it came in
+        self._in_flight: dict[_Key, GroupPointer] = {}
         self._tokens_of: Counter[str] = Counter()
         self._groups_of: Counter[str] = Counter()
-        self._tier_of: dict[str, bool] = {}  # group id -> chosen in the earned part (True) or the strangers'
+        self._tier_of: dict[_Key, bool] = {}  # chosen offer -> chosen in the earned part (True) or the strangers'
         self._tier_tokens: Counter[bool] = Counter()
         self._tier_groups: Counter[bool] = Counter()
         self._gathers = 0
@@ -93,7 +100,7 @@ class Selection:
         for p in older:
             self._withdraw(p)
         self._offers.setdefault(pointer.publisher, {})[pointer.group_id] = pointer
-        self._offered_in.setdefault(pointer.group_id, self._gathers)
+        self._offered_in.setdefault(_key(pointer), self._gathers)
         return older
 
     def open(self, round: Optional[int] = None) -> None:
@@ -112,7 +119,7 @@ class Selection:
         earned = sorted((p for p in self._offers if self._score(p) > 0), key=lambda p: (-self._score(p), p))
         for publisher in earned:
             for pointer in self._queue(publisher):
-                if self._offered_in[pointer.group_id] == self._gathers and self._fits(pointer, earned=True):
+                if self._offered_in[_key(pointer)] == self._gathers and self._fits(pointer, earned=True):
                     self._choose(pointer, out, earned=True)
         if self._open:  # earned offers left over too: a scored peer without standing is the intake's stranger
             offers = [g for p in sorted(self._offers) for g in self._queue(p)]
@@ -124,9 +131,12 @@ class Selection:
 
     def settled(self, pointer: GroupPointer, *, accepted: bool) -> None:
         """A chosen group's body was accepted, or refused (its tokens go back to the budget)."""
-        if self._in_flight.pop(pointer.group_id, None) is None or accepted:
+        key = _key(pointer)
+        if self._in_flight.pop(key, None) is None:
             return
-        tier = self._tier_of.pop(pointer.group_id)
+        tier = self._tier_of.pop(key)
+        if accepted:
+            return
         self._tokens_of[pointer.publisher] -= pointer.tokens or 0
         self._groups_of[pointer.publisher] -= 1
         self._tier_tokens[tier] -= pointer.tokens or 0
@@ -141,16 +151,16 @@ class Selection:
         that came in during it stay on offer for the next, for the strangers' draw only), and
         starts the next one's budget with what is still being fetched."""
         dropped = [p for held in self._offers.values() for p in held.values()
-                   if self._offered_in[p.group_id] < self._gathers]
+                   if self._offered_in[_key(p)] < self._gathers]
         for p in dropped:
             self._withdraw(p)
         self._tokens_of.clear()
         self._groups_of.clear()
         self._tier_tokens.clear()
         self._tier_groups.clear()
-        self._tier_of = {gid: self._tier_of[gid] for gid in self._in_flight}
-        for p in self._in_flight.values():
-            self._count(p, self._tier_of[p.group_id])
+        self._tier_of = {key: self._tier_of[key] for key in self._in_flight}
+        for key, p in self._in_flight.items():
+            self._count(p, self._tier_of[key])
         self._gathers += 1
         self._open = False
         return dropped
@@ -181,14 +191,14 @@ class Selection:
         """Takes an offer off offer (chosen, dropped or replaced)."""
         held = self._offers[pointer.publisher]
         del held[pointer.group_id]
-        del self._offered_in[pointer.group_id]
+        del self._offered_in[_key(pointer)]
         if not held:  # a publisher with nothing on offer is not kept
             del self._offers[pointer.publisher]
 
     def _choose(self, pointer: GroupPointer, out: Choice, *, earned: bool) -> None:
         self._withdraw(pointer)
-        self._in_flight[pointer.group_id] = pointer
-        self._tier_of[pointer.group_id] = earned
+        self._in_flight[_key(pointer)] = pointer
+        self._tier_of[_key(pointer)] = earned
         self._count(pointer, earned)
         out.chosen.append(pointer)
 
