@@ -29,7 +29,7 @@ from ftis_swarm.config import LedgerConfig, SwarmConfig
 from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
 from ftis_swarm.swarm.fetch.streams import serve_bodies
 from ftis_swarm.swarm.gossip.channel import GossipChannel
-from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.counters import LoopErrors, SwarmCounters
 from ftis_swarm.swarm.fetch.gatherer import Gatherer
 from ftis_swarm.swarm.fetch.legs import Legs
 from ftis_swarm.swarm.gossip.gate import GossipGate
@@ -79,6 +79,7 @@ class SwarmClient:
         self.visible_maddrs: list[str] = peer.visible_maddrs
         """Multiaddrs other peers can pass to `--peers` to join through this node."""
         self._counters = peer.counters
+        self._contain = LoopErrors(logger, self._counters)
         self._bodies = BodyStore(hold_bytes=cfg.hold_bytes)
         self._reader = KeyReader(self._node, peer.checker, self._counters)
         self._gatherer = Gatherer(reader=self._reader, p2p=self._node.p2p,
@@ -373,6 +374,9 @@ class SwarmClient:
         except concurrent.futures.TimeoutError:
             self._counters.add("gather_loop_late")
             logger.warning("%s waited %.0f s for the swarm's event loop; going on without it", what, deadline + 10)
+            return None
+        except Exception as exc:  # the gatherer contains peers' faults; this is the last net: the node goes on
+            self._contain(what, exc)
             return None
 
     def last_fill(self) -> "GatherFill":

@@ -39,7 +39,9 @@ bodies this node downloaded and accepted; `body_streams` the streams it opened t
 (each up to `max_bodies_per_stream` of them, `fetch.scheduler`). With a budget (`SwarmClient.set_budget`),
 `chosen` counts the groups selected for fetching and `not_chosen` those left out (never
 fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
-waited over its deadline + 10 s for the swarm's event loop to open or close its budget.
+waited over its deadline + 10 s for the swarm's event loop to open or close its budget;
+`loop_errors`: errors in handling one peer's input or a gather's bookkeeping on the swarm's
+loop, contained (`LoopErrors`: each kind logged once with its traceback; the node goes on).
 Holders (`fetch.bodies`): `held_bodies` counts others' bodies this node kept to serve,
 `served_bytes` all body bytes it sent and `held_served_bytes` those of held bodies;
 `haves_sent`, `haves_received`: announcements of held bodies (`records.HaveRecord`) gossiped
@@ -77,7 +79,8 @@ class SwarmCounters:
               "gathers_at_deadline", "published_rounds", "dht_stores_late", "dht_stores_refused", "fetched_bodies",
               "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
               "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures",
-              "pointers_revived", "reach_switches", "reach_switch_failed", "body_streams")
+              "pointers_revived", "reach_switches", "reach_switch_failed", "body_streams",
+              "loop_errors")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -152,3 +155,24 @@ class ThrottledLog:
                     del self._held[stale]
         summary = ", ".join(f"{reason} x{n}" for reason, n in held.most_common())
         self._log.log(self._level, "%s from %s: %s", self._what, peer, summary)
+
+
+class LoopErrors:
+    """Errors in handling one peer's input on the swarm's loop (a pointer, a have, a body, a gather's
+    bookkeeping): each counted (`loop_errors`), each kind (where, exception type) logged once with its
+    traceback and then at debug level, and never raised further: no peer's input ends a gather or the node.
+    """
+
+    def __init__(self, log: logging.Logger, counters: "SwarmCounters", *, max_kinds: int = 256):
+        self._log, self._counters, self._max_kinds = log, counters, max_kinds
+        self._seen: set[tuple[str, str]] = set()
+
+    def __call__(self, where: str, exc: BaseException) -> None:
+        self._counters.add("loop_errors")
+        kind = (where, type(exc).__name__)
+        if kind in self._seen or len(self._seen) >= self._max_kinds:
+            self._log.debug("%s failed again: %r", where, exc)
+            return
+        self._seen.add(kind)
+        self._log.error("%s failed (%s); contained, the node goes on (further ones at debug level)", where,
+                        type(exc).__name__, exc_info=exc)

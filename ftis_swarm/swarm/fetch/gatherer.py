@@ -54,7 +54,8 @@ from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
-from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
+from ftis_swarm.swarm.counters import LoopErrors, SwarmCounters, ThrottledLog
+from ftis_swarm.swarm.fetch.expiring import ExpiringMap
 from ftis_swarm.swarm.fetch.legs import LegClock, Legs
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.fetch.selection import Selection
@@ -77,6 +78,9 @@ _Key = tuple[str, str]  # (publisher, group id)
 READ_TIMEOUT = 10.0
 STRANGER_READS = 16
 MAX_REREADS = 6
+MAX_SETTLED = 1 << 16
+"""Settled pointers remembered (accepted group ids; rejected and passed-over offers), each kind; past it the
+oldest go first (`expiring`): a flood of pointers costs bounded memory and O(1) per pointer to forget."""
 REVIVABLE = (faults.FETCH_FAILED, faults.STALLED)
 """Rejections that say no source answered, not that the pointer or its body is wrong: a later have undoes them."""
 
@@ -108,10 +112,11 @@ class Gatherer:
         self._inbox_by_peer: Counter[str] = Counter()
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
-        self._accepted: dict[str, tuple[str, float]] = {}  # group id -> (publisher, forget after)
-        self._rejected: dict[_Key, float] = {}  # -> forget after
+        self._accepted: ExpiringMap[str, str] = ExpiringMap(MAX_SETTLED)  # group id -> publisher
+        self._rejected: ExpiringMap[_Key, None] = ExpiringMap(MAX_SETTLED)
         self._sourceless: dict[str, dict[str, GroupPointer]] = {}  # group id -> publisher -> pointer (`REVIVABLE`)
         self._log = ThrottledLog(logger, "rejected groups", level=logging.INFO)
+        self._contain = LoopErrors(logger, counters)
         self._gossip: Optional["GossipChannel"] = None
         self._gossiped: dict[tuple[str, int], set[int]] = {}  # (peer, window) -> rounds pushed to this node
         self._next_member_read = 0.0
@@ -124,25 +129,38 @@ class Gatherer:
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
                                          origin_of=_origin_lookup(origins),
-                                         seed=peer_id, clock=self._clock)
+                                         seed=peer_id, clock=self._clock, contain=self._contain)
         self._selection: Optional[Selection] = None
-        self._passed: dict[_Key, float] = {}  # offers never chosen -> forget after
+        self._passed: ExpiringMap[_Key, None] = ExpiringMap(MAX_SETTLED)  # offers never chosen
         self._horizon = 2 * cfg.poll_interval
 
     # -- the budget (`selection`) -----------------------------------------------------------------
     async def use_budget(self, budget: Optional[Budget]) -> None:
         """From now on fetch only what `budget` takes (`selection`); None: every group (the default)."""
+        self._selection = None if budget is None else self._new_selection(budget)
+
+    def _new_selection(self, budget: Budget) -> Selection:
         policy = self._policy
-        self._selection = None if budget is None else Selection(
-            budget, seed=self._peer_id, score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0,
-            origin_of=self._origins.origin_of if self._origins is not None else None)
+        return Selection(budget, seed=self._peer_id,
+                         score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0,
+                         origin_of=self._origins.origin_of if self._origins is not None else None)
+
+    def _selection_failed(self, where: str, exc: Exception) -> None:
+        """The selection's own bookkeeping raised (a bug): contained, and the selection starts afresh with the
+        same budget (its offers are lost, the bodies in flight are still fetched and delivered)."""
+        self._contain(where, exc)
+        if self._selection is not None:
+            self._selection = self._new_selection(self._selection.budget)
 
     async def open_gather(self, horizon: float, round: Optional[int] = None) -> None:
         """A gather (for the node's round `round`: the strangers' draw) began: strangers may be chosen;
         peers seen within `horizon` s count as live."""
         self._horizon = horizon
         if self._selection is not None:
-            self._selection.open(round)
+            try:
+                self._selection.open(round)
+            except Exception as exc:
+                self._selection_failed("opening a gather", exc)
             self._select()
             self._scheduler.schedule()
 
@@ -151,8 +169,13 @@ class Gatherer:
         for the next: `Selection.next_gather`); (tokens, groups) it chose, refusals not counted."""
         if self._selection is None:
             return 0, 0
-        used = self._selection.used()
-        for pointer in self._selection.next_gather():
+        try:
+            used = self._selection.used()
+            dropped = self._selection.next_gather()
+        except Exception as exc:
+            self._selection_failed("closing a gather", exc)
+            return 0, 0
+        for pointer in dropped:
             self._pass(pointer)
         return used
 
@@ -176,7 +199,11 @@ class Gatherer:
     def _select(self) -> None:
         if self._selection is None:
             return
-        choice = self._selection.choose()
+        try:
+            choice = self._selection.choose()
+        except Exception as exc:
+            self._selection_failed("choosing offers", exc)
+            return
         for pointer in choice.dropped:
             self._pass(pointer)
         for pointer in choice.chosen:
@@ -188,7 +215,7 @@ class Gatherer:
         """An offer never chosen: not fetched, not charged; remembered so that it is not offered again."""
         self._counters.add("not_chosen")
         self._clock.forget(pointer.group_id)
-        self._passed[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
+        self._passed.put((pointer.publisher, pointer.group_id), None, self._forget_after(pointer))
         self.rounds.settle(pointer, accepted=False)
         self.changed.set()
 
@@ -231,7 +258,10 @@ class Gatherer:
                 for record in records.values():
                     if isinstance(record.content, RoundPointer):
                         for pointer in record.content.views():
-                            self._consider(pointer, source="pointers_read")
+                            try:
+                                self._consider(pointer, source="pointers_read")
+                            except Exception as exc:  # one pointer's fault ends neither the poll nor the rest
+                                self._contain("considering a pointer read from the DHT", exc)
         self._forget(now)
         self._select()
         self._scheduler.schedule()
@@ -243,7 +273,10 @@ class Gatherer:
                                            for s in range(cfg.member_shards)], timeout=READ_TIMEOUT)
         for records in members.values():
             for record in records.values():
-                self._note_member(record)
+                try:
+                    self._note_member(record)
+                except Exception as exc:
+                    self._contain("noting a membership record", exc)
         self._read_from = max(self._read_from, now - self._lookback)
         interval = cfg.dht_poll_interval if self._gossip is not None else cfg.poll_interval
         self._next_member_read = time.monotonic() + interval
@@ -251,7 +284,14 @@ class Gatherer:
             await self._gossip.keep_connected(self._run_members())
 
     def on_gossip(self, record: FoundRecord) -> None:
-        """A pointer admitted from the run's topic: considered at once, as if read from its key."""
+        """A pointer admitted from the run's topic: considered at once, as if read from its key. An error in
+        handling it is contained (`LoopErrors`), never raised into the gossip channel."""
+        try:
+            self._on_gossip(record)
+        except Exception as exc:
+            self._contain(f"handling a gossiped {type(record.content).__name__}", exc)
+
+    def _on_gossip(self, record: FoundRecord) -> None:
         pointer = record.content
         if isinstance(pointer, HaveRecord):
             self._note_have(record)
@@ -266,7 +306,10 @@ class Gatherer:
             if state is not None:
                 state.have = max(state.have, len(pushed))
         for view in pointer.views():
-            self._consider(view, source="pointers_gossiped")
+            try:
+                self._consider(view, source="pointers_gossiped")
+            except Exception as exc:  # one group's fault: the pointer's other groups are still considered
+                self._contain("considering a gossiped pointer", exc)
         self._select()
         self._scheduler.schedule()
 
@@ -280,7 +323,8 @@ class Gatherer:
         self._scheduler.note_holders(record.owner, group_ids, until=record.expiration)
         for group_id in [g for g in group_ids if g in self._sourceless]:
             for pointer in self._sourceless.pop(group_id).values():
-                if self._rejected.pop((pointer.publisher, group_id), None) is not None:
+                if (pointer.publisher, group_id) in self._rejected:
+                    self._rejected.pop((pointer.publisher, group_id))
                     self._consider(pointer, source="pointers_revived")
         self._select()
         self._scheduler.schedule()
@@ -370,7 +414,7 @@ class Gatherer:
         key = (pointer.publisher, pointer.group_id)
         accepted = self._accepted.get(pointer.group_id)
         if (pointer.publisher == self._peer_id or key in self._rejected or key in self._passed
-                or self._scheduler.holds(*key) or (accepted is not None and accepted[0] == pointer.publisher)):
+                or self._scheduler.holds(*key) or accepted == pointer.publisher):
             return
         self._counters.add(source)
         cfg, now = self._cfg, get_dht_time()
@@ -407,7 +451,7 @@ class Gatherer:
             self._reject(pointer, reason, detail)
             return False
         self._scheduler.settle(pointer)
-        self._accepted[pointer.group_id] = (pointer.publisher, self._forget_after(pointer))
+        self._accepted.put(pointer.group_id, pointer.publisher, self._forget_after(pointer))
         self._counters.add("fetched_bytes", len(body))
         self._counters.add("fetched_bodies")
         self._on_accepted(pointer, body)  # the client holds it to serve others (`bodies`)
@@ -428,7 +472,7 @@ class Gatherer:
             self._selection.settled(pointer, accepted=False)
             self._select()  # its tokens went back to the budget
         self.changed.set()
-        self._rejected[(pointer.publisher, pointer.group_id)] = self._forget_after(pointer)
+        self._rejected.put((pointer.publisher, pointer.group_id), None, self._forget_after(pointer))
         self._clock.forget(pointer.group_id)
         if reason in REVIVABLE:  # a have for it may come later (`_note_have`)
             self._sourceless.setdefault(pointer.group_id, {})[pointer.publisher] = pointer
@@ -442,17 +486,14 @@ class Gatherer:
 
     def _forget(self, now: float) -> None:
         cfg = self._cfg
-        for gid in [g for g, (_, until) in self._accepted.items() if until < now]:
-            del self._accepted[gid]
-        for key in [k for k, until in self._rejected.items() if until < now]:
-            del self._rejected[key]
+        self._accepted.expire(now)
+        self._rejected.expire(now)
         for group_id, by_publisher in list(self._sourceless.items()):
             for publisher in [p for p in by_publisher if (p, group_id) not in self._rejected]:
                 del by_publisher[publisher]
             if not by_publisher:
                 del self._sourceless[group_id]
-        for key in [k for k, until in self._passed.items() if until < now]:
-            del self._passed[key]
+        self._passed.expire(now)
         oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)
         for member in [m for m in self._members if m[1] < oldest]:
             del self._members[member]

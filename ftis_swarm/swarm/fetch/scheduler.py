@@ -89,9 +89,11 @@ class FetchScheduler:
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
                  on_reject: Callable[[GroupPointer, str, str], None],
                  origin_of: Callable[[str], Optional[str]] = lambda publisher: None, seed: str = "",
-                 clock: Optional[LegClock] = None):
+                 clock: Optional[LegClock] = None, contain: Optional[Callable[[str, Exception], None]] = None):
         """`seed` (this node's peer id) orders a round's groups for this node (`_spread`); `clock` is told
-        when each body's stream took its slot, began on it and had it (`legs`)."""
+        when each body's stream took its slot, began on it and had it (`legs`); `contain` is told of an
+        error in settling one answer (the gatherer's `LoopErrors`; by default it is logged): the stream
+        goes on with the next."""
         self.clock = clock or LegClock()
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
         self._seed = seed
@@ -105,6 +107,7 @@ class FetchScheduler:
         self._streams = self._stranger_streams = 0
         self._origin_streams: Counter[str] = Counter()
         self._turns = 0
+        self._contain = contain or (lambda where, exc: logger.error("%s failed", where, exc_info=exc))
         self._tasks: set[asyncio.Task] = set()
         self.fetch_times: deque[tuple[bool, float]] = deque(maxlen=MAX_FETCH_TIMES)
         """(from a holder, seconds) of each successful fetch, oldest first (see the module docstring)."""
@@ -261,7 +264,13 @@ class FetchScheduler:
                     elif isinstance(answer, bytes):
                         self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
                         self.clock.fetched(pointer.group_id, started=taken, began=began, received=time.time())
-                    if self._outcomes.settle(pointer, state, source, answer):  # its bytes lied: no more from it
+                    try:
+                        lied = self._outcomes.settle(pointer, state, source, answer)
+                    except Exception as exc:  # a bug in settling one answer: the pointer is dropped, not retried
+                        self._contain(f"settling group {pointer.group_id} from {source}", exc)
+                        self.settle(pointer)
+                        lied = False
+                    if lied:  # its bytes lied: no more from it
                         self._release(left, state, source, pending=True)
         except asyncio.CancelledError:  # the daemon is being replaced (`rewire`): fetch them again afterwards
             self._release(left, state, source, pending=True)
