@@ -145,20 +145,33 @@ def bench_hostile(
     dictionary_items: int = typer.Option(20000, help="Unknown msgpack extension types in one dictionary store."),
     bad_bodies: int = typer.Option(16, help="Pointers per bad body server (stall, silence, dribble, endless)."),
     phase: str = typer.Option("attacks", help="attacks: the 3-node testnet under each attack; identities: what "
-                                              "identities cost at the default puzzle, and a crowd from one origin."),
+                                              "identities cost at the default puzzle, and a crowd from one origin; "
+                                              "have-flood: one gather's loop work under a flood of haves, in-process."),
     crowd: int = typer.Option(20, help="--phase identities: identities of the crowd, all from one origin."),
     crowd_pointers: int = typer.Option(6000, help="--phase identities: pointers the crowd floods, spread over it."),
     crowd_processes: int = typer.Option(3, help="--phase identities: requesting peers (processes) of the crowd."),
     fill: int = typer.Option(1900, help="Pointers each of the 10 filling identities (each its own daemon) stores."),
     storage_mib: float = typer.Option(32.0, help="Each node's max_stored_bytes, MiB (the fill is meant to pass it)."),
     memory_records: int = typer.Option(2000, help="Records stored in-process to measure one's memory (0: skip)."),
+    have_ids: int = typer.Option(100_000, help="--phase have-flood: random group ids the flooding haves name."),
+    have_holders: int = typer.Option(20, help="--phase have-flood: identities the flooding haves come from."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
     """A 3-node testnet under each attack of a hostile peer, a storage fill and a ban of an honest peer: honest
     groups per round against the baseline, honest bans, attackers banned, every process's peak RSS
-    (`--phase identities`: the cost of identities, and the storage share of a crowd from one origin)."""
-    if phase not in ("attacks", "identities"):
-        fail(f"--phase must be attacks or identities, not {phase!r}")
+    (`--phase identities`: the cost of identities, and the storage share of a crowd from one origin;
+    `--phase have-flood`: a gatherer's loop time for one gather under a flood of haves, against none)."""
+    if phase not in ("attacks", "identities", "have-flood"):
+        fail(f"--phase must be attacks, identities or have-flood, not {phase!r}")
+    if phase == "have-flood":
+        if not 1 <= have_ids <= 1_000_000 or not 1 <= have_holders <= 1000 or deadline <= 0:
+            fail("--have-ids must be 1 to 1,000,000, --have-holders 1 to 1,000 and --round-deadline > 0")
+        _check_json_path(json_path)
+        from ftis_swarm.lab.bench.have_flood import format_have_flood, run_have_flood_bench
+
+        figures = run_have_flood_bench(ids=have_ids, holders=have_holders, deadline=deadline)
+        _report(format_have_flood(figures), figures, json_path)
+        return
     if phase == "identities":
         if (not 1 <= crowd <= 200 or not 1 <= crowd_pointers <= 100_000 or not 1 <= crowd_processes <= min(crowd, 8)
                 or rounds < 1 or deadline <= 0):

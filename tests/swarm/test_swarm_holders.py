@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 import os
 import time
@@ -16,7 +17,9 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers import faults
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.fetch import holders
 from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
+from ftis_swarm.swarm.fetch.holders import HolderBook
 from ftis_swarm.swarm.fetch.streams import BodyUnavailable, fetch_body, serve_bodies
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, encode_message
@@ -237,3 +240,101 @@ def test_a_gossiped_have_is_checked_like_any_record_and_bounded(alice, bob):
     assert gate.admit(alice.peer_id, encode_message(_have(alice, ids[:1], holder=bob.peer_id)), now).reason == \
         "gossip_owner_mismatch"  # a have says who holds: only that peer may sign it
     assert faults.cost_of(faults.SWARM_PREFIX + "gossip_bad_schema") > 0
+
+
+def _gid(i: int) -> str:
+    return f"{i:032x}"
+
+
+def _book() -> HolderBook:
+    return HolderBook(SwarmConfig(), SwarmCounters())
+
+
+def test_past_its_bound_the_book_keeps_the_groups_whose_announcements_end_last(monkeypatch):
+    monkeypatch.setattr(holders, "MAX_HELD_GROUPS", 3)
+    book, a, b = _book(), _peer("a"), _peer("b")
+    book.note(a, [_gid(1), _gid(2)], until=100.0)
+    book.note(b, [_gid(2)], until=40.0)  # a later announcement of a group: its end is its latest holder's
+    book.note(b, [_gid(3)], until=50.0)
+    book.note(a, [_gid(4)], until=60.0)  # 4 groups > 3: 3 ends first (50 < 60 < 100)
+    assert [book.has(_gid(i)) for i in range(1, 5)] == [True, True, False, True]
+    assert len(book) == 3 and book.named_by(b) == 1  # b still holds 2
+    book.note(b, [_gid(5)], until=10.0)  # the newcomer ends first: it goes at once
+    assert not book.has(_gid(5)) and len(book) == 3
+    book.note(a, [_gid(4)], until=5.0)  # an earlier end said later does not shorten the announcement
+    assert book.serves(a, _gid(4), now=55.0)
+
+
+def test_a_holder_past_its_cap_loses_its_own_announcements_that_end_first(monkeypatch):
+    monkeypatch.setattr(holders, "MAX_GROUPS_PER_HOLDER", 3)
+    counters = SwarmCounters()
+    book, flooder, honest = HolderBook(SwarmConfig(), counters), _peer("f"), _peer("h")
+    book.note(honest, [_gid(0)], until=1.0)  # ends before any of the flooder's
+    for i in range(1, 6):
+        book.note(flooder, [_gid(i)], until=10.0 + i)
+    book.note(flooder, [_gid(5), _gid(4)], until=30.0)  # named again: no new group, nothing over the cap
+    assert [book.has(_gid(i)) for i in range(6)] == [True, False, False, True, True, True]
+    assert book.named_by(flooder) == 3 and book.named_by(honest) == 1
+    assert book.over_cap == 2 and counters.drain_peer_faults() == {}  # charged to no one: honest holders churn too
+    assert book.least_loaded(_gid(5), now=20.0) == flooder
+
+
+def _suspended_only(book: HolderBook, holder: str, group_id: str) -> bool:
+    return not book.serves(holder, group_id, now=0.5) and book.serves(holder, group_id, now=10.0)
+
+
+def test_a_group_whose_holders_all_failed_is_forgotten_and_never_breaks_the_book(monkeypatch):
+    monkeypatch.setattr(holders, "MAX_HELD_GROUPS", 2)
+    counters = SwarmCounters()
+    book, a, b = HolderBook(SwarmConfig(max_fetch_attempts=2), counters), _peer("a"), _peer("b")
+    book.note(a, [_gid(1), _gid(2)], until=600.0)
+    book.failed(a, _gid(1), BodyUnavailable(faults.BODY_MISSING, "not here"), now=0.0)
+    assert not book.has(_gid(1)) and len(book) == 1  # its only holder said missing: the group is gone
+    assert _suspended_only(book, a, _gid(2))  # still a source of what it did not deny, after its suspension
+    book.note(b, [_gid(3), _gid(4), _gid(5)], until=700.0)  # past the bound (the old book: max() of an empty map)
+    assert [book.has(_gid(i)) for i in range(1, 6)] == [False, False, False, True, True]
+    assert book.least_loaded(_gid(1), now=1.0) is None and book.named_by(a) == 0
+    book.failed(b, _gid(4), BodyUnavailable(faults.BODY_UNREACHABLE, "gone"), now=0.0)
+    book.failed(b, _gid(4), BodyUnavailable(faults.BODY_UNREACHABLE, "gone"), now=0.0)  # 2 in a row: forgotten
+    assert len(book) == 0 and book.named_by(b) == 0
+    book.note(a, [_gid(6)], until=5.0)
+    book.in_flight[b] += 1
+    book.forget(now=6.0)  # a's announcement ended; b has a fetch in flight, so its record of failures stays
+    assert len(book) == 0 and book.least_loaded(_gid(6), now=6.0) is None
+    book.note(b, [_gid(7)], until=700.0)
+    assert not book.serves(b, _gid(7), now=0.5)  # still suspended: 2 failures kept
+    assert counters.snapshot()["holder_fetch_failures"] == 3
+
+
+def test_a_flood_of_200k_ids_keeps_the_book_at_its_bound_with_no_scan_of_it(monkeypatch):
+    scanned = Counter()
+
+    def counting(name):
+        builtin = getattr(builtins, name)
+
+        def call(*args, **kwargs):
+            items = list(args[0]) if len(args) == 1 else list(args)
+            scanned[name] += len(items)
+            return builtin(items, **kwargs)
+        return call
+
+    monkeypatch.setattr(holders, "max", counting("max"), raising=False)
+    monkeypatch.setattr(holders, "min", counting("min"), raising=False)
+    book, flooders, n = _book(), [_peer(c) for c in "abcdefghijklmnopqrst"], 200_000
+    per = n // len(flooders)
+    for f, flooder in enumerate(flooders):  # one flooder after another, each in haves of 64 ids, ends increasing
+        for start in range(0, per, MAX_HELD_ANNOUNCED):
+            first = f * per + start
+            ids = [_gid(i) for i in range(first, min(first + MAX_HELD_ANNOUNCED, (f + 1) * per))]
+            book.note(flooder, ids, until=1000.0 + first)
+    assert len(book) == holders.MAX_HELD_GROUPS
+    cap = holders.MAX_GROUPS_PER_HOLDER
+    last = holders.MAX_HELD_GROUPS // cap  # the flooders whose newest groups end last: their newest `cap` each
+    assert all(book.named_by(f) == (cap if i >= len(flooders) - last else 0) for i, f in enumerate(flooders))
+    kept = {_gid(f * per + per - 1 - j) for f in range(len(flooders) - last, len(flooders)) for j in range(cap)}
+    assert all(book.has(g) for g in kept)
+    assert book.over_cap == n - len(flooders) * cap
+    assert book._group_ends.heap_size() <= 2 * holders.MAX_HELD_GROUPS + holders._STALE_SLACK
+    assert scanned["max"] + scanned["min"] <= 4 * n  # a few ends per id (the old book: all 4,096 groups' per id)
+    book.forget(now=1000.0 + n)  # all ended
+    assert len(book) == 0 and all(book.named_by(f) == 0 for f in flooders)

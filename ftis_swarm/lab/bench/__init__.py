@@ -20,7 +20,8 @@
                      samples learned per second, generate and learn alone with their shares, sync time
 - soak.py            RSS and open files of every process of a testnet over hundreds of rounds
 - hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes); identities.py:
-                     what identities cost; storage_memory.py: what one record stored for others costs
+                     what identities cost; storage_memory.py: what one record stored for others costs;
+                     have_flood.py: one gather's loop work under a flood of haves, in-process
 - nat_testbed.py     network namespaces behind real MASQUERADE routers (a public segment, two homes,
                      opt-in a control home whose router forwards its port)
 - reach.py           groups between home nodes behind that NAT: relayed against client mode
