@@ -50,7 +50,8 @@ publisher; `holder_fetch_failures`: fetches from holders that failed (then anoth
 `pointers_revived`: pointers rejected for want of a source (`fetch_failed`, `stalled`) that a
 later have brought back (`fetch.gatherer`; their rejection stays counted); `haves_over_cap`:
 announced groups a holder named past `holders.MAX_GROUPS_PER_HOLDER` (its earliest-ending
-announcements go; charged to no one).
+announcements go; charged to no one); `puzzle_busy`: records of a new identity the puzzle
+verifier had no rate left for (no one's fault; a gossiped one waits and is checked again).
 `publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
 it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 `reach_switches`: times an `auto` node restarted its daemon in the other mode after its rechecks
@@ -82,7 +83,7 @@ class SwarmCounters:
               "chosen", "not_chosen", "gather_loop_late", "publishers_unreachable", "held_bodies",
               "held_served_bytes", "haves_sent", "haves_received", "fetched_from_holders", "holder_fetch_failures",
               "pointers_revived", "reach_switches", "reach_switch_failed", "body_streams",
-              "loop_errors", "haves_over_cap")
+              "loop_errors", "haves_over_cap", "puzzle_busy")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

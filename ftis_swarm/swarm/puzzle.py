@@ -15,9 +15,15 @@ solves it once per identity and run, then reads it back at each start.
 verdict remembered (a bounded LRU, good and bad ones apart, so a flood of bad nonces
 cannot push good identities out). New identities are verified at most at a token bucket's
 rate: over it a record is refused as `puzzle_busy`, which is no fault of the sender (it may
-be an honest newcomer; the record is offered again at the next poll or publish), so a
-flood of new identities costs this node at most `verify_rate` scrypt runs a second.
-See docs/swarm.md (Identities).
+be an honest newcomer; the DHT reader offers the record again at its next poll, the gossip
+gate keeps a few such messages and offers them again once `has_room`), so a flood of new
+identities costs this node at most `verify_rate` scrypt runs a second.
+
+Unknown identities come first: a key that ever showed a bad nonce (a `suspect`, remembered
+apart; an honest identity has one nonce per run, and it solves) has a new nonce verified
+only while more than half of `verify_burst` is left. A flood of fresh nonces for a few
+keys then spends at most the upper half of the bucket, and an identity never seen always
+finds the lower half. See docs/swarm.md (Identities).
 """
 
 from __future__ import annotations
@@ -121,7 +127,11 @@ class PuzzleVerifier:
         self.cfg = cfg
         self._good: OrderedDict[bytes, None] = OrderedDict()
         self._bad: OrderedDict[bytes, None] = OrderedDict()
+        self._suspects: OrderedDict[bytes, None] = OrderedDict()
+        """sha256 of each key that showed a bad nonce (32 bytes an entry, at most `capacity`)."""
         self._capacity, self._clock = capacity, clock
+        self._reserve = cfg.verify_burst // 2
+        """Tokens a suspect's new nonce must leave in the bucket: the unknown identities' share."""
         self._tokens, self._updated = float(cfg.verify_burst), clock()
         self.verified = 0
         """scrypt runs so far (good and bad nonces)."""
@@ -133,24 +143,46 @@ class PuzzleVerifier:
             return ""
         if tag in self._bad:
             return faults.BAD_PUZZLE
-        if not self._take_token():
+        if not self._take_token(keep=self._reserve if self.suspect(public_key) else 0):
             return faults.PUZZLE_BUSY
         self.verified += 1
         ok = solves(public_key, run_id, nonce, self.cfg)
-        table = self._good if ok else self._bad
-        table[tag] = None
-        if len(table) > self._capacity:
-            table.popitem(last=False)
+        _remember(self._good if ok else self._bad, tag, self._capacity)
+        if not ok:
+            _remember(self._suspects, _key_tag(public_key), self._capacity)
         return "" if ok else faults.BAD_PUZZLE
 
-    def _take_token(self) -> bool:
-        now = self._clock()
-        self._tokens = min(float(self.cfg.verify_burst), self._tokens + (now - self._updated) * self.cfg.verify_rate)
-        self._updated = now
-        if self._tokens < 1:
+    def suspect(self, public_key: bytes) -> bool:
+        """Whether this key showed a bad nonce (in any run) that is still remembered."""
+        return _key_tag(public_key) in self._suspects
+
+    def has_room(self) -> bool:
+        """Whether an unknown identity's nonce would be verified now (a token is left)."""
+        self._refill()
+        return self._tokens >= 1
+
+    def _take_token(self, *, keep: int) -> bool:
+        self._refill()
+        if self._tokens < 1 + keep:
             return False
         self._tokens -= 1
         return True
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.cfg.verify_burst), self._tokens + (now - self._updated) * self.cfg.verify_rate)
+        self._updated = now
+
+
+def _key_tag(public_key: bytes) -> bytes:
+    return hashlib.sha256(public_key).digest()
+
+
+def _remember(table: OrderedDict, tag: bytes, capacity: int) -> None:
+    table[tag] = None
+    table.move_to_end(tag)
+    if len(table) > capacity:
+        table.popitem(last=False)
 
 
 def nonce_of(value: object) -> Optional[str]:

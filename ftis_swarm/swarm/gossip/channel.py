@@ -5,6 +5,10 @@ publishes each of this node's signed pointers there the moment it is signed, and
 every message of another peer to `GossipGate.admit`; an admitted pointer goes to
 `on_pointer` (the gatherer), a refused one is counted against its sender (`gossip_<reason>`, priced in `peers/faults.py`,
 logged at most once per sender per 10 s), and a sender the gate bans is disconnected.
+`puzzle_busy` (the puzzle verifier's rate for new identities is spent) is counted under its
+name and charged to no one; the gate keeps such a message, and the channel hands it out
+through `GossipGate.retry` before each message it receives and every `RETRY_EVERY` s, so
+a message checked late reaches `on_pointer` (or its sender's count) as any other.
 
 gossipsub only reaches peers this one is connected to. `keep_connected` is called with
 the run's members after each read of the DHT's membership keys: while fewer than
@@ -29,7 +33,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.swarm.gossip import pubsub
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
-from ftis_swarm.swarm.gossip.gate import GossipGate, encode_message
+from ftis_swarm.swarm.gossip.gate import GossipGate, MessageVerdict, encode_message
 from ftis_swarm.swarm.dht.reading import FoundRecord
 from ftis_swarm.swarm.dht.validators import NOT_A_FAULT
 
@@ -38,6 +42,8 @@ logger = logging.getLogger(__name__)
 MIN_TOPIC_PEERS = 8
 """Topic peers to keep connected (gossipsub's mesh degree D is 6)."""
 RESUBSCRIBE_AFTER = 1.0
+RETRY_EVERY = 1.0
+"""Seconds between looks at the messages waiting in the gate for the puzzle verifier."""
 
 
 class GossipChannel:
@@ -51,12 +57,14 @@ class GossipChannel:
         self._publisher = pubsub.Publisher(p2p, topic)
         self._subscription: Optional[pubsub.Subscription] = None
         self._reader: Optional[asyncio.Task] = None
+        self._retrier: Optional[asyncio.Task] = None
         self._closed = False
 
     async def start(self) -> None:
         """Subscribes to the topic and starts reading it."""
         self._subscription = await pubsub.subscribe(self._p2p, self._topic)
         self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._retrier = asyncio.get_running_loop().create_task(self._retry_waiting())
 
     async def publish(self, record: DHTRecord) -> bool:
         """Pushes one signed pointer to the topic; False (counted, logged) when p2pd refuses it."""
@@ -86,8 +94,9 @@ class GossipChannel:
     def close(self) -> None:
         self._closed = True
         self._publisher.close()
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in (self._reader, self._retrier):
+            if task is not None:
+                task.cancel()
         if self._subscription is not None:
             self._subscription.close()
 
@@ -101,7 +110,10 @@ class GossipChannel:
                     await self._resubscribe()
                 continue
             if message.sender != self._self_id:
-                self._receive(message)
+                try:
+                    self._receive(message)
+                except Exception:  # a bug of ours on one message must not end the subscription
+                    logger.exception("handling a gossip message from %s failed", message.sender)
 
     async def _resubscribe(self) -> None:
         while not self._closed:
@@ -113,23 +125,41 @@ class GossipChannel:
                 logger.warning("subscribing to %s again failed (%r); next try in %.0f s", self._topic, exc,
                                RESUBSCRIBE_AFTER)
 
+    async def _retry_waiting(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(RETRY_EVERY)
+            try:
+                self._retry(get_dht_time())
+            except Exception:  # a bug of ours: the next look tries the rest
+                logger.exception("checking the gossip messages that waited for the puzzle verifier failed")
+
+    def _retry(self, now: float) -> None:
+        for sender, verdict in self._gate.retry(now):
+            self._handle(sender, verdict)
+
     def _receive(self, message: pubsub.TopicMessage) -> None:
         self._counters.add("gossip_received")
         self._counters.add("gossip_bytes", len(message.data))
-        verdict = self._gate.admit(message.sender, message.data, get_dht_time())
+        now = get_dht_time()
+        self._retry(now)  # those waiting for the puzzle verifier go before this message
+        self._handle(message.sender, self._gate.admit(message.sender, message.data, now))
+
+    def _handle(self, sender: str, verdict: MessageVerdict) -> None:
+        """Acts on the gate's verdict on one message of `sender`: disconnect, count, or hand the record on."""
         if verdict.disconnect:
-            asyncio.get_running_loop().create_task(self._disconnect(message.sender))
+            asyncio.get_running_loop().create_task(self._disconnect(sender))
         if verdict.reason in NOT_A_FAULT:
             self._counters.add(verdict.reason)
-        elif verdict.reason:
+            return
+        if verdict.reason:
             fault = Counter({verdict.reason: 1})
-            self._counters.fault(message.sender, fault)
-            self._log.note(message.sender, fault)
+            self._counters.fault(sender, fault)
+            self._log.note(sender, fault)
             return
         try:
             self._on_pointer(verdict.record)
         except Exception:  # a bug in handling one pointer must not end the subscription
-            logger.exception("handling a gossiped pointer from %s failed", message.sender)
+            logger.exception("handling a gossiped pointer from %s failed", sender)
 
     async def _disconnect(self, peer: str) -> None:
         try:

@@ -13,6 +13,12 @@ the DHT record is. `GossipGate.admit` takes one message from a sender (the peer 
 signed the gossipsub message, checked by p2pd), cheapest check first, and names the first
 that fails:
 
+0. `replayed`: a message of at most `MAX_MESSAGE_BYTES` that decodes to a record of the
+   sender's own that is old: expired, admitted before, or expiring at or before the
+   sender's horizon (below). It comes before any rate is charged, because **a replay is
+   never its signer's fault**: gossipsub keeps a message's first signer as its sender, so a
+   third party that relays an honest node's messages once p2pd's seen-cache (~2 min) has
+   forgotten them would otherwise spend that node's tokens and get it banned;
 1. `banned` (the sender went on flooding, below), `denied` (the node's policy refuses it);
 2. `rate`: each sender has a token bucket of `burst` messages refilled at `rate` a
    second; a message without a token is dropped. A sender whose drops since its last ban
@@ -21,8 +27,25 @@ that fails:
 3. `oversize` (more than `MAX_MESSAGE_BYTES`), `bad_message` (not the form above);
 4. `not_pointer_form`, `not_pointer` (a membership record: only pointers and haves are gossiped),
    `not_sender` (the record's owner is not the sender: nobody gossips another's pointer);
-5. `replayed` (a record this gate admitted before), then every refusal of
-   `RecordChecker.examine` under its own name (`bad_signature`, `far_expiry`, ...).
+5. every refusal of `RecordChecker.examine` under its own name (`bad_signature`,
+   `far_expiry`, ...).
+
+Memory is bounded: the digests of the last `MAX_REMEMBERED` admitted records, and per
+sender and kind (pointers, haves) a horizon, the latest expiry among its admitted records
+that this memory let go (at most `MAX_SENDERS` horizons, the least recently raised leaving
+first). A signer's records of one kind expire later as time passes (a pointer at its
+groups' creation + ttl, a have at its signing + ttl), so one expiring at or before its
+horizon is one of the forgotten, or older still; a pointer dropped so by mistake still
+arrives by the DHT.
+
+A record refused as `puzzle_busy` (the puzzle verifier's rate for new identities is spent;
+no one's fault) waits, at most `WAITING_PER_SENDER` of a sender (its newest) and
+`MAX_WAITING` in all (a full queue takes no more), unless its owner is a puzzle
+`suspect`. `retry` checks the waiting ones again, oldest first, while the verifier
+`has_room`; the channel calls it before each message it admits and every second, so a
+newcomer that only gossips is seen once a flood of new identities has passed, and those
+waiting go before new arrivals. One that meanwhile expired or was admitted, or whose
+sender is now banned or denied, is dropped.
 
 Each refusal is named `gossip_<reason>` (`peers/faults.py`), and the channel counts it
 against the sender for the node's ledger. What the sender signed costs what its DHT
@@ -35,9 +58,10 @@ swarm's event loop thread only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections import OrderedDict
-from typing import Optional
+from collections import Counter, OrderedDict
+from typing import Optional, Union
 
 import msgpack
 from hivemind.dht.validation import DHTRecord
@@ -45,8 +69,8 @@ from hivemind.dht.validation import DHTRecord
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord
-from ftis_swarm.swarm.records import HaveRecord, RoundPointer
-from ftis_swarm.swarm.dht.validators import RecordChecker, owner_of, record_digest
+from ftis_swarm.swarm.records import HAVE_SUBKEY_NAME, HaveRecord, RoundPointer
+from ftis_swarm.swarm.dht.validators import Owner, RecordChecker, owner_of, record_digest
 from ftis_swarm.peers import faults
 
 GOSSIP_VERSION = 1
@@ -56,7 +80,12 @@ BAN_SECONDS = 30.0
 """The default of `LedgerConfig.gossip_ban_seconds`, which the swarm passes in."""
 DISCONNECT_EVERY = 5.0
 MAX_SENDERS = 4096
+"""Senders whose bucket and ban are kept (the longest-quiet unbanned one leaves first); as many horizons."""
 MAX_REMEMBERED = 1 << 14
+"""Admitted records known by digest (about 150 bytes each); older ones fall to their signer's horizon."""
+MAX_WAITING = 128
+"""Messages refused as `puzzle_busy` kept to check again (each at most `MAX_MESSAGE_BYTES`: 1 MiB)."""
+WAITING_PER_SENDER = 2
 _KEY_ID_BYTES = 20
 
 
@@ -78,6 +107,33 @@ def decode_message(data: bytes) -> DHTRecord:
             and type(obj[4]) is float and math.isfinite(obj[4])):
         raise ValueError("a message that is not [1, key id, subkey, value, expiry]")
     return DHTRecord(obj[1], obj[2], obj[3], obj[4])
+
+
+class _Message:
+    """A message that decodes: its record and digest, and (derived when first asked) the record's owner."""
+
+    def __init__(self, record: DHTRecord):
+        self.record, self.digest = record, record_digest(record)
+
+    @functools.cached_property
+    def owner(self) -> Optional[Owner]:
+        """The owner its subkey names (None: not a record subkey); ~40 us for a key not seen lately."""
+        return owner_of(self.record.subkey)
+
+    @property
+    def lineage(self) -> tuple[str, bool]:
+        """(owner, a have?): the records one horizon covers (for a message with an owner)."""
+        return self.owner.peer_id, self.owner.name == HAVE_SUBKEY_NAME
+
+
+def _decode(data: bytes) -> Union[_Message, str]:
+    """The message in `data`, or why it is none; the size first, so the decode is bounded."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        return faults.GOSSIP_OVERSIZE
+    try:
+        return _Message(decode_message(data))
+    except ValueError:
+        return faults.GOSSIP_BAD_MESSAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,9 +165,16 @@ class GossipGate:
         self._rate, self._burst = rate, burst
         self._ban_seconds, self._max_ban = ban_seconds, min(max_ban_seconds, ttl / 4)
         self._senders: OrderedDict[str, _Sender] = OrderedDict()
-        self._admitted: OrderedDict[bytes, None] = OrderedDict()
+        self._admitted: OrderedDict[bytes, tuple[tuple[str, bool], float]] = OrderedDict()
+        """Digest -> (lineage, expiry) of the last admitted records."""
+        self._horizons: OrderedDict[tuple[str, bool], float] = OrderedDict()
+        self._waiting: OrderedDict[bytes, tuple[str, _Message]] = OrderedDict()
+        self._waiting_of: Counter[str] = Counter()
 
     def admit(self, sender: str, data: bytes, now: float) -> MessageVerdict:
+        message = _decode(data)
+        if isinstance(message, _Message) and self._is_replay(sender, message, now):
+            return MessageVerdict(faults.GOSSIP_REPLAYED)
         state = self._sender(sender, now)
         if now < state.banned_until:
             return MessageVerdict(faults.GOSSIP_BANNED, disconnect=self._disconnect_due(state, now))
@@ -127,34 +190,84 @@ class GossipGate:
             state.banned_until = now + min(self._max_ban, self._ban_seconds * 2 ** (state.bans - 1))
             return MessageVerdict(faults.GOSSIP_RATE, disconnect=self._disconnect_due(state, now))
         state.tokens -= 1
-        if len(data) > MAX_MESSAGE_BYTES:
-            return MessageVerdict(faults.GOSSIP_OVERSIZE)
-        try:
-            record = decode_message(data)
-        except ValueError:
-            return MessageVerdict(faults.GOSSIP_BAD_MESSAGE)
-        owner = owner_of(record.subkey)
-        if owner is None:
+        if isinstance(message, str):
+            return MessageVerdict(message)
+        if message.owner is None:
             return MessageVerdict(faults.gossip_twin(faults.NOT_POINTER_FORM))
-        if owner.name == MEMBER_SUBKEY_NAME:
+        if message.owner.name == MEMBER_SUBKEY_NAME:
             return MessageVerdict(faults.GOSSIP_NOT_POINTER)
-        if owner.peer_id != sender:
+        if message.owner.peer_id != sender:
             return MessageVerdict(faults.GOSSIP_NOT_SENDER)
-        digest = record_digest(record)
-        if digest in self._admitted:
-            return MessageVerdict(faults.GOSSIP_REPLAYED)
-        verdict = self._checker.examine(record)
-        if verdict.reason == faults.PUZZLE_BUSY:  # this node's verifier is busy: no one's fault, not remembered
+        return self._examine(sender, message, now)
+
+    @property
+    def waiting(self) -> int:
+        """Messages waiting for the puzzle verifier (see the module docstring)."""
+        return len(self._waiting)
+
+    def retry(self, now: float) -> list[tuple[str, MessageVerdict]]:
+        """(sender, verdict) of each waiting message checked again now, oldest first, while the verifier has room."""
+        out = []
+        for _ in range(len(self._waiting)):
+            if not self._waiting or not self._checker.puzzles.has_room():
+                break
+            _, (sender, message) = self._waiting.popitem(last=False)
+            self._waiting_of[sender] -= 1
+            if self._waiting_of[sender] <= 0:
+                del self._waiting_of[sender]
+            state = self._senders.get(sender)
+            banned = state is not None and now < state.banned_until
+            if not (banned or not self._policy.allows(sender) or self._is_replay(sender, message, now)):
+                out.append((sender, self._examine(sender, message, now)))
+        return out
+
+    def _examine(self, sender: str, message: _Message, now: float) -> MessageVerdict:
+        verdict = self._checker.examine(message.record)
+        if verdict.reason == faults.PUZZLE_BUSY:  # this node's verifier is busy: no one's fault, checked again later
+            self._wait(sender, message)
             return MessageVerdict(faults.PUZZLE_BUSY)
         if verdict.reason:
             return MessageVerdict(faults.gossip_twin(verdict.reason))
         if not isinstance(verdict.content, (RoundPointer, HaveRecord)):
             return MessageVerdict(faults.GOSSIP_NOT_POINTER)
-        self._admitted[digest] = None
-        if len(self._admitted) > MAX_REMEMBERED:
-            self._admitted.popitem(last=False)
-        return MessageVerdict("", FoundRecord(owner=owner.peer_id, content=verdict.content,
-                                         expiration=record.expiration_time))
+        self._remember(message, now)
+        return MessageVerdict("", FoundRecord(owner=message.owner.peer_id, content=verdict.content,
+                                         expiration=message.record.expiration_time))
+
+    def _is_replay(self, sender: str, message: _Message, now: float) -> bool:
+        """A record of the sender's own that is expired, admitted before, or at or before its horizon. The owner
+        (the dearest part) is derived only for a record that looks old by its expiry."""
+        admitted = self._admitted.get(message.digest)
+        if admitted is not None:
+            return admitted[0][0] == sender  # another's admitted record: the sender's own message, `not_sender`
+        expiry = message.record.expiration_time
+        if expiry > now and expiry > max(self._horizons.get((sender, False), -math.inf),
+                                         self._horizons.get((sender, True), -math.inf)):
+            return False
+        owner = message.owner
+        return (owner is not None and owner.peer_id == sender
+                and (expiry <= now or expiry <= self._horizons.get(message.lineage, -math.inf)))
+
+    def _remember(self, message: _Message, now: float) -> None:
+        self._admitted[message.digest] = (message.lineage, message.record.expiration_time)
+        while len(self._admitted) > MAX_REMEMBERED:
+            _, (lineage, expiry) = self._admitted.popitem(last=False)
+            if expiry > now:  # an expired one needs no horizon: `_is_replay` refuses it anyway
+                self._horizons[lineage] = max(expiry, self._horizons.pop(lineage, -math.inf))
+                if len(self._horizons) > MAX_SENDERS:
+                    self._horizons.popitem(last=False)
+
+    def _wait(self, sender: str, message: _Message) -> None:
+        if message.digest in self._waiting or self._checker.puzzles.suspect(message.owner.public_key):
+            return
+        if self._waiting_of[sender] >= WAITING_PER_SENDER:  # keep the sender's newest
+            oldest = next(digest for digest, (peer, _) in self._waiting.items() if peer == sender)
+            del self._waiting[oldest]
+            self._waiting_of[sender] -= 1
+        elif len(self._waiting) >= MAX_WAITING:
+            return  # full: the sender's next message may find room
+        self._waiting[message.digest] = (sender, message)
+        self._waiting_of[sender] += 1
 
     def _sender(self, sender: str, now: float) -> _Sender:
         state = self._senders.get(sender)
