@@ -17,8 +17,9 @@ apart, below what a subscriber can read:
   drops them before any node sees one
 - `high_rate`: `3 * burst` junk messages from each of `LOUD` `oversize` identities and from
   the hostile peer's own id, interleaved, at the pace above (~32 a second per sender):
-  bad_message while the sender has tokens (the rate check comes before decoding, so
-  junk costs what a pointer would), then gossip_rate, then gossip_banned; its own id
+  bad_message while the sender has tokens (junk that does not decode is charged a token as a
+  pointer would; only a decodable replay is dropped before the rate), then gossip_rate, then
+  gossip_banned; its own id
   (connected) is disconnected.
 
 p2pd drops messages silently when bursts outrun its validation queue or a subscriber:
