@@ -462,8 +462,11 @@ class LedgerConfig(_Strict):
     """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
     further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.ttl`."""
     max_credit_per_update: float = Field(4.0, ge=0)
-    """Most credit one peer earns from one update (a group whose every sample carried signal and
-    passed every check earns 1)."""
+    """Most credit one peer earns from one update (a group whose every sample carried signal at a
+    weight of 1 or more and passed every check earns 1; a sample earns in proportion to its weight)."""
+    credit_half_life: float = Field(50.0, ge=0)
+    """Rounds in which a peer's credit halves (it decays once a round); 0: credit never decays. A proven
+    fault (any charge that costs points) takes all of it at once."""
 
 
 def _plain_task_name(v: str) -> str:
@@ -477,6 +480,10 @@ class NodeConfig(_Strict):
 
     model: str = "smollm2-135m"
     """Hub id, local path, or short name (`Qwen2.5-1.5B`, `smollm2-135m`, `smollm2-mini`)."""
+    hub_timeout: float = Field(60.0, gt=0, le=3600)
+    """Seconds the model hub may stay silent while the node starts (no answer to a request, no next bytes of
+    a download) before the node stops with one sentence, or loads the hub cache's copy; a download that
+    keeps arriving is never cut (models/hub.py `hub_deadline`)."""
     task: str = "arith"
     """Task the node draws its own prompts from (`arith`, `gsm_symbolic`, `gsm8k`, `math500`, `champ`)."""
     run_dir: Path = Path("runs/node")

@@ -89,8 +89,9 @@ class Learner:
         self.peer_report: dict[str, Counter] = {}
         """Per peer, after each update: `groups` it put into the update, and its faults by reason."""
         self.peer_earned: dict[str, float] = {}
-        """Per peer, after each update: the credit it earned, one per group's worth of samples that
-        carried signal (`A~ != 0`: a nonzero advantage, not filtered) and were not withheld."""
+        """Per peer, after each update: the credit it earned, in proportion to the weight its samples that
+        carried signal (`A~ != 0`: a nonzero advantage, not filtered) and were not withheld carried in the
+        gradient: each sample's mean token weight, capped at 1, over its group's size (`_report`)."""
 
     def _autocast(self):
         if self.cfg.dtype == "bf16":
@@ -255,7 +256,9 @@ class Learner:
 
     def _report(self, batch: Batch, terms: SampleTerms) -> None:
         """Per peer: the groups that went into the update, those holding a non-finite sample, and the
-        credit earned (`peer_earned`: the share of each group's samples with `A~ != 0`)."""
+        credit earned (`peer_earned`: per group, the weight its kept samples carried, each sample's mean
+        token weight capped at 1, over the group's size; docs/method.md, "Credit"). A sample at a weight
+        near 0 (log-probs that claim certainty: deflation) earns near 0, however many such samples."""
         for g, group in enumerate(batch.groups):
             rows = batch.group_of == g  # (N,)
             if not bool(batch.filterable[rows].any()):
@@ -264,7 +267,10 @@ class Learner:
             report["groups"] += 1
             if bool(terms.nonfinite[rows].any()):
                 report[faults.NONFINITE] += 1
-            signal = float((terms.adv_kept[rows] != 0).sum()) / group.G
+            kept = rows & (terms.adv_kept != 0)  # (N,)
+            m = batch.mask[kept].bool()  # (k, T)
+            mean_w = (terms.w[kept] * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (k,)
+            signal = float(mean_w.clamp(max=1.0).sum()) / group.G
             self.peer_earned[group.sender] = self.peer_earned.get(group.sender, 0.0) + signal
 
     @staticmethod

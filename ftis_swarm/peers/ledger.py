@@ -5,11 +5,15 @@ here, in the node: the learner's (a refused, non-finite, forged or failing group
 scorer's (wrong task, split, item or prompt), the node's intake (over budget, too long)
 and the swarm's (`charge_swarm`, as `swarm_<reason>`). Each reason has the cost of
 `peers/faults.py` (only what a peer signed costs anything; a reason not listed costs 0).
-Credit is earned, never given for arriving: the learner reports per peer the share of its
-groups' samples that carried signal and passed every check (nonzero advantage, not
-filtered, not flagged; `Learner.peer_earned`), one point per group's worth, at most
-`max_credit_per_update` an update. `score` is credit minus cost: above 0 for a peer whose
-groups carried signal, below 0 once its faults outweigh them.
+Credit is earned, never given for arriving, and only by work that trained: the learner
+reports per peer the weight its groups' samples carried in the gradient among those that
+carried signal and passed every check (nonzero advantage, not filtered, not flagged; each
+sample's mean token weight capped at 1, one point per group's worth; `Learner.peer_earned`),
+at most `max_credit_per_update` an update, so samples whose log-probs claim certainty
+(weights near 0) earn near 0 (docs/method.md, "Credit"). Credit decays, halving every
+`credit_half_life` rounds (`take_round`), and a proven fault (a charge that costs points)
+takes all of it at once. `score` is credit minus cost: above 0 for a peer whose groups
+carried signal, below 0 once its faults outweigh them.
 
 A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
 back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
@@ -107,6 +111,8 @@ class PeerLedger:
         cost = cost_of(reason) * n
         rec.cost += cost
         now = self._clock()
+        if cost > 0:  # a proven fault: the credit it had earned goes at once
+            rec.credit = 0.0
         if cost <= 0 or rec.banned_until > now:
             return
         rec.debt += cost
@@ -158,8 +164,12 @@ class PeerLedger:
         return sorted(p for p in self._peers if not self.allows(p))
 
     def take_round(self) -> dict[str, Any]:
-        """For the round's metrics record: `banned_peers` (short ids; `peers_banned`, their number, for
-        Prometheus) and `charged_<reason>` since the last call."""
+        """Ends a round: credit decays (`credit_half_life`); for the round's metrics record: `banned_peers`
+        (short ids; `peers_banned`, their number, for Prometheus) and `charged_<reason>` since the last call."""
+        if self.cfg.credit_half_life > 0:  # credit decays once a round
+            keep = 0.5 ** (1.0 / self.cfg.credit_half_life)
+            for rec in self._peers.values():
+                rec.credit *= keep
         banned = self.banned()
         out: dict[str, Any] = {"banned_peers": [short_peer(p) for p in banned], "peers_banned": len(banned)}
         out.update({f"charged_{reason}": n for reason, n in sorted(self._round.items())})

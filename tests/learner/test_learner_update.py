@@ -86,6 +86,23 @@ def test_close_peer_samples_with_positive_advantage_are_used(tiny_model):
     assert learner.peer_earned == {"peer": 0.25}  # one sample of four carried signal past the filter
 
 
+def test_credit_is_in_proportion_to_the_weight_a_kept_sample_carried(tiny_model):
+    """docs/method.md, "Credit": log-probs that claim more probability than the sampler had lower every
+    weight, and the credit with it; a weight above 1 earns no more than 1."""
+    g = sample_group(tiny_model, PROMPT_B, G=4, length=6, seed=5, sender="peer")
+    earned = {}
+    for delta in (-0.05, 0.3, 1.0):  # w = e^0.05 (over 1: capped at 1 for credit), about e^-0.3, about e^-1
+        learner = learner_for(tiny_model, lr=1e-12)
+        m = learner.update([ScoredGroup.vertical(shift_logp(g, delta), [1, 0, 0, 0], offpolicy=True, source=7)])
+        assert m["offpolicy_used"] == 1.0  # the first sample, the only one with A > 0
+        earned[delta] = learner.peer_earned["peer"]
+    lp = np.asarray(g.logp_gen[0], dtype=np.float64)  # the learner's own log-probs of the sample (same model)
+    expected = {d: float(np.mean(np.minimum(np.exp(lp - np.minimum(lp + d, 0.0)), 1.0))) / 4 for d in earned}
+    assert earned[-0.05] == pytest.approx(0.25)  # weight over 1: one sample's full worth, no more
+    assert earned == pytest.approx(expected, rel=1e-3)
+    assert earned[1.0] < 0.12 < earned[0.3] < earned[-0.05]
+
+
 def test_a_peer_without_standing_is_trained_at_weight_one(tiny_model):
     g = sample_group(tiny_model, PROMPT_B, G=4, length=6, seed=5, sender="peer")
     near = shift_logp(g, -0.05)  # w = e^0.05 > 1 on every token: all capped at 1

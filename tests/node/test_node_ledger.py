@@ -23,9 +23,11 @@ def test_credit_and_costs_make_the_score():
     ledger = PeerLedger()
     ledger.credit(A, 3)
     assert ledger.score(A) == 3.0 and ledger.score(B) == 0.0
-    ledger.charge(A, "prompt_mismatch")
-    ledger.charge(A, "unknown_item", 2)
-    assert ledger.score(A) == 3.0 - cost_of("prompt_mismatch") - 2 * cost_of("unknown_item") < 0
+    ledger.charge(A, "unknown_item", 2)  # priced 0: the credit stays
+    assert ledger.score(A) == 3.0 - 2 * cost_of("unknown_item") == 3.0
+    ledger.charge(A, "prompt_mismatch")  # a proven fault: all its credit goes at once
+    assert cost_of("prompt_mismatch") > 0
+    assert ledger.score(A) == -cost_of("prompt_mismatch") and ledger.snapshot()[A]["credit"] == 0.0
     ledger.charge(B, "task_not_accepted", 5)  # an honest peer on another task costs nothing
     assert ledger.score(B) == 0.0 and ledger.allows(B)
     ledger.charge(B, "reason_the_swarm_adds")  # a reason with no price costs nothing, not a default
@@ -78,7 +80,8 @@ def test_round_record_and_state_round_trip():
     assert ledger.take_round() == {"banned_peers": [short_peer(A)], "peers_banned": 1}  # counts per round; bans persist
     again = PeerLedger(clock=clock)
     again.load_state(ledger.state())
-    assert not again.allows(A) and again.score(B) == pytest.approx(4.0 - 5.0)
+    decayed = 4.0 * 0.5 ** (2 / LedgerConfig().credit_half_life)  # the credit earned after the fault, two rounds on
+    assert not again.allows(A) and again.score(B) == pytest.approx(decayed - 5.0)
     assert again.snapshot() == ledger.snapshot()
 
 
@@ -138,3 +141,19 @@ def test_credit_is_earned_from_signal_and_bounded_per_update():
     assert ledger.score(A) == 4.0  # bounded
     assert ledger.score(B) == -20.0  # arriving earns nothing; the non-finite group costs (a signed fault)
     assert ledger.score("self") == 0.0
+
+
+def test_credit_decays_by_its_half_life_once_a_round_and_never_below_zero():
+    ledger = PeerLedger(LedgerConfig(credit_half_life=10.0))
+    ledger.credit(A, 4)
+    for _ in range(10):
+        ledger.take_round()
+    assert ledger.score(A) == pytest.approx(2.0, rel=1e-9)  # one half-life
+    for _ in range(10):
+        ledger.take_round()
+    assert ledger.score(A) == pytest.approx(1.0, rel=1e-9)
+    still = PeerLedger(LedgerConfig(credit_half_life=0.0))  # 0: no decay
+    still.credit(A, 4)
+    for _ in range(100):
+        still.take_round()
+    assert still.score(A) == 4.0
