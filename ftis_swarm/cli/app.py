@@ -1,9 +1,12 @@
 """The typer app every command module registers on, and what the commands share.
 
 `Commands.invoke` is the one place a `ftis_swarm.errors.UserError` (a bad flag, a bad config, a
-bad file, an unknown model or task, a busy port) becomes one sentence on stderr and exit status 2,
-never a traceback; `fail` raises one from the CLI's own checks; `renamed` resolves a flag against
-its hidden old spelling; `setup_logging` sends log lines to stderr at `--log-level`.
+bad file, an unknown model or task, a busy port) or a flag typer refuses (a number outside its
+option's `min=`/`max=`, a value of the wrong type) becomes one sentence on stderr and exit status
+2, never a traceback; `fail` raises one from the CLI's own checks; `renamed` resolves a flag
+against its hidden old spelling; `setup_logging` sends log lines to stderr at `--log-level`.
+`--help` lists the node's commands first and the lab's (`rich_help_panel=LAB_PANEL`) under
+their own heading.
 
 Options every command shares sit before the command: `ftis-node --log-level debug join ...`
 (or `FTIS_LOG_LEVEL=debug`), `ftis-node --version`. The command modules import this module,
@@ -27,15 +30,51 @@ _state: dict[str, Optional[str]] = {"log_level": None}
 T = TypeVar("T")
 
 
+LAB_PANEL = "Lab (measures the product; not part of a node)"
+"""The `--help` heading of the lab's commands (`cli/lab/`), listed after the node's."""
+
+
 class Commands(typer.core.TyperGroup):
-    """The command group that turns every `UserError` into one sentence and exit status 2."""
+    """The command group that turns every `UserError` and refused flag into one sentence and exit status 2,
+    and lists its commands under their `rich_help_panel` heading (the node's first, under "Commands")."""
 
     def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
         try:
             return super().invoke(ctx)
         except UserError as exc:
             typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+        except typer.BadParameter as exc:
+            typer.echo(f"error: {refused_flag(exc)}", err=True)
+        raise typer.Exit(2) from None
+
+    def format_commands(self, ctx, formatter) -> None:  # noqa: ANN001 - click's signature
+        """Plain help (rich markup is off) by heading, in the order the headings first appear."""
+        sections: dict[str, list[tuple[str, str]]] = {}
+        shown = [(name, cmd) for name in self.list_commands(ctx)
+                 if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden]
+        width = formatter.width - 6 - max((len(name) for name, _ in shown), default=0)
+        for name, cmd in shown:
+            heading = getattr(cmd, "rich_help_panel", None) or "Commands"
+            sections.setdefault(heading, []).append((name, cmd.get_short_help_str(width)))
+        for heading in sorted(sections, key=lambda h: h != "Commands"):  # stable: the rest keep their order
+            with formatter.section(heading):
+                formatter.write_dl(sections[heading])
+
+
+def refused_flag(exc: typer.BadParameter) -> str:
+    """One sentence for a flag typer refused: out of its `min=`/`max=` range, `<flag> must be between
+    <min> and <max> (got <value>)` (or at least, at most); else typer's own message."""
+    cause, param = exc.__cause__, exc.param
+    error = cause.errors()[0] if callable(getattr(cause, "errors", None)) and cause.errors() else {}
+    if param is None or error.get("type") not in ("greater_than_equal", "less_than_equal"):
+        return exc.format_message()
+    flag = max(param.opts, key=len)
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    if low is not None and high is not None:
+        bound = f"between {low:,} and {high:,}"
+    else:
+        bound = f"at least {low:,}" if low is not None else f"at most {high:,}"
+    return f"{flag} must be {bound} (got {error.get('input')})"
 
 
 app = typer.Typer(
@@ -47,12 +86,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-bench_app = typer.Typer(
-    help="Benchmarks: each prints a table of figures measured against a baseline in the same run.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
-app.add_typer(bench_app, name="bench")
 
 
 def fail(message: str) -> NoReturn:

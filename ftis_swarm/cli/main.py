@@ -1,5 +1,5 @@
-"""`ftis-node`: the entry point. Registers every command on the app of `app.py`, and holds
-`inspect` and `bootstrap`.
+"""`ftis-node`: the entry point. Registers every command on the app of `app.py` (the node's, then
+the lab's from `cli/lab/`), and holds `inspect` and `bootstrap`.
 
 torch, transformers and hivemind are imported inside the commands, so `ftis-node --help`
 answers at once.
@@ -79,11 +79,10 @@ def bootstrap(
     run_bootstrap(cfg, stop=stop, on_ready=ready, maddrs_file=maddrs_file)
 
 
-# After inspect and bootstrap, so that `--help` lists the commands in this order.
-from ftis_swarm.cli import bench_cmds, node_cmds, plan_cmd  # noqa: E402,F401  (register their commands)
-from ftis_swarm.cli import experiment_cmd  # noqa: E402,F401  (registers experiment)
-from ftis_swarm.cli import pilot_cmd  # noqa: E402,F401  (registers bench pilot)
-from ftis_swarm.cli import status_cmd  # noqa: E402,F401  (registers status)
+# After inspect and bootstrap, so that `--help` lists the commands in this order; the lab's last,
+# under their own heading.
+from ftis_swarm.cli import node_cmds, plan_cmd, status_cmd  # noqa: E402,F401  (register their commands)
+from ftis_swarm.cli.lab import bench, bench_swarm, experiment, pilot  # noqa: E402,F401  (the lab's commands)
 
 
 def main() -> None:

@@ -103,12 +103,10 @@ def join(
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),
     print_config: bool = typer.Option(False, "--print-config", help="Validate, print the resolved config as JSON, and exit."),
     help_modes: bool = typer.Option(False, "--help-modes", help="Print what each loss mode does, and exit."),
-    nproc_per_node: int = typer.Option(1, help="Learner processes (GPUs) on this machine: reruns this command under torchrun; rank 0 is the node."),
+    nproc_per_node: int = typer.Option(1, min=1, help="Learner processes (GPUs) on this machine: reruns this command under torchrun; rank 0 is the node."),
 ) -> None:
     """Join a swarm (or start one) and train this node's model on its own and its peers' groups."""
     values = dict(locals())
-    if nproc_per_node < 1:
-        fail("--nproc-per-node must be at least 1")
     if help_modes:
         from ftis_swarm.config import LOSS_MODES
 
@@ -143,8 +141,8 @@ def join(
 
 @app.command()
 def testnet(
-    nodes: int = typer.Option(3, help="Nodes to start (the preset's models, round-robin)."),
-    rounds: Optional[int] = typer.Option(None, help="Rounds per node (default: the preset's: 5, tiny: 2)."),
+    nodes: int = typer.Option(3, min=1, max=16, help="Nodes to start (the preset's models, round-robin)."),
+    rounds: Optional[int] = typer.Option(None, min=1, help="Rounds per node (default: the preset's: 5, tiny: 2)."),
     preset: str = typer.Option("default", help="default: SmolLM2 full / LoRA / a sibling; tiny: seconds-long smoke run."),
     run_dir: Optional[Path] = typer.Option(None, help="Where each node's run directory goes [default: runs/testnet]."),
     task: Optional[str] = typer.Option(None, help="Task of every node (default arith)."),
@@ -155,21 +153,15 @@ def testnet(
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per completion (default 16)."),
     round_deadline: Optional[float] = typer.Option(None, help="Seconds each node gathers peers' groups a round (default 4)."),
     sibling: Optional[str] = typer.Option(None, help="Model of the default preset's third node (default smollm2-slim, SmolLM2 with 28 of 30 layers)."),
-    seed: int = typer.Option(0, help="Seed of the run: node i gets seed 1000 x seed + i (prompts, sampling, init)."),
+    seed: int = typer.Option(0, min=0, help="Seed of the run: node i gets seed 1000 x seed + i (prompts, sampling, init)."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="A config key of every node (see join --set); repeatable."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),
     old_workdir: Optional[Path] = typer.Option(None, "--workdir", hidden=True),
 ) -> None:
     """Start a bootstrap peer and N heterogeneous nodes on 127.0.0.1; show progress; summarise."""
     workdir = renamed(run_dir, old_workdir, "--run-dir", "--workdir", Path("runs/testnet"))
-    if not 1 <= nodes <= 16:
-        fail("--nodes must be between 1 and 16")
-    if rounds is not None and rounds < 1:
-        fail("--rounds must be at least 1")
     if preset not in ("default", "tiny"):
         fail(f"--preset must be 'default' or 'tiny', not {preset!r}")
-    if seed < 0:
-        fail("--seed must be a non-negative integer")
     if sibling is not None and preset != "default":
         fail("--sibling sets the third node of the default preset; drop it with --preset tiny")
     node_flags = {"task": task, "mode": mode, "temperature": temperature, "group_size": group_size,
@@ -203,19 +195,15 @@ def _check_node_settings(flags: dict[str, object], sets: list[str], sibling: Opt
 def eval_cmd(
     model: str = typer.Option(..., help="Hub id, short name, local path, checkpoint model/ or adapter/ directory."),
     task: str = typer.Option("gsm8k", help="gsm8k, math500, gsm_symbolic, champ or arith."),
-    limit: Optional[int] = typer.Option(None, help="Evaluate the first N held-out items (default: all)."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per greedy answer (default: the task's)."),
-    batch_size: int = typer.Option(8, help="Prompts per generate call."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Evaluate the first N held-out items (default: all)."),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens per greedy answer (default: the task's)."),
+    batch_size: int = typer.Option(8, min=1, help="Prompts per generate call."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON here (default: eval-<task>.json)."),
     backend: str = typer.Option("auto", help="auto (vLLM on CUDA when installed, else transformers; CUDA when present), transformers or vllm."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
     """Greedy pass@1 on a task's held-out split (on the GPU when there is one); prints it and writes it as JSON."""
     path = renamed(json_path, old_out, "--json", "--out", Path(f"eval-{task}.json"))
-    if limit is not None and limit < 1:
-        fail("--limit must be at least 1")
-    if (max_new_tokens is not None and max_new_tokens < 1) or batch_size < 1:
-        fail("--max-new-tokens and --batch-size must be at least 1")
     if backend not in ("auto", "transformers", "vllm"):
         fail(f"--backend must be auto, transformers or vllm, not {backend!r}")
     if not path.parent.is_dir():
@@ -242,7 +230,7 @@ def eval_cmd(
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="Run directories (each with a metrics.jsonl)."),
     png: Optional[Path] = typer.Option(None, "--png", help="The PNG to write [default: report.png]."),
-    smooth: int = typer.Option(1, help="Moving average over this many rounds."),
+    smooth: int = typer.Option(1, min=1, help="Moving average over this many rounds."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
     """Plot the runs' reward, accuracy, filter and weight curves (one line per node) into a PNG."""
@@ -250,8 +238,6 @@ def report(
     missing = [str(d) for d in run_dirs if not (d / "metrics.jsonl").is_file()]
     if missing:
         fail(f"no metrics.jsonl in {', '.join(missing)}")
-    if smooth < 1:
-        fail("--smooth must be at least 1")
     from ftis_swarm.ops.report import plot_runs
     from ftis_swarm.ops.summary import format_summary, summarize_run
 

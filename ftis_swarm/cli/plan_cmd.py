@@ -70,15 +70,15 @@ def format_table(micro_batch: int, seq_len: int) -> str:
 def plan(
     model: Optional[str] = typer.Option(None, help="Qwen2.5 size (Qwen2.5-7B, any -Instruct/-Coder/-Math) or a checkpoint folder."),
     lora_rank: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank (default: full fine-tune)."),
-    nproc: Optional[int] = typer.Option(None, help="Learner ranks (GPUs); default: the fewest that fit."),
+    nproc: Optional[int] = typer.Option(None, min=1, help="Learner ranks (GPUs); default: the fewest that fit."),
     dtype: str = typer.Option("bf16", help="fp32, or bf16 (bf16 compute, fp32 master weights and optimiser state)."),
-    micro_batch: int = typer.Option(4, help="Sequences per forward/backward. [learner.micro_batch]"),
-    seq_len: int = typer.Option(1024, help="Prompt + completion tokens per sequence."),
+    micro_batch: int = typer.Option(4, min=1, help="Sequences per forward/backward. [learner.micro_batch]"),
+    seq_len: int = typer.Option(1024, min=2, help="Prompt + completion tokens per sequence."),
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing",
                                                   help="[learner.activation_checkpointing]"),
     backend: str = typer.Option("vllm", help="Rollout: vllm, transformers (own copy), shared (one-process learner's model)."),
     vllm_memory: float = typer.Option(0.35, help="vLLM's share of rank 0's GPU when it shares it."),
-    vllm_gpus: int = typer.Option(0, help="GPUs vLLM has to itself (0: it shares rank 0's)."),
+    vllm_gpus: int = typer.Option(0, min=0, help="GPUs vLLM has to itself (0: it shares rank 0's)."),
     gpu_memory: float = typer.Option(80.0, help="GiB per GPU."),
     table: bool = typer.Option(False, "--table", help="Print docs/gpu.md's table (every size, full and LoRA) and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
@@ -93,8 +93,8 @@ def plan(
         fail(f"--dtype must be fp32 or bf16, not {dtype!r}")
     if backend not in ("vllm", "transformers", "shared"):
         fail(f"--backend must be vllm, transformers or shared, not {backend!r}")
-    if (nproc is not None and nproc < 1) or micro_batch < 1 or seq_len < 2 or gpu_memory <= 0 or vllm_gpus < 0:
-        fail("--nproc and --micro-batch must be >= 1, --seq-len >= 2, --gpu-memory > 0, --vllm-gpus >= 0")
+    if gpu_memory <= 0:
+        fail("--gpu-memory must be more than 0 GiB")
     if backend == "shared" and nproc is not None and nproc > 1:
         fail("--backend shared needs one learner process: a sharded model cannot be shared with the sampler")
     if not 0 < vllm_memory < 1:

@@ -10,6 +10,7 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
+from ftis_swarm.cli.app import LAB_PANEL
 from ftis_swarm.cli.main import app
 from ftis_swarm.cli.overrides import env_overrides, parse_value, set_overrides
 from ftis_swarm.config import LOSS_MODES, LORA_LR, ConfigError, LearnerConfig, NodeConfig, SwarmConfig
@@ -149,8 +150,8 @@ def test_nothing_is_written_until_the_config_and_the_machine_check_out(tmp_path)
 def test_old_spellings_are_hidden_aliases_and_not_both_at_once(tmp_path):
     assert "--workdir is the old name of --run-dir; give only --run-dir" in one_error(
         ["testnet", "--run-dir", str(tmp_path / "a"), "--workdir", str(tmp_path / "b")])
-    assert "--prompts-per-round >= 1" in one_error(["bench", "e2e", "--prompts", "0"])
-    assert "--round-deadline > 0" in one_error(["bench", "e2e", "--round-deadline", "0"])
+    assert "--prompts must be at least 1 (got 0)" in one_error(["bench", "e2e", "--prompts", "0"])
+    assert "--round-deadline must be more than 0 seconds" in one_error(["bench", "e2e", "--round-deadline", "0"])
     assert "--json: folder" in one_error(["eval", "--model", "x", "--out", str(tmp_path / "no" / "x.json")])
     for command in (["testnet"], ["experiment"], ["eval"], ["report"], ["bench", "e2e"]):
         shown = runner.invoke(app, [*command, "--help"]).output
@@ -197,3 +198,39 @@ def test_validation_errors_read_as_one_sentence_without_pydantic_prefixes():
         SwarmConfig(max_clock_skew=-1)
     assert format_validation_error(verr.value, as_flags=True) == (
         "--max-clock-skew: Input should be greater than or equal to 0 (got -1)")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["testnet", "--nodes", "17"], "--nodes must be between 1 and 16 (got 17)"),
+        (["bench", "swarm", "--nodes", "4", "--nodes", "1"], "--nodes must be between 2 and 32 (got 1)"),
+        (["bench", "e2e", "-G", "1"], "--group-size must be at least 2 (got 1)"),
+        (["bench", "pilot", "--temperature", "0.01"], "--temperature must be between 0.05 and 10 (got 0.01)"),
+        (["bench", "hostile", "--storage-mib", "4096.5"], "--storage-mib must be between 1 and 4,096 (got 4096.5)"),
+        (["plan", "--model", "Qwen2.5-1.5B", "--seq-len", "1"], "--seq-len must be at least 2 (got 1)"),
+        (["eval", "--model", "x", "--batch-size", "many"], "Invalid value for '--batch-size': Input should be a valid integer"),
+        (["eval"], "Missing option '--model'"),
+    ],
+)
+def test_flags_typer_refuses_are_one_sentence_naming_the_flag_and_its_range(args, words):
+    assert one_error(args).startswith(f"error: {words}")
+
+
+def test_a_flag_at_the_edge_of_its_range_is_accepted():
+    result = runner.invoke(app, ["plan", "--model", "Qwen2.5-1.5B", "--seq-len", "2", "--micro-batch", "1",
+                                 "--vllm-gpus", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["model"] == "Qwen2.5-1.5B"
+
+
+def test_help_lists_the_nodes_commands_first_and_the_labs_under_their_own_heading():
+    shown = runner.invoke(app, ["--help"]).output
+    node, lab = shown.split("Commands:\n")[1].split(f"{LAB_PANEL}:\n")
+    names = lambda text: [ln.split()[0] for ln in text.splitlines() if ln.startswith("  ") and ln.strip()]  # noqa: E731
+    assert names(node) == ["inspect", "bootstrap", "join", "testnet", "eval", "report", "plan", "status"]
+    assert names(lab) == ["experiment", "bench"]
+    bench = runner.invoke(app, ["bench", "--help"]).output
+    for command in ("wire", "learner", "e2e", "rollout", "resume", "soak", "pipeline", "hostile", "swarm", "scale",
+                    "reach", "attacks", "pilot"):
+        assert f"\n  {command} " in bench, command

@@ -92,6 +92,22 @@ def test_sign_flip_p_is_exact():
     assert sign_flip_p(d) == pytest.approx(brute)
 
 
+def test_sign_flip_p_counts_the_ties_rounding_leaves_apart_as_recorded_and_is_scipys_on_integers():
+    """Experiment 29's vertical-fvis - vertical-ftis for A (docs/experiment29/stats.json): differences of k/95 items
+    rounded to 12 digits, so tied sign patterns differ by up to 2e-12. The recorded p counts them, as scipy does
+    on the item counts; scipy on the rounded differences (tie tolerance 100 eps |observed|) misses 1,024 patterns."""
+    counts = np.array([9, 2, 0, 0, 0, 2, -3, -1, 0, -1, 0, 0, 0, 4, 4, 6])
+    diffs = np.round(counts / 95, 12)
+
+    def scipy_p(x: np.ndarray, alternative: str = "greater") -> float:
+        return stats.permutation_test((x,), np.sum, permutation_type="samples", alternative=alternative,
+                                      n_resamples=np.inf, vectorized=True).pvalue
+
+    assert sign_flip_p(diffs) == scipy_p(counts) == 0.052734375 == 3456 / 2**16  # as recorded
+    assert sign_flip_p(diffs, "less") == scipy_p(counts, "less")
+    assert scipy_p(diffs) == pytest.approx(0.052734375 - 1024 / 2**16)  # why the test is not scipy's
+
+
 def test_bootstrap_interval_holds_the_mean_is_reproducible_and_resamples_items():
     res = experiment([1, 2, 0, 3, 1, -1], [2, 2, 2, 2, 2, 2])
     t = paired(res, "vertical-ftis", "solo", "A")

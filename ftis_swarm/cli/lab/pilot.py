@@ -4,20 +4,20 @@ With `--sigmas`, the pre-registered design's pilot instead (`lab.experiment.sigm
 sweep of B = `smollm2-bias<sigma>` on train prompts of a seed no run uses, its choice rule
 and gate.
 
-Flags are checked (one sentence, exit 2) before torch is imported; then the pilot's table is
-printed and its figures, per item included, written to `--json`.
+Flags are checked (ranges by typer's `min=`/`max=`; one sentence, exit 2) before torch is
+imported; then the pilot's table is printed and its figures, per item included, written to `--json`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.app import bench_app, fail
+from ftis_swarm.cli.app import fail
+from ftis_swarm.cli.lab.bench import bench_app, check_json_path, write_json
 
 
 @bench_app.command("pilot")
@@ -26,9 +26,9 @@ def bench_pilot(
                                    help="Comma-separated models for learner B (at most 3; same tokenizer as A)."),
     model_a: str = typer.Option("smollm2-135m", help="Learner A's model."),
     task: str = typer.Option("arith_mix", help="Task whose every held-out item is evaluated (needs a fixed test split)."),
-    samples: int = typer.Option(16, help="Sampled completions an item (sampled accuracy; the weights are measured on them)."),
-    temperature: Optional[float] = typer.Option(None, help="Sampling temperature [default: the experiment's]."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per answer [default: the experiment's]."),
+    samples: int = typer.Option(16, min=2, help="Sampled completions an item (sampled accuracy; the weights are measured on them)."),
+    temperature: Optional[float] = typer.Option(None, min=0.05, max=10, help="Sampling temperature [default: the experiment's]."),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="Most tokens per answer [default: the experiment's]."),
     seed: int = typer.Option(0, min=0, help="Seed of the item order and of sampling."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every figure (per item too) here."),
@@ -51,14 +51,7 @@ def bench_pilot(
         check_model_name(name)
     if not get_task(task).size("test"):
         fail(f"task {task} has no fixed held-out set (its test split is an endless stream); use arith_mix")
-    if samples < 2:
-        fail(f"--samples must be at least 2 (a group), got {samples}")
-    if temperature is not None and not 0.05 <= temperature <= 10:
-        fail(f"--temperature must lie in 0.05..10, got {temperature}")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        fail(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    if json_path is not None and not json_path.parent.is_dir():
-        fail(f"--json: folder {json_path.parent} does not exist")
+    check_json_path(json_path)
 
     from ftis_swarm.lab.experiment.pilot import pilot_table, run_pilot
 
@@ -69,7 +62,7 @@ def bench_pilot(
     typer.echo(f"pilot on {result['items']} held-out items of {task}: {s['samples']} samples an item at "
                f"T = {s['temperature']}, {s['max_new_tokens']} tokens; {result['seconds']:.0f} s with {threads} thread(s)")
     typer.echo(pilot_table(result))
-    _write(result, json_path)
+    write_json(json_path, result)
 
 
 def _sampling(threads: int, temperature: Optional[float], max_new_tokens: Optional[int]) -> dict:
@@ -84,12 +77,6 @@ def _sampling(threads: int, temperature: Optional[float], max_new_tokens: Option
     return {"temperature": defaults.temperature if temperature is None else temperature,
             "max_new_tokens": defaults.max_new_tokens if max_new_tokens is None else max_new_tokens,
             "progress": lambda step: typer.echo(f"  ... {step} ({time.perf_counter() - t0:.0f} s)", err=True)}
-
-
-def _write(result: dict, json_path: Optional[Path]) -> None:
-    if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=2))
-        typer.echo(f"written to {json_path}")
 
 
 def _sigma_pilot(sigmas: str, *, model_a: str, task: str, temperature: Optional[float],
@@ -107,8 +94,7 @@ def _sigma_pilot(sigmas: str, *, model_a: str, task: str, temperature: Optional[
         fail(f"--sigmas needs 1 to 8 scales, got {len(values)}")
     for name in [model_a, *map(bias_name, values)]:
         check_model_name(name)
-    if json_path is not None and not json_path.parent.is_dir():
-        fail(f"--json: folder {json_path.parent} does not exist")
+    check_json_path(json_path)
 
     from ftis_swarm.lab.experiment.sigma_pilot import PILOT_SEED, run_sigma_pilot, sigma_table
 
@@ -120,4 +106,4 @@ def _sigma_pilot(sigmas: str, *, model_a: str, task: str, temperature: Optional[
                f"a prompt at T = {s['temperature']}, {s['max_new_tokens']} tokens, C = {s['C']}; "
                f"{result['seconds']:.0f} s with {threads} thread(s)")
     typer.echo(sigma_table(result))
-    _write(result, json_path)
+    write_json(json_path, result)

@@ -1,8 +1,8 @@
 """`ftis-node experiment`: the paper's experiment in miniature (see ftis_swarm.lab.experiment.arms).
 
 Flags (and `--set key=value` for any `ExperimentConfig` key, or any key of the `NodeConfig` both
-learners share, with or without `node.`) are validated, one sentence and
-exit 2, before torch is imported. A bar counts the runs; a line is printed per finished run;
+learners share, with or without `node.`) are validated, one sentence and exit 2, before torch is
+imported. A bar counts the runs; a line is printed per finished run;
 at the end the table is printed and written with the plots and JSON.
 """
 
@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.app import app, fail, renamed
+from ftis_swarm.cli.app import LAB_PANEL, app, fail, renamed
 
 
 def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
@@ -26,7 +26,7 @@ def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
     return parts
 
 
-@app.command()
+@app.command(rich_help_panel=LAB_PANEL)
 def experiment(
     quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, the 5 arms, 8 held-out items): a couple of minutes."),
     run_dir: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
@@ -53,8 +53,8 @@ def experiment(
     micro_batch: Optional[int] = typer.Option(None, help="Sequences per forward/backward (ftis-node plan says what fits)."),
     activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute layer activations in backward."),
     pilot: Optional[Path] = typer.Option(None, help="The pilot's JSON (`ftis-node bench pilot --sigmas ... --json`, e.g. docs/pilot_sigma.json): whether its gate passed for learner B decides if the claims count as tested; its per-seed sd, when there, sizes the a-priori MDE."),
-    workers: int = typer.Option(1, help="Runs in parallel, each in its own process."),
-    threads: int = typer.Option(1, help="torch threads per process (workers x threads should not exceed the cores)."),
+    workers: int = typer.Option(1, min=1, max=64, help="Runs in parallel, each in its own process."),
+    threads: int = typer.Option(1, min=1, max=256, help="torch threads per process (workers x threads should not exceed the cores)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any ExperimentConfig key (eval_max_new_tokens=32) or key of the learners' shared NodeConfig (task=gsm_symbolic, max_staleness=1); repeatable; applied after the flags."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
@@ -70,8 +70,6 @@ def experiment(
     out = renamed(run_dir, old_out, "--run-dir", "--out",
                   Path("runs/experiment-quick" if quick else "runs/experiment"))
     eval_items = renamed(limit, old_eval_items, "--limit", "--eval-items", None)
-    if not 1 <= workers <= 64 or not 1 <= threads <= 256:
-        fail("--workers must be 1 to 64 and --threads 1 to 256")
     if out.exists() and not out.is_dir():
         fail(f"--run-dir: {out} is not a folder")
     if figures is not None and figures.exists() and not figures.is_dir():
