@@ -19,6 +19,7 @@ from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
 from ftis_swarm.swarm.fetch.legs import Legs
+from ftis_swarm.swarm.fetch.pointers import key_of
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.fetch.streams import (BODY_PROTOCOL, BUSY, FOUND, MAX_BODIES_PER_STREAM, MISSING,
                                             BodyUnavailable, fetch_bodies, serve_bodies)
@@ -58,20 +59,18 @@ class _Fetcher:
         if hashlib.sha256(body).hexdigest() != pointer.sha256:
             self._reject(pointer, "hash_mismatch", "")
             return False
-        self.scheduler.settle(pointer)
+        table = self.scheduler.table
         self.accepted.append(pointer.group_id)
         self.accepted_at.append(time.monotonic())
-        self.legs.append(self.scheduler.clock.legs(pointer.group_id))
+        self.legs.append(table.accept(table.get(key_of(pointer))))
         return True
 
     def _reject(self, pointer: GroupPointer, reason: str, detail: str) -> None:
-        self.scheduler.clock.forget(pointer.group_id)
-        self.scheduler.settle(pointer)
+        self.scheduler.table.reject(pointer, reason, revivable=False)
         self.rejected.append((pointer.group_id, reason))
 
     async def until(self, done: Callable[[], bool], pointers: list[GroupPointer], *, limit: float = 30.0) -> None:
         for pointer in pointers:
-            self.scheduler.clock.seen(pointer.group_id, chosen=True)
             self.scheduler.add(pointer)
         stop_at = time.monotonic() + limit
         while not done() and time.monotonic() < stop_at:

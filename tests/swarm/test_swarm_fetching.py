@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
+from ftis_swarm.swarm.fetch.pointers import key_of
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.origins import RELAYED
@@ -120,11 +121,12 @@ class Harness:
             origin_of=(origins or {}).get)
 
     def _body(self, p: GroupPointer, body: bytes) -> bool:
+        self.scheduler.table.accept(self.scheduler.table.get(key_of(p)))
         self.accepted.append(p.publisher)
         return True
 
     def _reject(self, p: GroupPointer, reason: str, detail: str) -> None:
-        self.scheduler.settle(p)
+        self.scheduler.table.reject(p, reason, revivable=False)
         self.rejected[(p.publisher, reason)] += 1
 
     async def until(self, done: Callable[[], bool], *, add: Optional[list[GroupPointer]] = None,

@@ -27,9 +27,11 @@ offers `Selection` chooses go to the scheduler (`selection`: earned peers first,
 strangers in the strangers' draw by origin, within what the node's next update takes; `open_gather` and
 `close_gather` bound one gather's budget). A fetched body must match its signed pointer and pass the wire decoder
 with this node's limits and vocabulary. Accepted groups wait in an inbox that `drain`
-empties. A group id is delivered at most once; rejections are remembered per (publisher,
-group id), so a peer that re-announces someone else's group cannot make this node skip
-the genuine pointer. Memory of a group ends when no record of it can still be alive.
+empties. Each pointer's life is one record of the `PointerTable` (`pointers`), keyed by
+(publisher, group id): a pointer is considered once, a group id is delivered at most once,
+and a peer that re-announces someone else's group cannot make this node skip the genuine
+pointer. Memory of a pointer ends when no record of it can still be alive (bounded:
+`pointers.MAX_SETTLED`).
 
 Every new pointer is noted in the `RoundTracker` (`rounds`), and every accepted or rejected
 group settled there, so `owed` says which live peers' newest rounds are not in yet; each
@@ -55,8 +57,8 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.swarm.counters import LoopErrors, SwarmCounters, ThrottledLog
-from ftis_swarm.swarm.fetch.expiring import ExpiringMap
-from ftis_swarm.swarm.fetch.legs import LegClock, Legs
+from ftis_swarm.swarm.fetch.legs import Legs
+from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, key_of
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.fetch.selection import Selection
 from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_between
@@ -74,13 +76,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_Key = tuple[str, str]  # (publisher, group id)
 READ_TIMEOUT = 10.0
 STRANGER_READS = 16
 MAX_REREADS = 6
-MAX_SETTLED = 1 << 16
-"""Settled pointers remembered (accepted group ids; rejected and passed-over offers), each kind; past it the
-oldest go first (`expiring`): a flood of pointers costs bounded memory and O(1) per pointer to forget."""
 REVIVABLE = (faults.FETCH_FAILED, faults.STALLED)
 """Rejections that say no source answered, not that the pointer or its body is wrong: a later have undoes them."""
 
@@ -112,9 +110,8 @@ class Gatherer:
         self._inbox_by_peer: Counter[str] = Counter()
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
-        self._accepted: ExpiringMap[str, str] = ExpiringMap(MAX_SETTLED)  # group id -> publisher
-        self._rejected: ExpiringMap[_Key, None] = ExpiringMap(MAX_SETTLED)
-        self._sourceless: dict[str, dict[str, GroupPointer]] = {}  # group id -> publisher -> pointer (`REVIVABLE`)
+        self.table = PointerTable(span=cfg.ttl + cfg.max_clock_skew)
+        """Every pointer's record at this node (`pointers`): the only writer of their phases."""
         self._log = ThrottledLog(logger, "rejected groups", level=logging.INFO)
         self._contain = LoopErrors(logger, counters)
         self._gossip: Optional["GossipChannel"] = None
@@ -125,13 +122,11 @@ class Gatherer:
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
         self._origins, self._on_accepted = origins, on_accepted
-        self._clock = LegClock()
         self._scheduler = FetchScheduler(p2p=p2p, cfg=cfg, policy=policy, counters=counters, room=self._room,
                                          on_body=self._accept_body, on_reject=self._reject,
                                          origin_of=_origin_lookup(origins),
-                                         seed=peer_id, clock=self._clock, contain=self._contain)
+                                         seed=peer_id, table=self.table, contain=self._contain)
         self._selection: Optional[Selection] = None
-        self._passed: ExpiringMap[_Key, None] = ExpiringMap(MAX_SETTLED)  # offers never chosen
         self._horizon = 2 * cfg.poll_interval
 
     # -- the budget (`selection`) -----------------------------------------------------------------
@@ -141,13 +136,14 @@ class Gatherer:
 
     def _new_selection(self, budget: Budget) -> Selection:
         policy = self._policy
-        return Selection(budget, seed=self._peer_id,
+        return Selection(budget, seed=self._peer_id, table=self.table,
                          score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0,
                          origin_of=self._origins.origin_of if self._origins is not None else None)
 
     def _selection_failed(self, where: str, exc: Exception) -> None:
         """The selection's own bookkeeping raised (a bug): contained, and the selection starts afresh with the
-        same budget (its offers are lost, the bodies in flight are still fetched and delivered)."""
+        same budget over the same table (the offers stay; the bodies in flight are still fetched and
+        delivered, and no longer hold budget)."""
         self._contain(where, exc)
         if self._selection is not None:
             self._selection = self._new_selection(self._selection.budget)
@@ -208,14 +204,11 @@ class Gatherer:
             self._pass(pointer)
         for pointer in choice.chosen:
             self._counters.add("chosen")
-            self._clock.chosen(pointer.group_id)
             self._scheduler.add(pointer)
 
     def _pass(self, pointer: GroupPointer) -> None:
-        """An offer never chosen: not fetched, not charged; remembered so that it is not offered again."""
+        """An offer the selection passed over (its record PASSED): not fetched, not charged, not offered again."""
         self._counters.add("not_chosen")
-        self._clock.forget(pointer.group_id)
-        self._passed.put((pointer.publisher, pointer.group_id), None, self._forget_after(pointer))
         self.rounds.settle(pointer, accepted=False)
         self.changed.set()
 
@@ -321,11 +314,10 @@ class Gatherer:
         self._counters.add("haves_received")
         group_ids = have.group_ids()
         self._scheduler.note_holders(record.owner, group_ids, until=record.expiration)
-        for group_id in [g for g in group_ids if g in self._sourceless]:
-            for pointer in self._sourceless.pop(group_id).values():
-                if (pointer.publisher, group_id) in self._rejected:
-                    self._rejected.pop((pointer.publisher, group_id))
-                    self._consider(pointer, source="pointers_revived")
+        for group_id in group_ids:
+            for record in self.table.sourceless_of(group_id):
+                if self.table.revive(record):
+                    self._consider(record.pointer, source="pointers_revived")
         self._select()
         self._scheduler.schedule()
 
@@ -341,7 +333,7 @@ class Gatherer:
     def sourceless(self) -> list[str]:
         """Group ids whose pointers are rejected for want of a source now (a have would revive them); from
         any thread (a copy of the keys, taken under the GIL at once)."""
-        return sorted(list(self._sourceless))
+        return self.table.sourceless()
 
     def owed(self, horizon: float) -> list[str]:
         """Live peers (a pointer seen within `horizon` s) whose newest round is not in yet; thread-safe."""
@@ -411,11 +403,9 @@ class Gatherer:
 
     def _consider(self, pointer: GroupPointer, *, source: str) -> None:
         """Hands a pointer to the scheduler, unless it is known already; counts where it came from first."""
-        key = (pointer.publisher, pointer.group_id)
-        accepted = self._accepted.get(pointer.group_id)
-        if (pointer.publisher == self._peer_id or key in self._rejected or key in self._passed
-                or self._scheduler.holds(*key) or accepted == pointer.publisher):
+        if pointer.publisher == self._peer_id or self.table.known(key_of(pointer)):
             return
+        accepted = self.table.accepted_from(pointer.group_id)
         self._counters.add(source)
         cfg, now = self._cfg, get_dht_time()
         reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
@@ -431,10 +421,9 @@ class Gatherer:
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
         elif self._selection is not None:
-            self._clock.seen(pointer.group_id, chosen=False)
             self._offer(pointer)
         else:
-            self._clock.seen(pointer.group_id, chosen=True)
+            self.table.see(pointer, Phase.CHOSEN)
             self._scheduler.add(pointer)
 
     def _room(self, publisher: str) -> int:
@@ -450,12 +439,11 @@ class Gatherer:
         if group is None:
             self._reject(pointer, reason, detail)
             return False
-        self._scheduler.settle(pointer)
-        self._accepted.put(pointer.group_id, pointer.publisher, self._forget_after(pointer))
+        record = self.table.get(key_of(pointer)) or self.table.see(pointer, Phase.CHOSEN)
+        legs = self.table.accept(record)
         self._counters.add("fetched_bytes", len(body))
         self._counters.add("fetched_bodies")
         self._on_accepted(pointer, body)  # the client holds it to serve others (`bodies`)
-        legs = self._clock.legs(pointer.group_id)
         with self._lock:
             self._inbox.append((group, legs))
             self._inbox_by_peer[pointer.publisher] += 1
@@ -466,34 +454,19 @@ class Gatherer:
         return True
 
     def _reject(self, pointer: GroupPointer, reason: str, detail: str) -> None:
-        self._scheduler.settle(pointer)
+        self.table.reject(pointer, reason, revivable=reason in REVIVABLE)  # revivable: a have may come (`_note_have`)
         self.rounds.settle(pointer, accepted=False)
         if self._selection is not None:
             self._selection.settled(pointer, accepted=False)
             self._select()  # its tokens went back to the budget
         self.changed.set()
-        self._rejected.put((pointer.publisher, pointer.group_id), None, self._forget_after(pointer))
-        self._clock.forget(pointer.group_id)
-        if reason in REVIVABLE:  # a have for it may come later (`_note_have`)
-            self._sourceless.setdefault(pointer.group_id, {})[pointer.publisher] = pointer
         self._counters.reject(pointer.publisher, reason)
         self._log.note(pointer.publisher, Counter({reason: 1}))
         logger.debug("rejected group %s from %s: %s (%s)", pointer.group_id, pointer.publisher, reason, detail)
 
-    def _forget_after(self, pointer: GroupPointer) -> float:
-        """When no record of this pointer can still be alive (a record lives at most ttl + skew)."""
-        return max(pointer.created_at, get_dht_time()) + self._cfg.ttl + self._cfg.max_clock_skew
-
     def _forget(self, now: float) -> None:
         cfg = self._cfg
-        self._accepted.expire(now)
-        self._rejected.expire(now)
-        for group_id, by_publisher in list(self._sourceless.items()):
-            for publisher in [p for p in by_publisher if (p, group_id) not in self._rejected]:
-                del by_publisher[publisher]
-            if not by_publisher:
-                del self._sourceless[group_id]
-        self._passed.expire(now)
+        self.table.expire(now)
         oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)
         for member in [m for m in self._members if m[1] < oldest]:
             del self._members[member]

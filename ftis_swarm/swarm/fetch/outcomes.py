@@ -26,6 +26,7 @@ from ftis_swarm.peers import faults
 from ftis_swarm.swarm import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.holders import HolderBook
+from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, key_of
 from ftis_swarm.swarm.fetch.streams import BodyRefused, BodyUnavailable
 from ftis_swarm.swarm.records import GroupPointer
 
@@ -34,14 +35,10 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class PublisherState:
-    """One publisher's pointers and how it fares as a source."""
+    """How one publisher fares as a source (its pointers are the table's records: `pointers`)."""
 
     allowance: int
     """Streams it may have open at once (`max_fetches_per_peer`, halved by failures)."""
-    pending: dict[str, GroupPointer] = dataclasses.field(default_factory=dict)
-    fetching: set[str] = dataclasses.field(default_factory=set)
-    """Group ids in flight, from it or a holder: what its room in a gather counts."""
-    attempts: Counter[str] = dataclasses.field(default_factory=Counter)
     streams: int = 0
     """Streams open now for its groups: what the allowance counts."""
     proven: bool = False
@@ -55,9 +52,9 @@ class PublisherState:
 class Outcomes:
     """Settles each pointer's answer (loop thread only)."""
 
-    def __init__(self, *, cfg: SwarmConfig, counters: SwarmCounters, holders: HolderBook,
+    def __init__(self, *, cfg: SwarmConfig, counters: SwarmCounters, holders: HolderBook, table: PointerTable,
                  on_body: Callable[[GroupPointer, bytes], bool], on_reject: Callable[[GroupPointer, str, str], None]):
-        self._cfg, self._counters, self._holders = cfg, counters, holders
+        self._cfg, self._counters, self._holders, self._table = cfg, counters, holders, table
         self._on_body, self._on_reject = on_body, on_reject
 
     def settle(self, pointer: GroupPointer, state: PublisherState, source: str,
@@ -100,19 +97,25 @@ class Outcomes:
             self._holders.busy(holder, get_dht_time())
         else:
             self._holders.failed(holder, pointer.group_id, answer, get_dht_time())
-        state.pending[pointer.group_id] = pointer
+        self._back(pointer)
         return contradicts
+
+    def _back(self, pointer: GroupPointer) -> None:
+        """Pending again (unless something settled it meanwhile)."""
+        record = self._table.get(key_of(pointer))
+        if record is not None:
+            self._table.back(record)
 
     def _unavailable(self, pointer: GroupPointer, state: PublisherState, exc: BodyUnavailable) -> None:
         cfg, now = self._cfg, get_dht_time()
         if exc.reason == faults.BODY_BUSY:
-            state.pending[pointer.group_id] = pointer
+            self._back(pointer)
             state.resume_at = max(state.resume_at, now + cfg.poll_interval)
             return
         self._counters.add("fetch_retries")
         if (exc.reason == faults.BODY_UNREACHABLE and reach.in_dial_backoff(exc)
                 and now - state.failed_at < 2 * reach.DIAL_BACKOFF):  # the echo of a failed dial just counted
-            state.pending[pointer.group_id] = pointer
+            self._back(pointer)
             state.resume_at = max(state.resume_at, now + reach.DIAL_BACKOFF)
             return
         self._counters.fault(pointer.publisher, Counter({exc.reason: 1}))
@@ -121,7 +124,8 @@ class Outcomes:
         state.failed_at = now
         state.allowance = max(1, state.allowance // 2)
         state.resume_at = now + min(cfg.ttl / 4, cfg.poll_interval * 2 ** (state.failures - 1))
-        state.attempts[pointer.group_id] += 1
+        record = self._table.get(key_of(pointer))
+        attempts = self._table.attempt(record) if record is not None else cfg.max_fetch_attempts
         final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         has_holder = self._holders.has
         if state.failures >= cfg.max_fetch_attempts:
@@ -129,18 +133,19 @@ class Outcomes:
                 self._counters.add("publishers_unreachable")
                 logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
                                "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
-                               state.failures, exc, len(state.pending) + 1)
+                               state.failures, exc, len(self._table.of(pointer.publisher, Phase.CHOSEN)) + 1)
             else:
                 logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
-                            state.failures, exc, len(state.pending) + 1)
-            for other in [p for p in state.pending.values() if not has_holder(p.group_id)]:
+                            state.failures, exc, len(self._table.of(pointer.publisher, Phase.CHOSEN)) + 1)
+            pending = self._table.of(pointer.publisher, Phase.CHOSEN)
+            for other in [r.pointer for r in list(pending.values()) if not has_holder(r.pointer.group_id)]:
                 self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
             if has_holder(pointer.group_id):
-                state.pending[pointer.group_id] = pointer
+                self._back(pointer)
             else:
                 self._on_reject(pointer, final, str(exc))
-        elif state.attempts[pointer.group_id] >= cfg.max_fetch_attempts and not has_holder(pointer.group_id):
+        elif attempts >= cfg.max_fetch_attempts and not has_holder(pointer.group_id):
             self._on_reject(pointer, final, str(exc))
         else:
-            state.pending[pointer.group_id] = pointer
+            self._back(pointer)
             logger.debug("fetch of %s failed (%s); trying again later", pointer.group_id, exc)

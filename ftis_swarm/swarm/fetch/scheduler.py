@@ -72,8 +72,9 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.holders import HolderBook
-from ftis_swarm.swarm.fetch.legs import LegClock
+from ftis_swarm.peers import faults
 from ftis_swarm.swarm.fetch.outcomes import Outcomes, PublisherState
+from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, Record, key_of
 from ftis_swarm.swarm.fetch.streams import ends_stream, fetch_bodies
 from ftis_swarm.swarm.records import GroupPointer
 
@@ -89,21 +90,22 @@ class FetchScheduler:
                  room: Callable[[str], int], on_body: Callable[[GroupPointer, bytes], bool],
                  on_reject: Callable[[GroupPointer, str, str], None],
                  origin_of: Callable[[str], Optional[str]] = lambda publisher: None, seed: str = "",
-                 clock: Optional[LegClock] = None, contain: Optional[Callable[[str, Exception], None]] = None):
-        """`seed` (this node's peer id) orders a round's groups for this node (`_spread`); `clock` is told
-        when each body's stream took its slot, began on it and had it (`legs`); `contain` is told of an
-        error in settling one answer (the gatherer's `LoopErrors`; by default it is logged): the stream
-        goes on with the next."""
-        self.clock = clock or LegClock()
+                 table: Optional[PointerTable] = None,
+                 contain: Optional[Callable[[str, Exception], None]] = None):
+        """`seed` (this node's peer id) orders a round's groups for this node (`_spread`); `table` holds
+        every pointer's record (`pointers`: the pending ones are its CHOSEN records, those in a stream its
+        FETCHING ones, with their attempts and leg times); `contain` is told of an error in settling one
+        answer (the gatherer's `LoopErrors`; by default it is logged): the stream goes on with the next."""
+        self.table = table if table is not None else PointerTable(span=cfg.ttl + cfg.max_clock_skew)
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
         self._seed = seed
         self._origin_of = origin_of
         self._room = room
         self._holders = HolderBook(cfg, counters)
-        self._outcomes = Outcomes(cfg=cfg, counters=counters, holders=self._holders, on_body=on_body,
-                                  on_reject=on_reject)
+        self._outcomes = Outcomes(cfg=cfg, counters=counters, holders=self._holders, table=self.table,
+                                  on_body=on_body, on_reject=on_reject)
+        self._on_reject = on_reject
         self._publishers: dict[str, PublisherState] = {}
-        self._deferred: set[tuple[str, str]] = set()
         self._streams = self._stranger_streams = 0
         self._origin_streams: Counter[str] = Counter()
         self._turns = 0
@@ -120,6 +122,10 @@ class FetchScheduler:
         """This node's own order of a round's groups (see the module docstring)."""
         return hashlib.sha256(f"{self._seed}/{group_id}".encode()).digest()
 
+    def _pending(self, publisher: str) -> dict[str, Record]:
+        """The publisher's records waiting for a stream (CHOSEN), by group id."""
+        return self.table.of(publisher, Phase.CHOSEN)
+
     def _source(self, pointer: GroupPointer, state: PublisherState, now: float) -> Optional[str]:
         """Whom to fetch `pointer`'s body from now: its publisher unless suspended, else its least loaded
         holder that is not; None when no source is free."""
@@ -131,9 +137,11 @@ class FetchScheduler:
                most: int) -> tuple[list[GroupPointer], str]:
         """Up to `most` of the publisher's ready pointers that one source can send, in the publisher's order,
         and that source (the source of the first)."""
-        sources = {gid: self._source(p, state, now) for gid, p in state.pending.items()}
-        ready = sorted((p for p in state.pending.values() if sources[p.group_id] is not None),
-                       key=lambda p: (state.attempts[p.group_id], -p.round, self._spread(p.group_id)))
+        pending = self._pending(publisher)
+        sources = {gid: self._source(r.pointer, state, now) for gid, r in pending.items()}
+        ready = [r.pointer for r in sorted((r for r in pending.values() if sources[r.pointer.group_id] is not None),
+                                           key=lambda r: (r.attempts, -r.pointer.round,
+                                                          self._spread(r.pointer.group_id)))]
         if not ready:
             return [], ""
         source = sources[ready[0].group_id]
@@ -142,49 +150,38 @@ class FetchScheduler:
         return ready[:most], source
 
     def add(self, pointer: GroupPointer) -> None:
-        state = self._publishers.setdefault(pointer.publisher,
-                                            PublisherState(allowance=self._cfg.max_fetches_per_peer))
-        state.pending[pointer.group_id] = pointer
-
-    def holds(self, publisher: str, group_id: str) -> bool:
-        """Whether the pointer is pending or being fetched."""
-        state = self._publishers.get(publisher)
-        return state is not None and (group_id in state.pending or group_id in state.fetching)
+        """A pointer to fetch: its CHOSEN record (made here when the table has none: without a gatherer)."""
+        if not self.table.known(key_of(pointer)):
+            self.table.see(pointer, Phase.CHOSEN)
+        self._publishers.setdefault(pointer.publisher, PublisherState(allowance=self._cfg.max_fetches_per_peer))
 
     def is_proven(self, publisher: str) -> bool:
         state = self._publishers.get(publisher)
         return state is not None and state.proven
 
     def pending(self) -> list[GroupPointer]:
-        return [p for state in self._publishers.values() for p in state.pending.values()]
-
-    def settle(self, pointer: GroupPointer) -> None:
-        """Forgets a pointer that was accepted or rejected elsewhere."""
-        state = self._publishers.get(pointer.publisher)
-        if state is not None:
-            state.pending.pop(pointer.group_id, None)
-            state.attempts.pop(pointer.group_id, None)
-        self._deferred.discard((pointer.publisher, pointer.group_id))
+        """Pointers waiting for a stream."""
+        return [r.pointer for r in self.table.live(Phase.CHOSEN)]
 
     def schedule(self) -> None:
         """Starts streams while slots are free (see the module docstring for the order)."""
         cfg, now = self._cfg, get_dht_time()
         half = cfg.max_concurrent_fetches // 2
-        order = sorted((p for p, s in self._publishers.items() if s.pending),
+        order = sorted((p for p in self.table.publishers(Phase.CHOSEN) if p in self._publishers),
                        key=lambda p: (-max(self._policy.score(p), 0.0), not self._publishers[p].proven,
                                       self._publishers[p].turn))
         started = True
         while started and self._streams < cfg.max_concurrent_fetches:
             started = False
             for publisher in order:
-                state = self._publishers[publisher]
-                if not state.pending or state.streams >= state.allowance:
+                state, pending = self._publishers[publisher], self._pending(publisher)
+                if not pending or state.streams >= state.allowance:
                     continue
-                if now < state.resume_at and not any(self._holders.has(g) for g in state.pending):
+                if now < state.resume_at and not any(self._holders.has(g) for g in pending):
                     continue
-                room = self._room(publisher) - len(state.fetching)
+                room = self._room(publisher) - len(self.table.of(publisher, Phase.FETCHING))
                 if room <= 0:
-                    self._defer(publisher, state)
+                    self._defer(publisher)
                     continue
                 stranger = not state.proven and self._policy.score(publisher) <= 0
                 if stranger and self._stranger_streams >= half:
@@ -203,7 +200,8 @@ class FetchScheduler:
     def forget_idle(self, now: float) -> None:
         """Drops unproven publishers with nothing pending or in flight and no suspension for a TTL."""
         for publisher, state in list(self._publishers.items()):
-            if not (state.pending or state.streams or state.proven) and now > state.resume_at + self._cfg.ttl:
+            if (not (self._pending(publisher) or state.streams or state.proven)
+                    and now > state.resume_at + self._cfg.ttl):
                 del self._publishers[publisher]
         self._holders.forget(now)
 
@@ -215,17 +213,15 @@ class FetchScheduler:
         for task in list(self._tasks):
             task.cancel()
 
-    def _defer(self, publisher: str, state: PublisherState) -> None:
-        for group_id in state.pending:
-            if (publisher, group_id) not in self._deferred:
-                self._deferred.add((publisher, group_id))
+    def _defer(self, publisher: str) -> None:
+        for record in list(self._pending(publisher).values()):
+            if self.table.defer(record):
                 self._counters.add("deferred")
 
     def _start(self, batch: list[GroupPointer], state: PublisherState, stranger: bool, origin: Optional[str],
                source: str) -> None:
         for pointer in batch:
-            del state.pending[pointer.group_id]
-            state.fetching.add(pointer.group_id)
+            self.table.start(self.table.get(key_of(pointer)))
         self._holders.in_flight[source] += len(batch)
         state.streams += 1
         state.turn = self._turns = self._turns + 1
@@ -258,25 +254,26 @@ class FetchScheduler:
                         logger.exception("fetching group %s from %s failed unexpectedly", left[0].group_id, source)
                         answer = exc
                     pointer = left.pop(0)
-                    self._release([pointer], state, source)
+                    self._release([pointer], source)
                     if ends_stream(answer):  # before the answer: a final failure rejects them with the rest
-                        self._release(left, state, source, pending=True)
+                        self._release(left, source, pending=True)
                     elif isinstance(answer, bytes):
                         self.fetch_times.append((source != pointer.publisher, time.monotonic() - started))
-                        self.clock.fetched(pointer.group_id, started=taken, began=began, received=time.time())
+                        self.table.fetched(self.table.get(key_of(pointer)), started=taken, began=began,
+                                           received=time.time())
                     try:
                         lied = self._outcomes.settle(pointer, state, source, answer)
                     except Exception as exc:  # a bug in settling one answer: the pointer is dropped, not retried
                         self._contain(f"settling group {pointer.group_id} from {source}", exc)
-                        self.settle(pointer)
+                        self._drop(pointer, repr(exc))
                         lied = False
                     if lied:  # its bytes lied: no more from it
-                        self._release(left, state, source, pending=True)
+                        self._release(left, source, pending=True)
         except asyncio.CancelledError:  # the daemon is being replaced (`rewire`): fetch them again afterwards
-            self._release(left, state, source, pending=True)
+            self._release(left, source, pending=True)
             raise
         finally:
-            self._release(left, state, source, pending=True)  # none unless the stream ended early
+            self._release(left, source, pending=True)  # none unless the stream ended early
             state.streams -= 1
             self._streams -= 1
             self._stranger_streams -= stranger
@@ -284,13 +281,23 @@ class FetchScheduler:
                 self._origin_streams[origin] -= 1
         self.schedule()
 
-    def _release(self, pointers: list[GroupPointer], state: PublisherState, source: str, *,
-                 pending: bool = False) -> None:
-        """No longer in flight (`pending`: pending again, uncharged); empties `pointers`."""
+    def _drop(self, pointer: GroupPointer, detail: str) -> None:
+        """A pointer whose answer could not be settled (a bug, contained): rejected if it is still live."""
+        record = self.table.get(key_of(pointer))
+        if record is not None and record.phase in (Phase.CHOSEN, Phase.FETCHING):
+            try:
+                self._on_reject(pointer, faults.FETCH_ERROR, detail)
+            except Exception as exc:
+                self._contain(f"rejecting group {pointer.group_id}", exc)
+                self.table.reject(pointer, faults.FETCH_ERROR, revivable=False)
+
+    def _release(self, pointers: list[GroupPointer], source: str, *, pending: bool = False) -> None:
+        """No longer in this stream (`pending`: pending again, uncharged, unless settled meanwhile); empties
+        `pointers`."""
         for pointer in pointers:
-            state.fetching.discard(pointer.group_id)
-            if pending:
-                state.pending[pointer.group_id] = pointer
+            record = self.table.get(key_of(pointer))
+            if pending and record is not None and record.phase is Phase.FETCHING:
+                self.table.back(record)
         self._holders.in_flight[source] -= len(pointers)
         if self._holders.in_flight[source] <= 0:
             del self._holders.in_flight[source]

@@ -52,39 +52,36 @@ from typing import Callable, Optional
 
 from ftis_swarm.peers.draw import OriginOf, strangers_in_turns
 from ftis_swarm.peers.intake import Budget
+from ftis_swarm.swarm.fetch.pointers import Key, Phase, PointerTable, Record, key_of
 from ftis_swarm.swarm.records import GroupPointer
-
-
-_Key = tuple[str, str]  # (publisher, group id): one offer; the same id from two publishers is two offers
-
-
-def _key(pointer: GroupPointer) -> _Key:
-    return pointer.publisher, pointer.group_id
 
 
 @dataclasses.dataclass
 class Choice:
-    """What one `choose` decided: groups to fetch now, and offers dropped for good."""
+    """What one `choose` decided: groups to fetch now, and offers dropped for good (passed in the table)."""
 
     chosen: list[GroupPointer] = dataclasses.field(default_factory=list)
     dropped: list[GroupPointer] = dataclasses.field(default_factory=list)
 
 
 class Selection:
-    """The offers and the budget of the current gather (see the module docstring)."""
+    """The budget of the current gather over the table's offers (see the module docstring).
+
+    The offers are the `PointerTable`'s OFFERED records: the selection moves them (`choose`, `pass_`)
+    and keeps the budget's arithmetic, the groups it chose that are not settled yet (`in_flight`) and
+    what they hold of the budget, per publisher and tier.
+    """
 
     def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float],
-                 origin_of: Optional[OriginOf] = None):
+                 origin_of: Optional[OriginOf] = None, table: Optional[PointerTable] = None):
         self.budget = budget
+        self.table = table if table is not None else PointerTable()
         self._seed, self._score, self._origin_of = seed, score, origin_of
         earned, strangers = budget.parts()
         self._parts = {True: (earned.tokens, earned.groups), False: (strangers.tokens, strangers.groups)}
-        self._offers: dict[str, dict[str, GroupPointer]] = {}  # publisher -> group id -> pointer (newest round)
-        self._offered_in: dict[_Key, int] = {}  # offer -> the gather it came in
-        self._in_flight: dict[_Key, GroupPointer] = {}
+        self._in_flight: dict[Key, Record] = {}  # chosen by this budget, not settled
         self._tokens_of: Counter[str] = Counter()
         self._groups_of: Counter[str] = Counter()
-        self._tier_of: dict[_Key, bool] = {}  # chosen offer -> chosen in the earned part (True) or the strangers'
         self._tier_tokens: Counter[bool] = Counter()
         self._tier_groups: Counter[bool] = Counter()
         self._gathers = 0
@@ -92,15 +89,18 @@ class Selection:
         self._open = False
 
     def offer(self, pointer: GroupPointer) -> list[GroupPointer]:
-        """Adds a screened pointer; returns the offers it makes obsolete (an older round of its publisher)."""
-        held = self._offers.get(pointer.publisher, {})
-        older = [p for p in held.values() if p.round != pointer.round and p.created_at <= pointer.created_at]
-        if any(p.round != pointer.round and p.created_at > pointer.created_at for p in held.values()):
-            return [pointer]  # a round older than the one on offer
+        """Offers a screened pointer (a record in the table); returns the offers it made obsolete (an older
+        round of its publisher, passed), or [pointer] itself when it is older than the round on offer."""
+        if self.table.known(key_of(pointer)):
+            return []
+        held = list(self.table.of(pointer.publisher, Phase.OFFERED).values())
+        if any(r.pointer.round != pointer.round and r.pointer.created_at > pointer.created_at for r in held):
+            self.table.pass_(pointer)  # a round older than the one on offer
+            return [pointer]
+        older = [r.pointer for r in held if r.pointer.round != pointer.round]
         for p in older:
-            self._withdraw(p)
-        self._offers.setdefault(pointer.publisher, {})[pointer.group_id] = pointer
-        self._offered_in.setdefault(_key(pointer), self._gathers)
+            self.table.pass_(p)
+        self.table.see(pointer, Phase.OFFERED, gather=self._gathers)
         return older
 
     def open(self, round: Optional[int] = None) -> None:
@@ -112,55 +112,48 @@ class Selection:
     def choose(self) -> Choice:
         """Picks the offers to fetch now (see the module docstring for the order)."""
         out = Choice()
-        for publisher, held in list(self._offers.items()):  # offers no budget can ever take
-            for p in [p for p in held.values() if not self._could_ever_fit(p)]:
-                self._withdraw(p)
-                out.dropped.append(p)
-        earned = sorted((p for p in self._offers if self._score(p) > 0), key=lambda p: (-self._score(p), p))
+        for record in [r for r in self.table.live(Phase.OFFERED) if not self._could_ever_fit(r.pointer)]:
+            self.table.pass_(record.pointer)  # offers no budget can ever take
+            out.dropped.append(record.pointer)
+        offering = self.table.publishers(Phase.OFFERED)
+        earned = sorted((p for p in offering if self._score(p) > 0), key=lambda p: (-self._score(p), p))
         for publisher in earned:
-            for pointer in self._queue(publisher):
-                if self._offered_in[_key(pointer)] == self._gathers and self._fits(pointer, earned=True):
-                    self._choose(pointer, out, earned=True)
+            for record in self._queue(publisher):
+                if record.offered_in == self._gathers and self._fits(record.pointer, earned=True):
+                    self._choose(record, out, earned=True)
         if self._open:  # earned offers left over too: a scored peer without standing is the intake's stranger
-            offers = [g for p in sorted(self._offers) for g in self._queue(p)]
-            for pointer in strangers_in_turns(offers, sender=lambda g: g.publisher, origin_of=self._origin_of,
-                                              seed=self._seed, draw=self._draw):
-                if self._fits(pointer, earned=False):
-                    self._choose(pointer, out, earned=False)
+            records = {key_of(r.pointer): r for p in sorted(offering) for r in self._queue(p)}
+            for pointer in strangers_in_turns([r.pointer for r in records.values()], sender=lambda g: g.publisher,
+                                              origin_of=self._origin_of, seed=self._seed, draw=self._draw):
+                record = records[key_of(pointer)]
+                if record.phase is Phase.OFFERED and self._fits(pointer, earned=False):
+                    self._choose(record, out, earned=False)
         return out
 
     def settled(self, pointer: GroupPointer, *, accepted: bool) -> None:
         """A chosen group's body was accepted, or refused (its tokens go back to the budget)."""
-        key = _key(pointer)
-        if self._in_flight.pop(key, None) is None:
+        record = self._in_flight.pop(key_of(pointer), None)
+        if record is None or accepted:
             return
-        tier = self._tier_of.pop(key)
-        if accepted:
-            return
-        self._tokens_of[pointer.publisher] -= pointer.tokens or 0
-        self._groups_of[pointer.publisher] -= 1
-        self._tier_tokens[tier] -= pointer.tokens or 0
-        self._tier_groups[tier] -= 1
+        self._count(pointer, record.tier, -1)
 
     def in_flight(self) -> int:
         """Chosen groups whose bodies are not in yet."""
         return len(self._in_flight)
 
     def next_gather(self) -> list[GroupPointer]:
-        """Ends the gather: returns the offers dropped (those that came in before it; the ones
-        that came in during it stay on offer for the next, for the strangers' draw only), and
-        starts the next one's budget with what is still being fetched."""
-        dropped = [p for held in self._offers.values() for p in held.values()
-                   if self._offered_in[_key(p)] < self._gathers]
+        """Ends the gather: passes and returns the offers that came in before it (the ones that came in
+        during it stay on offer for the next, for the strangers' draw only), and starts the next one's
+        budget with what is still being fetched."""
+        dropped = [r.pointer for r in self.table.live(Phase.OFFERED) if r.offered_in < self._gathers]
         for p in dropped:
-            self._withdraw(p)
+            self.table.pass_(p)
         self._tokens_of.clear()
         self._groups_of.clear()
         self._tier_tokens.clear()
         self._tier_groups.clear()
-        self._tier_of = {key: self._tier_of[key] for key in self._in_flight}
-        for key, p in self._in_flight.items():
-            self._count(p, self._tier_of[key])
+        for record in self._in_flight.values():
+            self._count(record.pointer, record.tier, +1)
         self._gathers += 1
         self._open = False
         return dropped
@@ -183,27 +176,19 @@ class Selection:
                 and self._tokens_of[p.publisher] + n <= b.max_tokens_per_peer
                 and self._groups_of[p.publisher] < b.max_groups_per_peer)
 
-    def _queue(self, publisher: str) -> list[GroupPointer]:
+    def _queue(self, publisher: str) -> list[Record]:
         """A publisher's offers, oldest first."""
-        return sorted(self._offers.get(publisher, {}).values(), key=lambda g: (g.created_at, g.group_id))
+        return sorted(self.table.of(publisher, Phase.OFFERED).values(),
+                      key=lambda r: (r.pointer.created_at, r.pointer.group_id))
 
-    def _withdraw(self, pointer: GroupPointer) -> None:
-        """Takes an offer off offer (chosen, dropped or replaced)."""
-        held = self._offers[pointer.publisher]
-        del held[pointer.group_id]
-        del self._offered_in[_key(pointer)]
-        if not held:  # a publisher with nothing on offer is not kept
-            del self._offers[pointer.publisher]
+    def _choose(self, record: Record, out: Choice, *, earned: bool) -> None:
+        self.table.choose(record, tier=earned)
+        self._in_flight[key_of(record.pointer)] = record
+        self._count(record.pointer, earned, +1)
+        out.chosen.append(record.pointer)
 
-    def _choose(self, pointer: GroupPointer, out: Choice, *, earned: bool) -> None:
-        self._withdraw(pointer)
-        self._in_flight[_key(pointer)] = pointer
-        self._tier_of[_key(pointer)] = earned
-        self._count(pointer, earned)
-        out.chosen.append(pointer)
-
-    def _count(self, pointer: GroupPointer, earned: bool) -> None:
-        self._tokens_of[pointer.publisher] += pointer.tokens or 0
-        self._groups_of[pointer.publisher] += 1
-        self._tier_tokens[earned] += pointer.tokens or 0
-        self._tier_groups[earned] += 1
+    def _count(self, pointer: GroupPointer, earned: bool, sign: int) -> None:
+        self._tokens_of[pointer.publisher] += sign * (pointer.tokens or 0)
+        self._groups_of[pointer.publisher] += sign
+        self._tier_tokens[earned] += sign * (pointer.tokens or 0)
+        self._tier_groups[earned] += sign
