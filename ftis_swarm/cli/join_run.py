@@ -7,15 +7,22 @@ mistake leaves nothing behind. The first line of output comes before the model l
 Under torchrun with several processes rank 0 runs the node and the others follow its learner
 (`node/ranks.py`); `join --nproc-per-node N` starts torchrun itself (`torchrun_argv`).
 
+Every network wait of the start has a deadline, logged at INFO as it begins, and ends in one
+sentence and exit 2 when it passes: the hub's answers (`hub_timeout`, models/hub.py) and the
+bootstrap dial and DHT join (`swarm.join_timeout`, swarm/runtime.py).
+
 Exit status: 0 at the last round or after SIGTERM/SIGINT, 2 for a user error, 3 when the
 node stopped because its updates kept failing (node/health.py).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import shlex
 import sys
 from collections import deque
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -23,6 +30,12 @@ from ftis_swarm.cli.live import round_line, rounds_table
 from ftis_swarm.cli.app import setup_logging
 from ftis_swarm.cli.progress import console, status
 from ftis_swarm.config import NodeConfig
+
+if TYPE_CHECKING:
+    from ftis_swarm.models.hub import HubWatch
+    from ftis_swarm.node.daemon import Node
+
+logger = logging.getLogger(__name__)
 
 
 def torchrun_argv(argv: list[str], nproc: int) -> list[str]:
@@ -63,10 +76,13 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
         return
 
     hf_logging.disable_progress_bar()  # weight loading and checkpoint writes: not per-round news
+    from ftis_swarm.models.hub import hub_deadline
     from ftis_swarm.ops.summary import format_summary, summarize_run
 
-    with status(f"loading {cfg.model} and joining the swarm (a first use downloads or converts the model)"):
+    with status(f"loading {cfg.model} and joining the swarm (a first use downloads or converts the model)"), \
+            hub_deadline(cfg.hub_timeout) as hub:  # a silent hub ends the start in one sentence (models/hub.py)
         node = Node(cfg, ranks=ranks)
+        _load_task_rows(node, hub)
     node.install_signal_handlers()
     typer.echo(f"peer id {node.parts.swarm.peer_id}")
     for maddr in node.parts.swarm.visible_maddrs:
@@ -105,6 +121,26 @@ def run_node(cfg: NodeConfig, *, table: bool) -> None:
 
         typer.echo(f"error: the node stopped at round {results[-1].round}: {node.health.explain()}", err=True)
         raise typer.Exit(EXIT_UNHEALTHY)
+
+
+def _load_task_rows(node: "Node", hub: "HubWatch") -> None:
+    """The node's task rows, loaded now rather than in its first round: from the hub (`FTIS_DATA_DIR=hub`),
+    under the start's deadline; a silent hub ends the start in one sentence."""
+    from ftis_swarm.tasks.dataset import DATA_DIR_ENV, HUB, TaskSourceError
+
+    from_hub = os.environ.get(DATA_DIR_ENV) == HUB
+    if from_hub:
+        logger.info("loading the rows of task %s from the hub (deadline %g s for each answer)...", node.cfg.task,
+                    hub.seconds)
+    try:
+        node.parts.task.size("train")
+    except Exception as exc:  # whatever `datasets` made of the silence; any other failure goes on unchanged
+        node.parts.close()  # the node has joined the swarm: leave it before the error ends the process
+        if not from_hub or hub.silent is None:
+            raise
+        raise TaskSourceError(f"the rows of task {node.cfg.task} did not load: {hub.silence()}: check the network, "
+                              f"the proxy or HF_ENDPOINT, or unset {DATA_DIR_ENV} to use the copy shipped with the "
+                              "package") from exc
 
 
 LIVE_ROWS = 500

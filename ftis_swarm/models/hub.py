@@ -16,22 +16,42 @@ environment names), and says where to load from:
 "Cached" means the model's `config.json` is in the hub cache (`HF_HOME`, `HF_HUB_CACHE`);
 weights missing beside it still fail in transformers, with its own sentence. The probe's
 answer is kept for the process (a node checks before it loads, then loads).
+
+A hub that accepts the connection and then says nothing is not caught by the probe, and
+huggingface_hub waits on it for ever (it asks for a repository's revision with no timeout
+at all) or, where a request has one, retries it with a back-off, file after file.
+`hub_deadline(seconds)` bounds every request to the hub made inside it: no answer, or no
+next bytes of a body, for `seconds` ends the request; the first request so ended marks
+the hub silent (`HubWatch.silent`), and every later one fails at once, never retried. What
+was loading then fails fast, and the loader says so in one sentence (`HubSilentError`).
+A request's own shorter timeout (huggingface_hub's best-effort telemetry) still ends it
+as before, without marking the hub silent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import os
 import socket
+import sys
 import threading
 import urllib.request
-from typing import Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit
 
 from ftis_swarm.models.registry import ModelNotFoundError, hub_id_of, resolve_model
 
 PROBE_SECONDS = 5.0
 """Longest wait for the hub's endpoint to accept a connection (name lookup included)."""
+HUB_TIMEOUT = 60.0
+"""Longest silence of the hub (no answer to a request, no next bytes of a body) in a `hub_deadline` without
+seconds of its own; a node's is `hub_timeout`."""
+
+
+class HubSilentError(ModelNotFoundError):
+    """The hub accepted connections and then sent nothing for the deadline, and the model is not cached."""
 
 
 def _offline() -> bool:
@@ -40,7 +60,7 @@ def _offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
-def _cached(hub_id: str) -> Optional[str]:
+def cached_folder(hub_id: str) -> Optional[str]:
     """The folder of the cached snapshot holding `hub_id`'s config.json, or None."""
     from huggingface_hub import try_to_load_from_cache
 
@@ -93,7 +113,7 @@ def hub_source(hub_id: str, name: str) -> str:
 
     `name`: what the user typed, for the sentence.
     """
-    cached = _cached(hub_id)
+    cached = cached_folder(hub_id)
     if _offline():
         if cached:
             return cached
@@ -123,3 +143,110 @@ def loadable_model(name: str) -> str:
     (offline, or unreachable), and `ModelNotFoundError` in seconds when it is neither cached nor reachable."""
     hub_id = hub_id_of(name)
     return resolve_model(name) if hub_id is None else hub_source(hub_id, name)
+
+
+@dataclasses.dataclass
+class HubWatch:
+    """The deadline of every request to the hub inside a `hub_deadline`, and whether one ran into it."""
+
+    seconds: float
+    silent: Optional[str] = None
+    """`METHOD url` of the first request that got nothing for `seconds`; None while none has."""
+
+    def silence(self) -> str:
+        """What happened, for a sentence: `the hub at <endpoint> sent nothing for <seconds> s (hub_timeout)`."""
+        from huggingface_hub import constants
+
+        return f"the hub at {constants.ENDPOINT} sent nothing for {self.seconds:g} s (hub_timeout)"
+
+    def model_error(self, what: str, hub_id: str) -> HubSilentError:
+        """Why `what` (a model or its tokenizer, `hub_id` not in the hub cache) did not load, with the ways out."""
+        return HubSilentError(f"{what} did not load: {self.silence()} and {hub_id} is not in the hub cache: check "
+                              f"the network, the proxy or HF_ENDPOINT, or {_ways_out(hub_id, offline=False)}")
+
+
+_ACTIVE: list[HubWatch] = []
+"""The deadline in force: huggingface_hub's HTTP client is one per process, so is its deadline."""
+
+
+@contextlib.contextmanager
+def hub_deadline(seconds: Optional[float] = None) -> Iterator[HubWatch]:
+    """Every request to the hub inside waits at most `seconds` (default `HUB_TIMEOUT`) for an answer or for
+    the next bytes of a body, and none is tried again once one has not had them (see the module docstring).
+
+    Inside another one, the outer deadline holds (a node's start wraps the loaders, which wrap themselves).
+    On leaving, huggingface_hub's default client is put back.
+    """
+    if _ACTIVE:
+        yield _ACTIVE[-1]
+        return
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils._http import default_client_factory
+
+    watch = HubWatch(HUB_TIMEOUT if seconds is None else seconds)
+    set_client_factory(functools.partial(_bounded_client, watch))
+    _ACTIVE.append(watch)
+    try:
+        yield watch
+    finally:
+        _ACTIVE.pop()
+        set_client_factory(default_client_factory)
+
+
+_TIMEOUT_KINDS = ("connect", "read", "write", "pool")
+
+
+def _bounded_client(watch: HubWatch) -> Any:
+    """huggingface_hub's default client (its hooks, redirects), with each request bounded by `watch`."""
+    from huggingface_hub.utils._http import default_client_factory
+
+    template = default_client_factory()
+    template.close()
+    httpx: Any = sys.modules[type(template).__module__.split(".")[0]]  # httpx2 under huggingface_hub 2, else httpx
+
+    class Silent(httpx.TransportError):
+        """A request to a hub gone silent: a transport error that huggingface_hub does not retry."""
+
+    def silenced(request: Any, exc: BaseException, ours: dict[str, bool]) -> Optional[BaseException]:
+        """`Silent`, the hub marked so, when the deadline ended the request; None when its own shorter timeout did."""
+        kind = next((k for k in _TIMEOUT_KINDS if type(exc).__name__.lower().startswith(k)), "read")
+        if not ours[kind]:
+            return None
+        watch.silent = watch.silent or f"{request.method} {request.url}"
+        return Silent(f"the hub sent nothing for {watch.seconds:g} s ({watch.silent})", request=request)
+
+    class Body(httpx.SyncByteStream):
+        def __init__(self, inner: Any, request: Any, ours: dict[str, bool]) -> None:
+            self._inner, self._request, self._ours = inner, request, ours
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                yield from self._inner
+            except httpx.TimeoutException as exc:
+                silent = silenced(self._request, exc, self._ours)
+                if silent is None:
+                    raise
+                raise silent from exc
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class Bounded(httpx.HTTPTransport):
+        def handle_request(self, request: Any) -> Any:
+            if watch.silent is not None:
+                raise Silent(f"the hub went silent earlier ({watch.silent})", request=request)
+            asked = request.extensions.get("timeout") or {}
+            ours = {k: asked.get(k) is None or asked[k] >= watch.seconds for k in _TIMEOUT_KINDS}
+            request.extensions["timeout"] = {k: watch.seconds if ours[k] else asked[k] for k in _TIMEOUT_KINDS}
+            try:
+                response = super().handle_request(request)
+            except httpx.TimeoutException as exc:
+                silent = silenced(request, exc, ours)
+                if silent is None:
+                    raise
+                raise silent from exc
+            response.stream = Body(response.stream, request, ours)
+            return response
+
+    return httpx.Client(event_hooks=template.event_hooks, follow_redirects=template.follow_redirects,
+                        timeout=template.timeout, transport=Bounded())

@@ -38,7 +38,8 @@ from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, 
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
-from ftis_swarm.swarm.dht.publishing import NearestPeers, Record, StoreOutcome, sign_records, store_records
+from ftis_swarm.swarm.dht.publishing import (NearestPeers, Record, Replication, ReplicationLog, StoreOutcome,
+                                             sign_records, store_records)
 from ftis_swarm.swarm.dht.reading import KeyReader
 from ftis_swarm.swarm.dialback import Reachability
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
@@ -94,6 +95,7 @@ class SwarmClient:
         self._budget: Optional[Budget] = None
         self._fill = GatherFill()
         self._nearest = NearestPeers()  # the nearest peers of this node's keys, kept across publishes (dht.publishing)
+        self._replication_log = ReplicationLog()  # a lone node says so once; refusals are warned of each round
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
@@ -274,12 +276,11 @@ class SwarmClient:
             return self._failed(f"storing the pointer failed: {exc!r}", started, group_ids=group_ids, size=size)
         if pointer.accepted >= self._cfg.min_replicas:
             self._window_groups[window] += 1
-        ok = min(pointer.accepted, member.accepted) >= self._cfg.min_replicas
+        replication = Replication(pointer, member, min_replicas=self._cfg.min_replicas)
+        ok = replication.ok
         result = PublishResult(
             ok=ok,
-            reason="" if ok else (f"the pointer reached {pointer.accepted} and the membership record "
-                                  f"{member.accepted} of {pointer.asked} peers asked, fewer than "
-                                  f"min_replicas={self._cfg.min_replicas}"),
+            reason=replication.reason,
             group_ids=group_ids, replicas=pointer.accepted, asked=pointer.asked, size=size,
             seconds=time.monotonic() - started, gossiped=bool(gossiped and gossiped[0]),
             pointer_bytes=self._signed_bytes,
@@ -289,7 +290,7 @@ class SwarmClient:
             self._counters.add("published_rounds")
         else:
             self._counters.add("publish_failed", len(groups))
-            logger.warning("publish of round %d failed: %s", round, result.reason)
+        self._replication_log.report(round, replication, kept_locally=not self._node.protocol.client_mode)
         return result
 
     async def _publish_records(self, records: list[Record], gossiped: list[bool]) -> list[StoreOutcome]:

@@ -140,6 +140,9 @@ async def start_dht(cfg: SwarmConfig, *, identity_path: Path, checker: RecordChe
     except P2PDaemonError as exc:
         if cfg.peers and "bootstrap peers" in str(exc):
             raise PeersUnreachable(f"none of the --peers could be reached ({', '.join(cfg.peers)})") from exc
+        if cfg.peers and "failed to start in" in str(exc):  # p2pd dials its bootstrap peers before it says it is up
+            raise SwarmError(f"the libp2p daemon did not start within swarm.join_timeout={cfg.join_timeout:g} s "
+                             f"while dialing the --peers ({', '.join(cfg.peers)})") from exc
         raise SwarmError(f"the libp2p daemon did not start on {cfg.host}:{cfg.port}: {exc}") from exc
     try:
         node = await DHTNode.create(
@@ -461,6 +464,9 @@ def _start_peer(cfg: SwarmConfig, *, thread_name: str, policy: PeerPolicy,
     try:
         checker = RecordChecker(identity.identity.private_key, puzzles=PuzzleVerifier(cfg.puzzle),
                                 max_record_bytes=cfg.max_record_bytes, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew)
+        if cfg.peers:
+            logger.info("dialing %d bootstrap peer(s) and joining the DHT (deadline %g s, swarm.join_timeout)...",
+                        len(cfg.peers), cfg.join_timeout)
         node, origins = loop.run(start_dht(cfg, identity_path=identity.identity.path, checker=checker, policy=policy,
                                            counters=counters), timeout=cfg.join_timeout + 10.0)
         maddrs = visible_maddrs(loop, node)

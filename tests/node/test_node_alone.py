@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import urllib.request
 
 import pytest
@@ -23,7 +24,8 @@ def node_config(tmp_path, model_dir, **over):
     return load_node_config(None, flags)
 
 
-def test_alone_is_on_policy_grpo_and_checkpoints_each_round(tmp_path, tiny_model_dir):
+def test_alone_is_on_policy_grpo_and_checkpoints_each_round(tmp_path, tiny_model_dir, caplog):
+    caplog.set_level(logging.INFO)
     cfg = node_config(tmp_path, tiny_model_dir, metrics_port=0)
     node = Node(cfg)
     port = node.parts.sink.sinks[1].port
@@ -42,6 +44,10 @@ def test_alone_is_on_policy_grpo_and_checkpoints_each_round(tmp_path, tiny_model
     done = sorted(p.name for p in (cfg.run_dir / "checkpoints").iterdir())
     assert done == ["ckpt-00000002"]  # one kept (keep_checkpoints' default): round 1's went once 2's was complete
     assert json.loads((cfg.run_dir / "config.json").read_text())["rounds"] == 2
+    # a swarm's first node is no fault: it says so once, and warns of nothing
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("no peers")]
+    assert said == ["no peers yet to hold round 1's pointer: it is kept in this node's DHT storage until peers join"]
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "publish" in r.getMessage()]
 
 
 scrape: list[str] = []

@@ -18,6 +18,11 @@ The keys of a node's records stay the same for a whole window (its pointer key a
 membership key), so the nearest peers found for them are kept (`NearestPeers`) for
 `NEAREST_SECONDS`, or until fewer than `enough` of them took a record: most publishes of
 a window then cost no lookup at all, only the signatures and the first acceptances.
+
+A round's two outcomes read as one `Replication`: enough peers hold both records, or no
+other peer was found to ask (a swarm's first node, every round until a peer joins: no
+fault), or peers were asked and too few took them. `ReplicationLog` says so: one INFO line
+for a stretch alone, a WARNING for each round that peers refused.
 """
 
 from __future__ import annotations
@@ -57,6 +62,60 @@ class StoreOutcome:
 
     accepted: int
     asked: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Replication:
+    """How far a round's pointer and membership record got, against `min_replicas`."""
+
+    pointer: StoreOutcome
+    member: StoreOutcome
+    min_replicas: int
+
+    @property
+    def ok(self) -> bool:
+        """Both records are held by `min_replicas` other peers at least."""
+        return min(self.pointer.accepted, self.member.accepted) >= self.min_replicas
+
+    @property
+    def alone(self) -> bool:
+        """No other peer was found to ask for either record: no refusal, nobody to ask yet."""
+        return self.pointer.asked == 0 and self.member.asked == 0
+
+    @property
+    def reason(self) -> str:
+        """Empty when `ok`, else one sentence saying how far the records got."""
+        if self.ok:
+            return ""
+        return (f"the pointer reached {self.pointer.accepted} and the membership record {self.member.accepted} of "
+                f"{self.pointer.asked} peers asked, fewer than min_replicas={self.min_replicas}")
+
+
+class ReplicationLog:
+    """What a node says about its publishes' replication, at the level it deserves.
+
+    A WARNING for each round whose records peers were asked to hold and too few took; while
+    no peer is there to ask, one INFO line for the whole stretch (said again only after a
+    publish has found peers in between).
+    """
+
+    def __init__(self) -> None:
+        self._alone = False
+        self._had_peers = False
+
+    def report(self, round: int, replication: Replication, *, kept_locally: bool) -> None:
+        """Logs what round `round`'s `replication` means; `kept_locally`: this node stores its own records
+        (a DHT server), so a peer that joins later can still read them from it."""
+        if replication.alone:
+            if not self._alone:
+                where = "kept in this node's DHT storage" if kept_locally else "held by no one"
+                logger.info("no peers %s to hold round %d's pointer: it is %s until peers join",
+                            "any more" if self._had_peers else "yet", round, where)
+            self._alone = True
+            return
+        self._alone, self._had_peers = False, True
+        if not replication.ok:
+            logger.warning("publish of round %d failed: %s", round, replication.reason)
 
 
 @dataclasses.dataclass(frozen=True)
