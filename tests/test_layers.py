@@ -1,10 +1,12 @@
-"""The layering of STYLE.md, held by the import-linter contracts in pyproject.toml, and no
-import circle inside a package of the product or the lab."""
+"""The layering of STYLE.md, held by the import-linter contracts in pyproject.toml (which name
+every package of the product and of the lab), who imports hivemind (as docs/architecture.md
+says), and no import circle inside a package of the product or the lab."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -37,6 +39,25 @@ def test_import_contracts_hold():
                           text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Contracts: 7 kept, 0 broken." in proc.stdout
+
+
+def test_every_package_of_the_product_and_the_lab_is_a_layer_of_a_contract():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layered = {m.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"] for m in layer.split("|")}
+    packages = {f"ftis_swarm.{p.parent.name}" for p in (ROOT / "ftis_swarm").glob("*/__init__.py")}
+    packages |= {f"ftis_swarm.lab.{p.parent.name}" for p in (ROOT / "ftis_swarm/lab").glob("*/__init__.py")}
+    assert "ftis_swarm.lab.bench" in packages and "ftis_swarm.swarm" in packages
+    assert sorted(packages - layered) == []
+
+
+def test_hivemind_is_imported_by_the_swarm_the_hostile_peer_and_two_benches_alone():
+    graph = grimp.build_graph("ftis_swarm", include_external_packages=True, cache_dir=None)
+    importers = graph.find_modules_that_directly_import("hivemind")
+
+    outside = {m for m in importers if not m.startswith(("ftis_swarm.swarm.", "ftis_swarm.lab.hostile."))}
+
+    assert outside == {"ftis_swarm.lab.bench.have_flood", "ftis_swarm.lab.bench.storage_memory"}
+    assert "ftis_swarm.swarm.client" in importers and "ftis_swarm.lab.hostile.peer" in importers
 
 
 def test_help_imports_no_heavy_package_and_is_fast():
