@@ -8,5 +8,6 @@
 - groups.py   the hostile groups a peer can make with valid signatures, built from honest ones
 - relay_push.py a hostile relayed pair: a pusher that floods a relay's circuit to its own sink
 
-The only package besides `swarm` that may import hivemind.
+With `swarm` and two benches (`lab/bench/have_flood.py`, `lab/bench/storage_memory.py`), the only code
+that may import hivemind (an import contract holds it: tests/test_layers.py).
 """
