@@ -29,11 +29,13 @@ a key in one message under p2pd's 4 MiB cap.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from typing import Optional
 
-import pydantic.v1 as pydantic
+from typing import Annotated
+
+import pydantic
+from pydantic import BeforeValidator, Field, StrictBytes, StrictFloat, StrictInt, StrictStr, field_validator
 
 from ftis_swarm.config import WireConfig
 from ftis_swarm.swarm.puzzle import NONCE_PATTERN
@@ -62,60 +64,73 @@ _PEER_ID = r"^[1-9A-HJ-NP-Za-km-z]{32,128}$"
 _RUN_ID = r"^[A-Za-z0-9._-]{1,64}$"
 
 
+def _int(**bounds) -> type:
+    return Annotated[StrictInt, Field(**bounds)]
+
+
+def _str(**bounds) -> type:
+    return Annotated[StrictStr, Field(**bounds)]
+
+
+def _a_float(value: object) -> object:
+    if type(value) is not float:  # strict mode still takes an int for a float; the schema does not
+        raise ValueError(f"a float is required, got {type(value).__name__}")
+    return value
+
+
+def _float(**bounds) -> type:
+    return Annotated[StrictFloat, BeforeValidator(_a_float), Field(allow_inf_nan=False, **bounds)]
+
+
+def _bytes(**bounds) -> type:
+    return Annotated[StrictBytes, Field(**bounds)]
+
+
 class _StrictRecord(pydantic.BaseModel):
-    class Config:
-        extra = pydantic.Extra.forbid
-        allow_mutation = False
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True)
 
     @classmethod
     def parse_strict(cls, obj: object):
         """Parses a deserialized value; raises ValueError unless it matches the schema exactly."""
         if not isinstance(obj, dict):
             raise ValueError(f"a record is a map, got {type(obj).__name__}")
-        record = cls.parse_obj(obj)  # pydantic.ValidationError is a ValueError
-        if record.dict() != obj:
+        record = cls.model_validate(obj)  # pydantic.ValidationError is a ValueError
+        if record.model_dump() != obj:
             raise ValueError("record needed a type conversion to match the schema")
         return record
-
-
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("times must be finite")
-    return value
 
 
 class GroupPointer(_StrictRecord):
     """One group of a signed `RoundPointer` (`RoundPointer.views`): what the fetch wing schedules,
     fetches and checks a body against. Not itself a record: it is never stored or gossiped."""
 
-    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
+    v: _int(ge=RECORD_VERSION, le=RECORD_VERSION)
     """Pointer schema version."""
-    group_id: pydantic.constr(strict=True, regex=r"^[0-9a-f]{32}$")
+    group_id: _str(pattern=r"^[0-9a-f]{32}$")
     """The group's content id (first 32 hex digits of the body's sha256); also in the subkey."""
-    size: pydantic.conint(strict=True, ge=1, le=MAX_BODY_BYTES)
+    size: _int(ge=1, le=MAX_BODY_BYTES)
     """Bytes of the encoded body."""
-    sha256: pydantic.constr(strict=True, regex=r"^[0-9a-f]{64}$")
+    sha256: _str(pattern=r"^[0-9a-f]{64}$")
     """Hex sha256 of the body; a fetched body with another hash is dropped."""
-    publisher: pydantic.constr(strict=True, regex=_PEER_ID)
+    publisher: _str(pattern=_PEER_ID)
     """Base58 peer id that serves the body: the peer id of the subkey's owner key."""
-    created_at: pydantic.confloat(strict=True, ge=0)
+    created_at: _float(ge=0)
     """The group's creation time (unix seconds); equal to the body's."""
-    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
+    run_id: _str(pattern=_RUN_ID)
     """The body's run id."""
-    tokenizer_fp: pydantic.constr(strict=True, min_length=1, max_length=64)
+    tokenizer_fp: _str(min_length=1, max_length=64)
     """The body's tokenizer fingerprint."""
-    window: pydantic.conint(strict=True, ge=0)
+    window: _int(ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
-    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
+    round: _int(ge=0, lt=MAX_ROUND)
     """The publisher's round number in the run (0 when the publisher has no rounds); below `MAX_ROUND`."""
-    round_groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_ROUND)
+    round_groups: _int(ge=1, le=MAX_GROUPS_PER_ROUND)
     """How many groups the publisher publishes for that round: a reader knows when it has them all."""
-    tokens: Optional[pydantic.conint(strict=True, ge=0, le=MAX_TOKENS_PER_GROUP)] = None
+    tokens: Optional[_int(ge=0, le=MAX_TOKENS_PER_GROUP)] = None
     """Completion tokens the publisher signed for the body (None: not said); a body with others is refused."""
-    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    puzzle: _str(pattern=NONCE_PATTERN)
     """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
 
-    _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
 
 # -- the round pointer: one signed record for all the groups of one round -------------------------
@@ -123,39 +138,39 @@ class GroupPointer(_StrictRecord):
 class PointedGroup(_StrictRecord):
     """One group of a `RoundPointer`: enough to choose it, fetch it and check its body."""
 
-    sha256: pydantic.conbytes(strict=True, min_length=32, max_length=32)
+    sha256: _bytes(min_length=32, max_length=32)
     """sha256 of the body; its first 16 bytes, in hex, are the group id."""
-    size: pydantic.conint(strict=True, ge=1, le=MAX_BODY_BYTES)
+    size: _int(ge=1, le=MAX_BODY_BYTES)
     """Bytes of the encoded body."""
-    created_at: pydantic.confloat(strict=True, ge=0)
+    created_at: _float(ge=0)
     """The group's creation time (unix seconds); equal to the body's."""
-    tokens: pydantic.conint(strict=True, ge=0, le=MAX_TOKENS_PER_GROUP)
+    tokens: _int(ge=0, le=MAX_TOKENS_PER_GROUP)
     """The body's completion tokens, all completions together: what the group costs a reader's budget."""
 
-    _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
 
 class RoundPointer(_StrictRecord):
     """The signed DHT value that announces one round of a publisher's groups (one record, one store per replica)."""
 
-    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
+    v: _int(ge=RECORD_VERSION, le=RECORD_VERSION)
     """Pointer schema version."""
-    publisher: pydantic.constr(strict=True, regex=_PEER_ID)
+    publisher: _str(pattern=_PEER_ID)
     """Base58 peer id that serves the bodies: the peer id of the subkey's owner key."""
-    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
+    run_id: _str(pattern=_RUN_ID)
     """The bodies' run id."""
-    tokenizer_fp: pydantic.constr(strict=True, min_length=1, max_length=64)
+    tokenizer_fp: _str(min_length=1, max_length=64)
     """The bodies' tokenizer fingerprint."""
-    window: pydantic.conint(strict=True, ge=0)
+    window: _int(ge=0)
     """The window the pointer was published in: its key is `pointer_key(run_id, publisher, window)`."""
-    round: pydantic.conint(strict=True, ge=0, lt=MAX_ROUND)
+    round: _int(ge=0, lt=MAX_ROUND)
     """The publisher's round number in the run; also in the subkey (`round_name`)."""
-    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    puzzle: _str(pattern=NONCE_PATTERN)
     """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
-    groups: pydantic.conlist(PointedGroup, min_items=1, max_items=MAX_GROUPS_PER_ROUND)
+    groups: Annotated[list[PointedGroup], Field(min_length=1, max_length=MAX_GROUPS_PER_ROUND)]
     """The round's groups, each once."""
 
-    @pydantic.validator("groups")
+    @field_validator("groups")
+    @classmethod
     def _distinct(cls, groups: list[PointedGroup]) -> list[PointedGroup]:
         if len({g.sha256 for g in groups}) != len(groups):
             raise ValueError("a round pointer names a group twice")
@@ -192,44 +207,43 @@ def make_round_pointer(groups: list[tuple[Group, bytes]], *, publisher: str, run
 class MemberRecord(_StrictRecord):
     """The signed DHT value saying that a peer published pointers in a window (its membership)."""
 
-    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
-    publisher: pydantic.constr(strict=True, regex=_PEER_ID)
+    v: _int(ge=RECORD_VERSION, le=RECORD_VERSION)
+    publisher: _str(pattern=_PEER_ID)
     """The peer id of the subkey's owner key."""
-    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
-    window: pydantic.conint(strict=True, ge=0)
+    run_id: _str(pattern=_RUN_ID)
+    window: _int(ge=0)
     """The window: its pointers are under `pointer_key(run_id, publisher, window)`."""
-    shards: pydantic.conint(strict=True, ge=1, le=16)
+    shards: _int(ge=1, le=16)
     """The run's membership shard count; the key is `member_key(run_id, window, member_shard(publisher, shards))`."""
-    groups: pydantic.conint(strict=True, ge=1, le=MAX_GROUPS_PER_WINDOW)
+    groups: _int(ge=1, le=MAX_GROUPS_PER_WINDOW)
     """Round pointers the publisher stored in the window so far: a reader reads its key again when this grows."""
-    updated_at: pydantic.confloat(strict=True, ge=0)
+    updated_at: _float(ge=0)
     """When it was signed; its expiry is `updated_at + ttl`, so each update replaces the last."""
-    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    puzzle: _str(pattern=NONCE_PATTERN)
     """The publisher's puzzle nonce for the run (`puzzle`)."""
 
-    _updated_finite = pydantic.validator("updated_at", allow_reuse=True)(_finite)
 
 
 class HaveRecord(_StrictRecord):
     """The signed gossip message saying that a peer holds other peers' bodies and serves them (a holder)."""
 
-    v: pydantic.conint(strict=True, ge=RECORD_VERSION, le=RECORD_VERSION)
-    holder: pydantic.constr(strict=True, regex=_PEER_ID)
+    v: _int(ge=RECORD_VERSION, le=RECORD_VERSION)
+    holder: _str(pattern=_PEER_ID)
     """The peer id of the subkey's owner key: the peer that serves the bodies."""
-    run_id: pydantic.constr(strict=True, regex=_RUN_ID)
-    window: pydantic.conint(strict=True, ge=0)
+    run_id: _str(pattern=_RUN_ID)
+    window: _int(ge=0)
     """The window it was signed in: its key is `pointer_key(run_id, holder, window)`."""
-    created_at: pydantic.confloat(strict=True, ge=0)
+    created_at: _float(ge=0)
     """When it was signed (each announcement differs from the last)."""
-    puzzle: pydantic.constr(strict=True, regex=NONCE_PATTERN)
+    puzzle: _str(pattern=NONCE_PATTERN)
     """The holder's puzzle nonce for the run (`puzzle`)."""
-    groups: pydantic.conlist(pydantic.conbytes(strict=True, min_length=16, max_length=16), min_items=1,
-                             max_items=MAX_HELD_ANNOUNCED)
+    groups: Annotated[list[_bytes(min_length=16, max_length=16)],
+                      Field(min_length=1, max_length=MAX_HELD_ANNOUNCED)]
     """The held groups' ids (the first 16 bytes of each body's sha256), each once."""
 
-    _created_finite = pydantic.validator("created_at", allow_reuse=True)(_finite)
 
-    @pydantic.validator("groups")
+    @field_validator("groups")
+    @classmethod
     def _distinct(cls, groups: list[bytes]) -> list[bytes]:
         if len(set(groups)) != len(groups):
             raise ValueError("a have record names a group twice")

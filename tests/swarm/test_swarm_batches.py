@@ -94,7 +94,7 @@ def test_one_stream_carries_a_publishers_bodies_each_checked_on_its_own():
                 store.put(pointer.group_id, body, until=time.time() + 600)
             await fetcher.until(lambda: len(fetcher.accepted) == 6, good)
             streams = Counter(first=fetcher.counters.snapshot()["body_streams"])
-            lying = _pointer(publisher, liar).copy(update={"round": 2})  # the newest round: first in its stream
+            lying = _pointer(publisher, liar).model_copy(update={"round": 2})  # the newest round: first in its stream
             store.put(lying.group_id, b"y" * len(liar), until=time.time() + 600)  # same length, other bytes
             rest = [_pointer(publisher, body) for body in after]
             for pointer, body in zip(rest, after):

@@ -205,7 +205,7 @@ def test_fetchers_of_one_round_start_on_different_groups_so_its_first_serves_lea
                          created_at=time.time() - 5, run_id="run", tokenizer_fp="tok", window=1, round=0,
                          round_groups=1, puzzle="0" * 16)
     # the same body under 16 ids: `_Sources` answers by peer, the scheduler checks no hash from its publisher
-    round1 = [older.copy(update={"group_id": f"{i:032x}", "created_at": time.time() + i * 1e-3, "round": 1,
+    round1 = [older.model_copy(update={"group_id": f"{i:032x}", "created_at": time.time() + i * 1e-3, "round": 1,
                                  "round_groups": 16}) for i in range(1, 17)]
     orders = [_first_fetched(seed, [older, *round1], {publisher: body}) for seed in ("node-a", "node-b", "node-c")]
     assert all(sorted(order) == sorted(p.group_id for p in [older, *round1]) for order in orders)

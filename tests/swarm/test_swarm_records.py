@@ -84,7 +84,7 @@ def test_a_round_pointer_is_one_record_for_a_round_and_its_views_bind_each_body(
                                    window=W, round=0, puzzle=alice.puzzle).views()
     assert pointer.tokens == group.num_completion_tokens > 0 and pointer.group_id == group.group_id
     assert check_body(body, pointer, vocab_size=1000, limits=WireConfig())[1] == ""
-    lied = pointer.copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
+    lied = pointer.model_copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
     assert check_body(body, lied, vocab_size=1000, limits=WireConfig())[1] == "pointer_mismatch"
 
 

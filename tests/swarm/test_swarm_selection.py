@@ -270,7 +270,7 @@ def test_the_same_group_id_from_two_publishers_is_two_offers_and_none_breaks_the
                     strangers_share=1.0)  # one group a gather: the rest is carried, then dropped
     sel = _selection({}, budget=budget)
     honest = _round("honest", groups=2)
-    copier = [p.copy(update={"publisher": pid("copier")}) for p in honest]
+    copier = [p.model_copy(update={"publisher": pid("copier")}) for p in honest]
     NAMES[pid("copier")] = "copier"
     _offer(sel, honest, copier)
     seen = Counter()
@@ -293,7 +293,7 @@ def test_a_refused_copy_gives_back_its_own_tokens_not_the_genuine_offers():
                     strangers_share=1.0)
     sel = _selection({}, budget=budget)
     [genuine] = _round("honest2", groups=1)
-    copy = genuine.copy(update={"publisher": pid("copier2")})
+    copy = genuine.model_copy(update={"publisher": pid("copier2")})
     NAMES[pid("copier2")] = "copier2"
     _offer(sel, [genuine], [copy])
     sel.open()

@@ -61,7 +61,7 @@ def _requests(n: int, signers: int) -> list[tuple[str, bytes]]:
     w, now = window_of(time.time(), _WINDOW), time.time()
     out = []
     for _ in range(signers):
-        signer = Signer(RSAPrivateKey(), {"run_id": _RUN, "puzzle": _PUZZLE.dict()})
+        signer = Signer(RSAPrivateKey(), {"run_id": _RUN, "puzzle": _PUZZLE.model_dump()})
         kid = key_id(pointer_key(_RUN, signer.peer_id, w))
         items = []
         for number in range(n // signers):  # one round pointer of one group each, as a round of one

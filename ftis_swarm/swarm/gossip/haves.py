@@ -60,7 +60,7 @@ class HaveAnnouncer:
         have = HaveRecord(v=RECORD_VERSION, holder=self._peer_id, run_id=cfg.run_id, window=window, created_at=now,
                           puzzle=self._puzzle, groups=[bytes.fromhex(gid) for gid in held])
         record = Record(pointer_key(cfg.run_id, self._peer_id, window), make_subkey(self._public_key, HAVE_SUBKEY_NAME),
-                        have.dict(), now + cfg.ttl)
+                        have.model_dump(), now + cfg.ttl)
         sent = await self._channel.publish(sign_records(self._node, [record])[0].signed)
         if sent:
             self._counters.add("haves_sent")
