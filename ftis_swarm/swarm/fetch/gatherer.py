@@ -1,45 +1,27 @@
 """The background half of `gather`: learn of pointers (pushed, or read from the DHT), fetch and check bodies.
 
-Holders' signed haves, admitted on the topic, go to the scheduler as second sources of
-those bodies (`_note_have`); a have naming a group whose pointer was rejected only for want
-of a source (`REVIVABLE`: its publisher failed or stalled, and no holder was known then)
-revives that pointer, considered again as if new (`pointers_revived`), so a fetcher that
-gave up on a departed publisher before any have reached it still gets the body. A pointer
-that failed a check (hash, size, decode, screen) is never revived. Pointers arrive two ways, one signed `RoundPointer` per peer and round, each seen as its
-groups' `GroupPointer`s (`RoundPointer.views`). Pushed: each peer gossips its signed pointer on the run's topic
-as it publishes it (`channel`, `gossip`), and an admitted one is considered at once
-(`on_gossip`). Read: every `dht_poll_interval` (with gossip off, every `poll_interval`)
-the gatherer reads the membership keys (`keys.member_key`) of the windows that may have
-received records since its last read ([last read - skew - publish_timeout, now + skew];
-on the first poll, back to the TTL): the fallback for pointers gossip missed and the way
-a late joiner finds what was published before it came. A membership record
-says a peer published `groups` round pointers in a window; when that is more than the gatherer
-has seen under the peer's pointer key or on the topic, it reads that key: at once for peers whose bodies
-it accepted before (or that the policy scores), and for `STRANGER_READS` strangers a poll
-at most, in turns. A key that still holds fewer pointers than claimed is read again after
-`poll_interval * 2^k`, `MAX_REREADS` times at most for one claim. So a flood of pointers
-lands under the flooder's own keys, and a flood of identities costs a bounded number of
-reads a poll; neither hides another peer's pointers.
+Owns the way a pointer comes in and how its record moves (docs/swarm.md, "Gathering", says why):
 
-Each new pointer is screened (run id, tokenizer, age, size, policy) and handed to the
-`FetchScheduler`; with a budget (`use_budget`) it is an offer instead, and only the
-offers `Selection` chooses go to the scheduler (`selection`: earned peers first, then
-strangers in the strangers' draw by origin, within what the node's next update takes; `open_gather` and
-`close_gather` bound one gather's budget). A fetched body must match its signed pointer and pass the wire decoder
-with this node's limits and vocabulary. Accepted groups wait in an inbox that `drain`
-empties. Each pointer's life is one record of the `PointerTable` (`pointers`), keyed by
-(publisher, group id): a pointer is considered once, a group id is delivered at most once,
-and a peer that re-announces someone else's group cannot make this node skip the genuine
-pointer. Memory of a pointer ends when no record of it can still be alive (bounded:
-`pointers.MAX_SETTLED`).
+- **In**: a pointer admitted on the gossip topic is considered at once (`on_gossip`); every
+  `dht_poll_interval` the membership keys of the recent windows are read, and a peer whose
+  membership record claims more pointers than this node has seen has its pointer key read (at
+  once for proven or scored peers, `STRANGER_READS` strangers a poll in turns, re-read with
+  back-off `MAX_REREADS` times for one claim, then `member_overclaim`). A holder's have adds a
+  second source (`note_holders`) and revives a pointer rejected for want of a source
+  (`REVIVABLE`, `pointers_revived`).
+- **Considered once**: a pointer with a record in the `PointerTable` (or its own) is ignored;
+  a new one is screened (run id, tokenizer, age, size, policy) and offered to the budget's
+  `Selection` (or, without a budget, handed to the `FetchScheduler`); a group id accepted from
+  another publisher is that pointer's `sender_mismatch`.
+- **Out**: a fetched body must match its signed pointer and pass the wire decoder with this
+  node's limits and vocabulary; accepted groups wait in an inbox that `drain` empties (those
+  gone stale meanwhile dropped), each with its `legs.Legs`. Every pointer is noted in the
+  `RoundTracker`, every settled one settled there, and each change sets `changed`.
 
-Every new pointer is noted in the `RoundTracker` (`rounds`), and every accepted or rejected
-group settled there, so `owed` says which live peers' newest rounds are not in yet; each
-change sets `changed`, which a gather of a round waits on.
-
-Each accepted group carries its `legs.Legs` to `drain`: where its publish-to-visible went here.
-
-Runs on the swarm's event loop thread; `drain` is called from the node's thread.
+Invariants: a group id is delivered at most once; an error in handling one peer's input is
+contained (`counters.LoopErrors`), never raised out of the loop. Runs on the swarm's event loop
+thread; `drain`, `waiting`, `owed` and `sourceless` are called from the node's thread. Imports:
+the fetch, gossip and dht wings, swarm's base modules, peers.
 """
 
 from __future__ import annotations

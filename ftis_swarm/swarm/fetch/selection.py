@@ -1,47 +1,22 @@
 """Which offered groups a gather fetches: what the node's next update will take, earned peers first.
 
-Pointers are cheap and bodies are not, so with a budget (`SwarmClient.set_budget`, the
-node's `peers.intake.Budget`) the gatherer fetches only the groups an update can take.
-Every screened group of a peer's newest round is an offer; `choose` picks from the offers
-by the intake's own rule (`peers/intake.py`), the budget split in the same two parts
-(`Budget.parts`: `strangers_share` of its tokens and groups, the node's
-`learner.strangers_share`):
+Owns the budget's arithmetic over the `PointerTable`'s OFFERED records (docs/swarm.md, "Fetching
+only what the update takes", says why and what was measured):
 
-1. **earned peers** (policy score > 0), highest score first, at any time (their bodies are
-   fetched while the node still generates), within the earned part;
-2. once a gather is open (`open`), **strangers** (every other allowed peer, and earned
-   offers left over) within the strangers' part, in the strangers' draw (`peers/draw.py`: network origins in turn, then
-   identities in turn within an origin, then each one's groups oldest first), the same
-   function, seed (the node's peer id) and draw number (the round the gather is for) as
-   the intake's, so a group fetched for the strangers' share is the one the update takes.
+1. **earned peers** (policy score > 0), highest score first, on arrival, within the budget
+   less the strangers' share (`Budget.parts`);
+2. once a gather is open (`open`), **strangers** (every other allowed peer, and earned offers
+   left over or carried) within the strangers' share, in the strangers' draw
+   (`peers/draw.py`), with the intake's seed (the node's peer id) and draw number (the round
+   the gather is for), so a group fetched for the strangers' share is the one the update takes.
 
-Every choice keeps the budget's caps: `max_tokens` and `max_groups` for the update, and
-`max_tokens_per_peer` and `max_groups_per_peer` per publisher, counting the completion
-tokens each pointer signs (a body with other counts is refused as `pointer_mismatch`).
-A group never chosen costs nothing: not fetched, not charged. An offer left at the end of
-a gather (`next_gather`) stays on offer for the next gather too, then is dropped
-(`not_chosen`); a newer round of its publisher drops it sooner. Without that carry the
-strangers' draw would be first-come in phase: a gather's draw would see only the
-publishers whose round ended since the last gather closed, and one whose rounds end in
-step with the gathers would miss draw after draw (measured with 4 peers: a peer's offers
-were missing at 1 gather opening in 3, and a restarted peer went 9 and 10 rounds unused,
-`tests/node/test_node_churn.py`). With it every live publisher with a round this gather
-or the last one is in the draw. A carried offer is drawn only in the strangers' draw, even
-an earned peer's: the earned tier takes offers on arrival, highest score first, and a
-carry into it would make it a queue of the last round's leftovers (measured: `bench
-scale` at 8 nodes, where every peer earns credit after its first round, with carried
-offers in the earned tier the chosen groups' publish-to-visible p50 went from 155 ms to
-2,568 ms). A chosen group whose body is refused gives its tokens
-back. Two nodes draw differently, so over a run every honest publisher's groups are used
-by someone (docs/scale.md).
-
-The tiers differ from the intake's in one way: the swarm knows the ledger's score, not
-the learner's standing, so a peer with credit and no standing yet is fetched as earned
-and drawn by the intake as a stranger; its offers left over from the earned part are
-drawn with the strangers' here too, so it keeps a stranger's chance. (A peer with
-standing whose groups overflow the earned part may then be fetched for nothing.)
-
-Pure bookkeeping, no I/O: the gatherer calls it on the swarm's event loop thread.
+Invariants: every choice keeps `max_tokens`, `max_groups` and the per-publisher caps, counting
+the completion tokens each pointer signs; `used()` is the tokens and groups chosen this gather
+(and still in flight from earlier ones) less those refused; an offer leaves once, chosen or
+passed (never chosen: not fetched, not charged), at the latest at the end of the gather after
+the one it came in, sooner when a newer round of its publisher replaces it; a group no budget
+can take is passed at once. Pure bookkeeping, no I/O, loop thread only (`in_flight` may be read
+from another thread). Imports: peers (draw, intake) and the fetch wing's `pointers`.
 """
 
 from __future__ import annotations
