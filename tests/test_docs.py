@@ -266,8 +266,10 @@ def config_keys() -> dict[str, bool]:
 
     from ftis_swarm.config import NodeConfig
 
-    tree = ast.parse((ROOT / "ftis_swarm/config.py").read_text())
-    documented = {(c.name, a.target.id) for c in tree.body if isinstance(c, ast.ClassDef)
+    sources = [ROOT / "ftis_swarm/config.py"] if (ROOT / "ftis_swarm/config.py").exists() else \
+        sorted((ROOT / "ftis_swarm/config").glob("*.py"))
+    documented = {(c.name, a.target.id) for source in sources for c in ast.parse(source.read_text()).body
+                  if isinstance(c, ast.ClassDef)
                   for a, b in zip(c.body, c.body[1:]) if isinstance(a, ast.AnnAssign)
                   and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
     out: dict[str, bool] = {}

@@ -21,7 +21,7 @@ The lab's commands (`lab/`, under their own heading in `--help`; they call `ftis
 - lab/experiment.py   `experiment`: the pre-registered experiment, its table, statistics and plots
 - lab/bench.py        the `bench` group and its benches of one machine:
                       `bench wire | learner | e2e | rollout | resume | soak | pipeline`
-- lab/bench_swarm.py  `bench hostile | swarm | scale | reach | attacks`: the swarm under load and attack
+- lab/bench_swarm.py  `bench hostile | swarm | scale | reach | attacks | overlap`: the swarm under load and attack, standing's overlap
 - lab/pilot.py        `bench pilot`: the experiment's pilot gate for learner B
 
 Numeric ranges of flags are typer's `min=`/`max=`; the commands check the rest. The command

@@ -9,7 +9,7 @@ Under torchrun with several processes rank 0 runs the node and the others follow
 
 Every network wait of the start has a deadline, logged at INFO as it begins, and ends in one
 sentence and exit 2 when it passes: the hub's answers (`hub_timeout`, models/hub.py) and the
-bootstrap dial and DHT join (`swarm.join_timeout`, swarm/runtime.py).
+bootstrap dial and DHT join (`swarm.transport.join_timeout`, swarm/peer/start.py).
 
 Exit status: 0 at the last round or after SIGTERM/SIGINT, 2 for a user error, 3 when the
 node stopped because its updates kept failing (node/health.py).

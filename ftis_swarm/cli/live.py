@@ -6,7 +6,9 @@ its latest round and a sparkline of its reward so far. "no signal" (docs/method.
 stands apart from "filtered" (`frac_filtered`: samples with a non-zero advantage that the
 filter zeroed); "banned" counts the peers this node has banned (`banned_peers`); "reach" is
 how peers reach it (`reach_mode`: public, relayed or client, with `+N` after N live switches
-of an `auto` node, docs/swarm.md Reach). Where
+of an `auto` node, docs/swarm.md Reach); "held-out" is the greedy pass@1 on the node's held-out
+set (`heldout_acc`, node/heldout.py) in the rounds evaluated, and in the testnet's table the first
+evaluation against the latest (round 0's, before any update, first). Where
 reward and accuracy coincide (binary rewards: a sample's reward is 1 when correct, else 0),
 one column shows both, headed `reward=acc` (`columns_for`). Without a terminal, each round is
 one plain line instead (`round_line`).
@@ -40,6 +42,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("round", "round", _count),
     ("reward", "reward", _num(3)),
     ("accuracy", "accuracy", _num(3)),
+    ("held-out", "heldout_acc", _num(3)),
     ("no signal", "frac_zero_adv", _num(2)),
     ("filtered", "frac_filtered", _num(2)),
     ("w>C", "frac_truncated", _num(2)),
@@ -75,8 +78,10 @@ def cells(record: dict[str, Any], columns: Columns = COLUMNS) -> list[str]:
 
 
 def round_line(record: dict[str, Any], *, prefix: str = "") -> str:
-    """One round as `header=value` pairs, for logs."""
-    columns = columns_for([record])
+    """One round as `header=value` pairs, for logs (round 0: the held-out evaluation before any update)."""
+    if record.get("round") == 0:
+        return prefix + f"round=0  held-out={_num(3)(record.get('heldout_acc'))}  (before any update)"
+    columns = tuple(c for c in columns_for([record]) if c[1] != "heldout_acc" or "heldout_acc" in record)
     pairs = "  ".join(f"{head.replace(' ', '_').replace('=', '_')}={cell}" for (head, _, _), cell in zip(columns, cells(record, columns)))
     return prefix + pairs
 
@@ -105,15 +110,27 @@ def sparkline(values: list[Optional[float]], width: int = 16) -> str:
     return "".join(out)
 
 
+def heldout_trend(records: Sequence[dict[str, Any]]) -> str:
+    """The first held-out accuracy in `records` against the latest: `0.120->0.310` (one value: itself)."""
+    accs = [r["heldout_acc"] for r in records if isinstance(r.get("heldout_acc"), (int, float))]
+    if not accs:
+        return "-"
+    return f"{accs[0]:.3f}" if len(accs) == 1 else f"{accs[0]:.3f}->{accs[-1]:.3f}"
+
+
 def nodes_table(title: str, nodes: Sequence[tuple[str, str, int, Sequence[dict[str, Any]], str]], *,
                 caption: Optional[str] = None) -> Table:
     """One row per node: `(name, model, rounds planned, its latest records, state)`; the sparkline shows 16."""
     columns = columns_for([records[-1] for _, _, _, records, _ in nodes if records])
     table = Table("node", "model", "state", "reward by round", *(head for head, _, _ in columns), title=title,
                   caption=caption)
+    heldout = [i for i, (_, key, _) in enumerate(columns) if key == "heldout_acc"]
     for name, model, planned, records, state in nodes:
         last = records[-1] if records else {}
         row = cells(last, columns)
         row[0] = f"{last.get('round', 0)}/{planned}"
-        table.add_row(name, model, state, sparkline([r.get("reward") for r in records]), *row)
+        for i in heldout:
+            row[i] = heldout_trend(records)
+        rounds = [r for r in records if r.get("round")]  # round 0 is the evaluation before any update
+        table.add_row(name, model, state, sparkline([r.get("reward") for r in rounds]), *row)
     return table

@@ -54,8 +54,10 @@ def bootstrap(
     try:
         swarm_env = {k: v for k, v in env_overrides(NodeConfig).items() if k.startswith("swarm.")}
         base = load_node_config(None, swarm_env).swarm.model_dump(exclude_unset=True)
-        cfg = SwarmConfig(**{**base, "host": host, "port": port, "identity": identity, "announce": announce,
-                             "ttl": ttl, "max_clock_skew": max_clock_skew})
+        cfg = SwarmConfig.model_validate({
+            **base, "identity": identity,
+            "transport": {**base.get("transport", {}), "host": host, "port": port, "announce": announce},
+            "records": {**base.get("records", {}), "ttl": ttl, "max_clock_skew": max_clock_skew}})
     except ConfigError as exc:
         fail(str(exc))
     except ValidationError as exc:

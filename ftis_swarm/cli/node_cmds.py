@@ -46,26 +46,26 @@ JOIN_FLAGS = {
     "activation_checkpointing": "learner.activation_checkpointing",
     "lora_rank": "learner.lora.rank",
     "mode": "learner.ftis.mode",
-    "peers": "swarm.peers",
-    "peers_file": "swarm.peers_file",
-    "host": "swarm.host",
-    "port": "swarm.port",
-    "announce": "swarm.announce",
-    "client_mode": "swarm.client_mode",
-    "reachability": "swarm.reachability",
+    "peers": "swarm.transport.peers",
+    "peers_file": "swarm.transport.peers_file",
+    "host": "swarm.transport.host",
+    "port": "swarm.transport.port",
+    "announce": "swarm.transport.announce",
+    "client_mode": "swarm.transport.client_mode",
+    "reachability": "swarm.transport.reachability",
     "identity": "swarm.identity",
     "run_id": "swarm.run_id",
 }
 """Flag (as a Python name) -> the config key it sets. docs/node.md lists both."""
-SET_HELP = ("KEY=VALUE for any config key, dotted (learner.ftis.C=3, swarm.ttl=300); repeatable; applied "
+SET_HELP = ("KEY=VALUE for any config key, dotted (learner.ftis.C=3, swarm.records.ttl=300); repeatable; applied "
             "after the flags. FTIS_LEARNER__FTIS__C=3 in the environment does the same.")
 
 
 @app.command()
 def join(
     model: Optional[str] = typer.Option(None, help="Hub id, local path or short name (Qwen2.5-1.5B, smollm2-135m, smollm2-slim, smollm2-mini). [config: model; default smollm2-135m]"),
-    peers: Optional[list[str]] = typer.Option(None, help="Multiaddr of a peer in the swarm, e.g. a bootstrap peer (repeatable). [swarm.peers]"),
-    peers_file: Optional[Path] = typer.Option(None, help="A file of multiaddrs, one per line, e.g. written by `bootstrap --maddrs-file`. [swarm.peers_file]"),
+    peers: Optional[list[str]] = typer.Option(None, help="Multiaddr of a peer in the swarm, e.g. a bootstrap peer (repeatable). [swarm.transport.peers]"),
+    peers_file: Optional[Path] = typer.Option(None, help="A file of multiaddrs, one per line, e.g. written by `bootstrap --maddrs-file`. [swarm.transport.peers_file]"),
     config: Optional[Path] = typer.Option(None, help="A TOML config file; the environment, flags and --set override its values."),
     task: Optional[str] = typer.Option(None, help="Task of this node's own prompts: arith, gsm_symbolic, gsm8k, math500, champ. [task]"),
     lora_rank: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank instead of the full model (lr then defaults to 1e-5). [learner.lora.rank]"),
@@ -91,17 +91,18 @@ def join(
     metrics_host: Optional[str] = typer.Option(None, help="Address of the /metrics endpoint (0.0.0.0 in a container). [metrics_host]"),
     status_port: Optional[int] = typer.Option(None, help="Serve the status page (/ and /status.json) on this port; 0 picks one. [status_port]"),
     status_host: Optional[str] = typer.Option(None, help="Address of the status page (default 127.0.0.1). [status_host]"),
-    host: Optional[str] = typer.Option(None, help="Address to listen on. [swarm.host]"),
-    port: Optional[int] = typer.Option(None, help="TCP port to listen on; 0 picks one. [swarm.port]"),
-    announce: Optional[list[str]] = typer.Option(None, help="Multiaddr to announce instead (repeatable). [swarm.announce]"),
-    client_mode: Optional[bool] = typer.Option(None, "--client-mode/--no-client-mode", help="Accept no incoming connections. [swarm.client_mode]"),
-    reachability: Optional[str] = typer.Option(None, help="auto, public, relayed (behind NAT, via the bootstrap's relay) or client. [swarm.reachability]"),
+    host: Optional[str] = typer.Option(None, help="Address to listen on. [swarm.transport.host]"),
+    port: Optional[int] = typer.Option(None, help="TCP port to listen on; 0 picks one. [swarm.transport.port]"),
+    announce: Optional[list[str]] = typer.Option(None, help="Multiaddr to announce instead (repeatable). [swarm.transport.announce]"),
+    client_mode: Optional[bool] = typer.Option(None, "--client-mode/--no-client-mode", help="Accept no incoming connections. [swarm.transport.client_mode]"),
+    reachability: Optional[str] = typer.Option(None, help="auto, public, relayed (behind NAT, via the bootstrap's relay) or client. [swarm.transport.reachability]"),
     identity: Optional[Path] = typer.Option(None, help="Identity (private key) file, created on first start and "
                                                             "kept; default <run-dir>/identity.key. [swarm.identity]"),
     run_id: Optional[str] = typer.Option(None, help="Swarm run name; only groups of the same run are used. [swarm.run_id]"),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),
     print_config: bool = typer.Option(False, "--print-config", help="Validate, print the resolved config as JSON, and exit."),
+    print_keys: bool = typer.Option(False, "--print-keys", help="Print every config key, section by section, with its default and what it does, and exit."),
     help_modes: bool = typer.Option(False, "--help-modes", help="Print what each loss mode does, and exit."),
     nproc_per_node: int = typer.Option(1, min=1, help="Learner processes (GPUs) on this machine: reruns this command under torchrun; rank 0 is the node."),
 ) -> None:
@@ -114,10 +115,13 @@ def join(
         for name, spec in LOSS_MODES.items():
             typer.echo(f"  {name:<7} {spec.summary}")
         return
-    from ftis_swarm.cli.overrides import env_overrides, set_overrides
+    from ftis_swarm.cli.overrides import env_overrides, key_docs, set_overrides
     from ftis_swarm.config import NodeConfig, dump_node_config, load_node_config
     from ftis_swarm.node.preflight import check_config, with_task_defaults
 
+    if print_keys:
+        typer.echo("\n".join(key_docs(NodeConfig)))
+        return
     flags = {key: values[name] for name, key in JOIN_FLAGS.items() if values[name] is not None}
     overrides = {**env_overrides(NodeConfig), **flags, **set_overrides(NodeConfig, sets)}
     cfg = with_task_defaults(load_node_config(config, overrides, keep_none=True))
@@ -233,7 +237,7 @@ def report(
     smooth: int = typer.Option(1, min=1, help="Moving average over this many rounds."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
 ) -> None:
-    """Plot the runs' reward, accuracy, filter and weight curves (one line per node) into a PNG."""
+    """Plot the runs' reward, held-out accuracy, filter and weight curves (one line per node) into a PNG."""
     out = renamed(png, old_out, "--png", "--out", Path("report.png"))
     missing = [str(d) for d in run_dirs if not (d / "metrics.jsonl").is_file()]
     if missing:

@@ -23,6 +23,31 @@ def _paths(peers: Optional[dict[str, int]]) -> str:
     return f"; peers connected directly {peers['direct']}, through a relay only {peers['relayed']}" if peers else ""
 
 
+def heldout_line(heldout: Optional[dict[str, Any]]) -> str:
+    """The held-out curve in one line: each task's first and latest evaluation."""
+    if not heldout or not heldout.get("curve"):
+        return "held-out accuracy: no evaluation yet"
+    parts = []
+    for i, task in enumerate(heldout["tasks"]):
+        key = "heldout_acc" if i == 0 else f"heldout_acc_{task}"
+        pts = [p for p in heldout["curve"] if isinstance(p.get(key), (int, float))]
+        if pts:
+            parts.append(f"{task} {pts[0][key]:.3f} (round {pts[0]['round']}) -> {pts[-1][key]:.3f} "
+                         f"(round {pts[-1]['round']})")
+    items = f" on {heldout['items']} test items" if heldout.get("items") else ""
+    return f"held-out accuracy (greedy pass@1{items}): " + "; ".join(parts)
+
+
+def _used(r: dict[str, Any]) -> str:
+    fetched = r.get("peer_samples_fetched")
+    return f"{r.get('peer_samples_used') or 0:.0f} / {fetched:.0f}" if fetched else "-"
+
+
+def _zero(r: dict[str, Any]) -> str:
+    total = r.get("peer_bytes")
+    return f"{(r.get('zero_signal_bytes') or 0) / 1e3:.1f} / {total / 1e3:.1f}" if total else "-"
+
+
 def status_tables(doc: dict[str, Any]) -> list[Any]:
     """The document as a heading line and tables (node, rounds newest first, peers, disk)."""
     from rich.table import Table  # here, not at import: `ftis-node --help` stays quick
@@ -33,13 +58,18 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
             f"{n['state']}, round {n['round']} of {n['rounds']} (updated {age:.0f} s ago)\n"
             f"reachability: mode {reach['mode']} ({reach.get('configured', '?')}, decided by "
             f"{reach.get('decided_by', '?')}, switched {reach.get('switches', 0)} time(s)), can peers dial me: "
-            f"{reach['dialable']} ({reach.get('note', '')})" + _paths(reach.get("peers")))
-    rounds = Table("round", "reward", "accuracy", "filtered", "ESS", "peer share", "peer groups", "gen s", "gather s",
-                   "learn s", title="last rounds")
+            f"{reach['dialable']} ({reach.get('note', '')})" + _paths(reach.get("peers")) + "\n"
+            + heldout_line(doc.get("heldout")))
+    same = all(r.get("accuracy") is None or (r.get("reward") is not None and abs(r["accuracy"] - r["reward"]) < 1e-9)
+               for r in doc["rounds"])  # a binary reward is the accuracy: one column
+    rounds = Table("round", "reward=acc" if same else "reward", *([] if same else ["accuracy"]), "held-out", "filtered",
+                   "ESS", "peer share", "peer groups", "peer samples used / fetched", "useful", "zero-signal kB / kB",
+                   "gen s", "gather s", "learn s", title="last rounds")
     for r in reversed(doc["rounds"]):
-        rounds.add_row(str(r["round"]), _f(r["reward"], 3), _f(r["accuracy"], 3), _f(r["filtered"], 2), _f(r["ess"], 3),
-                       _f(r["peer_share"], 2), _f(r["peer_groups"], 0), _f(r["time_generate"], 1),
-                       _f(r["time_gather"], 1), _f(r["time_learn"], 1))
+        rounds.add_row(str(r["round"]), _f(r["reward"], 3), *([] if same else [_f(r["accuracy"], 3)]),
+                       _f(r.get("heldout_acc"), 3), _f(r["filtered"], 2), _f(r["ess"], 3), _f(r["peer_share"], 2),
+                       _f(r["peer_groups"], 0), _used(r), _f(r.get("useful_peer_frac"), 2), _zero(r),
+                       _f(r["time_generate"], 1), _f(r["time_gather"], 1), _f(r["time_learn"], 1))
     peers = Table("peer", "score", "credit", "cost", "share", "faults", "bans", "refused", "why", title="peers")
     for p in doc["peers"]:
         faults = ", ".join(f"{k} {v}" for k, v in p["faults"].items()) or "-"

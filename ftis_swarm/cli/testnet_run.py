@@ -36,6 +36,7 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
             resolve_model(spec.model)
     planned = rounds or pre.rounds
     history: dict[Path, deque[dict]] = {}  # each node's latest rounds: the table's last row and sparkline
+    first_eval: dict[Path, dict] = {}  # each node's first held-out evaluation (round 0's), kept however long the run
     live = None
     if table and sys.stdout.isatty():
         from rich.live import Live
@@ -54,11 +55,15 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
             records = history.setdefault(p.run_dir, deque(maxlen=64))
             new = p.new_rows
             records.extend(new)
+            for r in new:
+                if "heldout_acc" in r:
+                    first_eval.setdefault(p.run_dir, r)
             if live is None:
                 for r in new:
                     typer.echo(round_line(r, prefix=f"  {p.run_dir.name:<22} "))
         if live is not None:
-            rows = [(p.run_dir.name, p.spec.model, planned, history[p.run_dir], _state(p)) for p in procs]
+            rows = [(p.run_dir.name, p.spec.model, planned, _with_first(first_eval.get(p.run_dir), history[p.run_dir]),
+                     _state(p)) for p in procs]
             pages = "   ".join(f"{p.run_dir.name}: {p.status_url}" for p in procs if p.status_url)
             live.update(nodes_table(f"testnet: {len(procs)} nodes, {planned} rounds", rows,
                                     caption=f"status pages: {pages}" if pages else None))
@@ -80,6 +85,11 @@ def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_
         typer.echo(f"  {d}" + ("" if code == 0 else f"  (exited with status {code}; see {d / 'node.log'})"))
     typer.echo(f"\nnext: ftis-node report {shlex.quote(str(workdir))}/node-*   (curves into report.png)")
     return 0 if all(c == 0 for c in result.exit_codes) else 1
+
+
+def _with_first(first: Optional[dict], records: deque[dict]) -> list[dict]:
+    """`records`, with the node's first held-out evaluation ahead of them when they no longer hold it."""
+    return list(records) if first is None or any(r is first for r in records) else [first, *records]
 
 
 def _mb(n: int) -> str:

@@ -17,7 +17,14 @@ where the contract is silent):
   truncate;
 - samples of an identity without standing (docs/method.md, "Peers without standing";
   the learner passes them as `unproven`) have their weight capped at 1 in every mode,
-  `w = min(weight(x), 1)`; `frac_capped_unproven` counts the masked tokens the cap lowered.
+  `w = min(weight(x), 1)`; `frac_capped_unproven` counts the masked tokens the cap lowered;
+- the weight above 1 of identities whose standing is recent (the learner passes them as
+  `recent`) is bounded in aggregate: over the samples that enter the gradient (`A~ != 0`),
+  each weighing its mean token weight as in the loss, their excess `sum mean_t (w - 1)+`
+  may make up at most `recent_share` of the update's weight `sum mean_t w`. When it would
+  make up more, every such token's excess is scaled by one factor k,
+  `w = 1 + k (w - 1)`, with k chosen so the share is exactly `recent_share`;
+  `frac_recent_excess_scaled` counts the masked tokens it lowered.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ METRIC_KEYS = (
     "frac_zero_adv",
     "frac_nonfinite",
     "frac_capped_unproven",
+    "frac_recent_excess_scaled",
 )
 """The keys of the metrics dict, in docs/method.md's order (per source: `key@source`)."""
 
@@ -113,6 +121,7 @@ class SampleTerms:
     adv: torch.Tensor  # (N,) the advantage A_i
     adv_kept: torch.Tensor  # (N,) A~_i: A_i, or 0 when filtered
     capped: torch.Tensor  # (N, T) bool: tokens whose weight the cap of unproven samples lowered
+    scaled: torch.Tensor  # (N, T) bool: tokens whose excess over 1 the aggregate cap of recent samples lowered
 
     def rows(self, idx: torch.Tensor) -> "SampleTerms":
         """The same terms for the samples `idx` (a micro-batch)."""
@@ -127,11 +136,15 @@ def sample_terms(
     filterable: torch.Tensor,
     cfg: FTISConfig,
     unproven: torch.Tensor | None = None,
+    recent: torch.Tensor | None = None,
+    recent_share: float = 1.0,
 ) -> SampleTerms:
     """The weights, the filter and the non-finite rule of docs/method.md, decided once for a batch.
 
     `logp_old, logp_gen, mask: [N, T]`; `advantages: [N]`; `filterable: [N]` bool (peers' samples);
-    `unproven: [N]` bool (samples of identities without standing: weight capped at 1; None: none).
+    `unproven: [N]` bool (samples of identities without standing: weight capped at 1; None: none);
+    `recent: [N]` bool (samples of identities whose standing is recent: their weight above 1 makes up at
+    most `recent_share` of the update's gradient weight, module docstring; None: none).
     """
     m = mask.bool()  # (N, T)
     nonfinite = nonfinite_samples(logp_old, logp_gen, m)  # (N,)
@@ -149,8 +162,31 @@ def sample_terms(
     adv = advantages.detach().to(old.dtype)  # (N,)
     filtered = filtered_samples(adv, kl, filterable.to(torch.bool), cfg) | nonfinite  # (N,)
     adv_kept = torch.where(filtered, 0.0, adv)  # (N,)
+    scaled = torch.zeros_like(m)  # (N, T)
+    if recent is not None and recent_share < 1.0:
+        w, scaled = recent_excess_capped(w, m, adv_kept != 0, recent.to(torch.bool), recent_share)
     return SampleTerms(x=x, w=w, kl=kl, nonfinite=nonfinite, filtered=filtered, adv=adv, adv_kept=adv_kept,
-                       capped=capped)
+                       capped=capped, scaled=scaled)
+
+
+def recent_excess_capped(w: torch.Tensor, m: torch.Tensor, live: torch.Tensor, recent: torch.Tensor,
+                         share: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`w` with the excess over 1 of the `recent` samples scaled by one factor k, so that it makes up at most
+    `share` (< 1) of the gradient weight of the `live` samples (`A~ != 0`), each weighing its mean token
+    weight as in the loss; and the tokens it lowered (none when the share already holds).
+
+    `w: [N, T]`, `m: [N, T]` bool, `live, recent: [N]` bool. With E the recent live samples' excess and W
+    the live samples' weight, k solves `k E = share (W - E + k E)`.
+    """
+    n_tok = m.sum(dim=-1).clamp(min=1)  # (N,)
+    over = (live & recent)[:, None] & m & (w > 1.0)  # (N, T)
+    excess = float((torch.where(over, w - 1.0, 0.0).double().sum(dim=-1) / n_tok).sum())
+    total = float(((w * m).double().sum(dim=-1) / n_tok)[live].sum())
+    rest = total - excess
+    if excess <= 0.0 or excess * (1.0 - share) <= share * rest:
+        return w, torch.zeros_like(over)  # (N, T)
+    k = share * rest / ((1.0 - share) * excess)
+    return torch.where(over, 1.0 + k * (w - 1.0), w), over  # (N, T), (N, T)
 
 
 def policy_loss(
@@ -185,18 +221,21 @@ def ftis_loss(
     filterable: torch.Tensor | None = None,
     source: torch.Tensor | None = None,
     unproven: torch.Tensor | None = None,
+    recent: torch.Tensor | None = None,
+    recent_share: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of docs/method.md and its metrics.
 
     `logp` carries the gradient; `logp_old`, `logp_gen`, `advantages` are treated as constants.
     `logp, logp_old, logp_gen, mask: [N, T]`, `advantages: [N]`, `offpolicy: [N]` bool,
     `filterable: [N]` bool (default: `offpolicy`), `source: [N]` ints (optional) adds
-    `key@source` metrics, `unproven: [N]` bool (optional) caps those samples' weights at 1.
+    `key@source` metrics, `unproven: [N]` bool (optional) caps those samples' weights at 1, `recent: [N]`
+    bool (optional) bounds those samples' weight above 1 to `recent_share` of the update's (`sample_terms`).
     Returns a scalar loss and floats.
     """
     offpolicy = offpolicy.to(torch.bool)  # (N,)
     terms = sample_terms(logp_old, logp_gen, advantages, mask, offpolicy if filterable is None else filterable, cfg,
-                         unproven=unproven)
+                         unproven=unproven, recent=recent, recent_share=recent_share)
     loss = policy_loss(logp, logp_old, mask, terms, cfg)
     return loss, ftis_metrics(terms, mask, offpolicy, cfg, source=source)
 
@@ -238,6 +277,7 @@ def _metrics(t: SampleTerms, m: torch.Tensor, offpolicy: torch.Tensor, rows: tor
         "frac_zero_adv": _ratio((adv == 0).sum(), n),
         "frac_nonfinite": _ratio(t.nonfinite[rows].sum(), n),
         "frac_capped_unproven": _ratio(t.capped[finite].sum(), m_sum),
+        "frac_recent_excess_scaled": _ratio(t.scaled[finite].sum(), m_sum),
     }
 
 

@@ -1,4 +1,4 @@
-"""Forged generation log-probs, caught per peer by a one-sided Hoeffding bound.
+"""Forged log-probs, caught per peer by a one-sided Hoeffding bound; standing, read from the same evidence.
 
 A peer that claims lower log-probs than its sampler had makes every weight `pi_theta /
 pi_gen` look larger, and the truncation hands its tokens the cap C. For an honest sampler,
@@ -12,26 +12,42 @@ Azuma-Hoeffding the mean of n of them exceeds `1 + C * sqrt(ln(1/delta) / (2n))`
 probability at most delta.
 
 The window: a peer's most recent blocks (one per update it contributed to), the oldest
-dropped while the rest still hold `window` tokens; state is (sum, count) per block, small
-enough for the checkpoint. A check tests every suffix of the window (the newest block, the
-newest two, ..., all of them) against the bound at its own n, each at `delta / B` for B
-blocks, so an update's check falsely flags an honest peer with probability at most delta
-(1e-6: over 10^4 updates, at most 1e-2). The short suffixes catch a peer that turns to
-forging after a long honest stretch, which the whole window's mean would dilute. A flagged
-peer's samples are kept out of the update. A forger whose every token sits at the cap C is
-caught once its forged tokens outnumber about `ln(B/delta) / 2 * (C / (C - 1))^2` (28 in
-one block at delta = 1e-6, C = 2).
+dropped while the rest still hold `window` tokens; state is (sum of v, tokens, overlap
+tokens) per block, small enough for the checkpoint. A check tests every suffix of the
+window (the newest block, the newest two, ..., all of them) against the bound at its own
+n, each at `delta / B` for B blocks, so an update's check falsely flags an honest peer with
+probability at most delta (1e-6: over 10^4 updates, at most 1e-2). The short suffixes
+catch a peer that turns to forging after a long honest stretch, which the whole window's
+mean would dilute. A flagged peer's samples are kept out of the update. A forger whose
+every token sits at the cap C is caught once its forged tokens outnumber about
+`ln(B/delta) / 2 * (C / (C - 1))^2` (28 in one block at delta = 1e-6, C = 2).
 
-Standing (docs/method.md, "Peers without standing"): the same evidence, read the other
-way. A peer has standing once the window's upper bound on its mean, `mean + C *
-sqrt(ln(B/delta) / (2n))`, is below `1 + margin`: for an honest peer whose mean is 1 that
-takes about `ln(B/delta) / 2 * (C / margin)^2` tokens (442 at delta = 1e-6, C = 2, margin
-0.25, one block; 91 for a peer whose mean is 0.7). The values are `min(exp(x), C)` from the
-log-probs themselves, before the learner caps an unproven peer's weights at 1, so the cap
-does not hide what a forger claims. Until then the learner caps its samples' weights at 1,
-so no number of short forgeries spread over fresh identities, each under the flag's
-28 tokens, buys a weight above 1. Standing is read again at every update: a peer that
-forges after earning it loses it once its window's bound rises past `1 + margin`.
+Standing (docs/method.md, "Peers without standing" and its amendment "Standing and credit
+that deflation cannot buy"): the same evidence, read the other way, and two tests:
+
+- the upper bound: the window's `mean + C * sqrt(ln(B/delta) / (2n))` below `1 + margin`.
+  For an honest peer whose mean is 1 that takes about `ln(B/delta) / 2 * (C / margin)^2`
+  tokens (442 at delta = 1e-6, C = 2, margin 0.25, one block; 91 for a mean of 0.7);
+- evidence of overlap: the fraction of the peer's tokens whose uncapped ratio `exp(x)` lies
+  in `[1/C, C]` is at least `overlap` (q) over the window, and at least `overlap_block` over
+  the newest block alone. The bound is one-sided: log-probs that claim more than the sampler
+  had (`logp_gen = 0`) make every v small and pass it; their ratios are `pi_theta(a)`, mostly
+  far below 1/C, so they fail this test. The newest block alone is what ends standing in the
+  very update a strike starts (forged ratios above C beside deflated ones below 1/C), which a
+  long honest window would dilute. A block is one update's tokens of the peer, noisier than
+  a window, hence a lower threshold; an honest block under it caps the peer's weights at 1 in
+  that update (docs/benchmarks.md, "Overlap of honest peers": how often, per model pair).
+
+The values are `min(exp(x), C)` from the log-probs themselves, before the learner caps an
+unproven peer's weights at 1, so the cap does not hide what a forger claims. Until a peer
+has standing the learner caps its samples' weights at 1. Standing is a function of the
+window, read again at every update: a window or a newest block that fails either test ends
+it at once. The detector also counts its updates (`begin_update`, once per screening) and
+remembers the update in which each peer's present standing began (`standing_age`): the
+learner bounds the weight above 1 of identities whose standing is recent in aggregate
+(`core.ftis.sample_terms`, `recent_share`). Blocks from a checkpoint written before overlap
+was counted (two numbers) load with their overlap unknown: they count for the bound, not as
+evidence of overlap, so such a peer regains standing with its first block that shows it.
 """
 
 from __future__ import annotations
@@ -40,12 +56,17 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 import torch
 
 from ftis_swarm.learner.batch import Batch
 
 log = logging.getLogger(__name__)
+
+Block = tuple[float, int, Optional[int]]
+"""One update's evidence of a peer: the sum of its values v, its tokens, and its tokens with `exp(x)` in
+[1/C, C] (None: unknown, a block from a checkpoint written before overlap was counted)."""
 
 
 def hoeffding_bound(n: int, *, C: float, delta: float) -> float:
@@ -67,24 +88,39 @@ class PeerStat:
 
 
 class ForgeryDetector:
-    """Per peer, the running mean of `min(exp(x), C)` over its last `window` tokens, and the flag."""
+    """Per peer, the running mean of `min(exp(x), C)` and the overlap fraction over its last `window` tokens;
+    the flag, and standing (module docstring). `overlap` is q over the window, `overlap_block` over the newest
+    block; both 0 (the default) leave the overlap test out."""
 
-    def __init__(self, *, C: float, delta: float, window: int, margin: float = 0.25) -> None:
-        if not (C > 1 and 0 < delta < 1 and window >= 1 and margin > 0):
-            raise ValueError(f"need C > 1, 0 < delta < 1, window >= 1, margin > 0; got C={C}, delta={delta}, "
-                             f"window={window}, margin={margin}")
+    def __init__(self, *, C: float, delta: float, window: int, margin: float = 0.25, overlap: float = 0.0,
+                 overlap_block: float = 0.0) -> None:
+        if not (C > 1 and 0 < delta < 1 and window >= 1 and margin > 0 and 0 <= overlap <= 1
+                and 0 <= overlap_block <= 1):
+            raise ValueError(f"need C > 1, 0 < delta < 1, window >= 1, margin > 0, overlap and overlap_block in "
+                             f"[0, 1]; got C={C}, delta={delta}, window={window}, margin={margin}, overlap={overlap}, "
+                             f"overlap_block={overlap_block}")
         self.C, self.delta, self.window, self.margin = C, delta, window, margin
-        self._blocks: dict[str, deque[tuple[float, int]]] = {}
+        self.overlap, self.overlap_block = overlap, overlap_block
+        self._blocks: dict[str, deque[Block]] = {}
+        self._since: dict[str, int] = {}
+        self.updates = 0
+        """Updates screened so far (`begin_update`): the clock of `standing_age`."""
 
-    def observe(self, peer: str, total: float, tokens: int) -> PeerStat:
-        """Adds one block (`total` = the sum of the peer's values over `tokens` tokens); returns its stat."""
-        if tokens < 1 or not math.isfinite(total):
+    def begin_update(self) -> None:
+        """Marks the start of one update's screening (`screen_batch` calls it once, before it observes)."""
+        self.updates += 1
+
+    def observe(self, peer: str, total: float, tokens: int, overlap: int | None = None) -> PeerStat:
+        """Adds one block (`total` = the sum of the peer's values over `tokens` tokens, `overlap` of them with
+        `exp(x)` in [1/C, C]); returns its stat. Standing is read again: it may begin or end here."""
+        if tokens < 1 or not math.isfinite(total) or (overlap is not None and not 0 <= overlap <= tokens):
             return self.stat(peer)
         blocks = self._blocks.setdefault(peer, deque())
-        blocks.append((float(total), int(tokens)))
-        held = sum(n for _, n in blocks)
+        blocks.append((float(total), int(tokens), None if overlap is None else int(overlap)))
+        held = sum(b[1] for b in blocks)
         while len(blocks) > 1 and held - blocks[0][1] >= self.window:
             held -= blocks.popleft()[1]
+        self._track(peer)
         return self.stat(peer)
 
     def stat(self, peer: str) -> PeerStat:
@@ -93,7 +129,7 @@ class ForgeryDetector:
         per_check = self.delta / max(1, len(blocks))
         total, n = 0.0, 0
         stat = PeerStat(mean=0.0, tokens=0, bound=math.inf)
-        for block_total, count in reversed(blocks):
+        for block_total, count, _ in reversed(blocks):
             total, n = total + block_total, n + count
             stat = PeerStat(mean=total / n, tokens=n, bound=hoeffding_bound(n, C=self.C, delta=per_check))
             if stat.flagged:
@@ -103,39 +139,84 @@ class ForgeryDetector:
     def upper_bound(self, peer: str) -> float:
         """The upper confidence bound on the peer's mean over its whole window (inf with no tokens)."""
         blocks = self._blocks.get(peer, ())
-        n = sum(count for _, count in blocks)
+        n = sum(b[1] for b in blocks)
         if n < 1:
             return math.inf
-        mean = sum(total for total, _ in blocks) / n
+        mean = sum(b[0] for b in blocks) / n
         return mean + hoeffding_bound(n, C=self.C, delta=self.delta / len(blocks)) - 1.0
 
+    def overlap_fraction(self, peer: str, *, newest: bool = False) -> float | None:
+        """The fraction of the peer's tokens with `exp(x)` in [1/C, C], over the window's blocks whose overlap is
+        known (`newest`: over the newest block alone); None when none is known."""
+        blocks = list(self._blocks.get(peer, ()))[-1:] if newest else self._blocks.get(peer, ())
+        known = [(n, k) for _, n, k in blocks if k is not None]
+        return sum(k for _, k in known) / sum(n for n, _ in known) if known else None
+
     def has_standing(self, peer: str) -> bool:
-        """True when the peer's upper bound is below `1 + margin` (module docstring)."""
-        return self.upper_bound(peer) < 1.0 + self.margin
+        """True when the window's upper bound is below `1 + margin`, its overlap fraction at least `overlap` and
+        its newest block's at least `overlap_block` (module docstring)."""
+        if not self.upper_bound(peer) < 1.0 + self.margin:
+            return False
+        if self.overlap <= 0 and self.overlap_block <= 0:
+            return True
+        window, newest = self.overlap_fraction(peer), self.overlap_fraction(peer, newest=True)
+        return (window is not None and newest is not None and window >= self.overlap
+                and newest >= self.overlap_block)
+
+    def standing_age(self, peer: str) -> int | None:
+        """Updates since the peer's present standing began (1 in the update after the one that earned it);
+        None without standing."""
+        since = self._since.get(peer)
+        return None if since is None else self.updates - since
 
     def tokens(self, peer: str) -> int:
         """Tokens of the peer's window."""
-        return sum(count for _, count in self._blocks.get(peer, ()))
+        return sum(b[1] for b in self._blocks.get(peer, ()))
 
-    def state(self) -> dict[str, list[list[float]]]:
-        """JSON-able state for a checkpoint."""
-        return {peer: [[s, n] for s, n in blocks] for peer, blocks in self._blocks.items()}
+    def _track(self, peer: str) -> None:
+        if self.has_standing(peer):
+            self._since.setdefault(peer, self.updates)
+        else:
+            self._since.pop(peer, None)
 
-    def load_state(self, state: dict[str, list[list[float]]]) -> None:
-        self._blocks = {peer: deque((float(s), int(n)) for s, n in blocks) for peer, blocks in state.items()}
+    def state(self) -> dict[str, Any]:
+        """JSON-able state for a checkpoint: the blocks (sum, tokens, overlap), when each standing began, the clock."""
+        return {"version": 2, "updates": self.updates, "standing_since": dict(self._since),
+                "blocks": {peer: [list(b) for b in blocks] for peer, blocks in self._blocks.items()}}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restores `state()`; also a checkpoint written before overlap was counted (`{peer: [[sum, tokens],
+        ...]}`: overlap unknown, and every standing read as beginning now)."""
+        legacy = not isinstance(state.get("blocks"), Mapping)
+        blocks = state if legacy else state["blocks"]
+        self._blocks = {peer: deque((float(b[0]), int(b[1]), None if len(b) < 3 or b[2] is None else int(b[2]))
+                                    for b in rows) for peer, rows in blocks.items()}
+        self.updates = 0 if legacy else int(state.get("updates", 0))
+        since = {} if legacy else state.get("standing_since", {})
+        self._since = {peer: int(u) for peer, u in since.items()}
+        for peer in set(self._blocks) | set(self._since):  # read again under this detector's tests
+            if self.has_standing(peer):
+                self._since.setdefault(peer, self.updates)
+            else:
+                self._since.pop(peer, None)
 
 
 def screen_batch(detector: ForgeryDetector, batch: Batch, logp_old: torch.Tensor, *, C: float,
                  skip: set[int]) -> tuple[set[str], dict[str, float]]:
-    """Feeds each peer's finite tokens in `batch` (rows in `skip` aside) to `detector`, one block a peer.
+    """One update's screening: feeds each peer's finite tokens in `batch` (rows in `skip` aside) to `detector`,
+    one block a peer, with how many of them have `exp(x)` in [1/C, C].
 
-    Returns the flagged peers and, per peer's source, `forgery_mean@<source>`.
+    Returns the flagged peers and, per peer's source, `forgery_mean@<source>` and `overlap@<source>` (the
+    block's overlap fraction).
     """
+    detector.begin_update()
+    log_c = math.log(C)
     with torch.no_grad():
         m = batch.mask.bool()  # (N, T)
         finite = (torch.isfinite(logp_old) & torch.isfinite(batch.logp_gen)) | ~m  # (N, T)
         x = (logp_old - torch.where(m, batch.logp_gen, 0.0)).clamp(-20.0, 20.0)  # (N, T)
         v = torch.where(m, torch.exp(x).clamp(max=C), 0.0)  # (N, T)
+        overlaps = m & (x >= -log_c) & (x <= log_c)  # (N, T): exp(x) in [1/C, C]
         rows = batch.filterable & finite.all(dim=-1)  # (N,)
         totals: dict[str, list[float]] = {}
         source: dict[str, int] = {}
@@ -143,14 +224,16 @@ def screen_batch(detector: ForgeryDetector, batch: Batch, logp_old: torch.Tensor
             if r in skip:
                 continue
             peer = batch.groups[int(batch.group_of[r])].sender
-            acc = totals.setdefault(peer, [0.0, 0.0])
+            acc = totals.setdefault(peer, [0.0, 0.0, 0.0])
             acc[0] += float(v[r].sum())
             acc[1] += float(m[r].sum())
+            acc[2] += float(overlaps[r].sum())
             source[peer] = int(batch.source[r])
     flagged, stats = set(), {}
-    for peer, (total, tokens) in totals.items():
-        stat = detector.observe(peer, total, int(tokens))
+    for peer, (total, tokens, overlap) in totals.items():
+        stat = detector.observe(peer, total, int(tokens), overlap=int(overlap))
         stats[f"forgery_mean@{source[peer]}"] = stat.mean
+        stats[f"overlap@{source[peer]}"] = overlap / tokens if tokens else 0.0
         if stat.flagged:
             flagged.add(peer)
             log.warning("peer %s flagged as forging log-probs: mean weight %.3f over %d tokens > %.3f",

@@ -2,8 +2,10 @@
 
 An update: admission (tokenizer fingerprint, vocabulary, temperature; a refused group is
 counted, never raised); advantages per group; `logp_old` from the model at the start of
-the update (no grad, detached); the forgery check on each peer's tokens (`forgery.py`);
-the weights and the filter decided once (`core.ftis.sample_terms`); the batch's metrics
+the update (no grad, detached); the forgery check and standing on each peer's tokens
+(`forgery.py`); the weights and the filter decided once (`core.ftis.sample_terms`: weights
+of peers without standing capped at 1, and the weight above 1 of peers whose standing is
+recent bounded in aggregate, `max_recent_excess_share`); the batch's metrics
 from docs/method.md; then `epochs` optimiser steps, each accumulating the gradient over
 micro-batches so the loss is the batch's mean over sequences. The model stays in eval mode
 throughout: no dropout, so with one step `logp` equals `logp_old` in value.
@@ -85,7 +87,8 @@ class Learner:
         self.tokenizer_fp = tokenizer_fp
         self.vocab_size = vocab_size or int(model.get_input_embeddings().num_embeddings)
         self.detector = ForgeryDetector(C=cfg.ftis.C, delta=cfg.forgery_delta, window=cfg.forgery_window,
-                                        margin=cfg.standing_margin)
+                                        margin=cfg.standing_margin, overlap=cfg.standing_overlap,
+                                        overlap_block=cfg.standing_overlap_block)
         self.peer_report: dict[str, Counter] = {}
         """Per peer, after each update: `groups` it put into the update, and its faults by reason."""
         self.peer_earned: dict[str, float] = {}
@@ -174,9 +177,11 @@ class Learner:
         flagged, stats = screen_batch(self.detector, batch, logp_old, C=self.cfg.ftis.C, skip=failed)
         standing = {p for p in before if self.detector.has_standing(p)}  # had it, and this update kept it
         withheld = self._withheld_rows(batch, failed, flagged)
+        recent = {p for p in standing if self._recent(p)}
         extra = {"withheld_learn_error": float(len(withheld[faults.LEARN_ERROR])),
                  "withheld_forgery": float(len(withheld[faults.FORGERY])), **stats,
                  "peers_with_standing": float(len(standing)),
+                 "peers_with_recent_standing": float(len(recent)),
                  "peers_without_standing": float(len(self._peers(batch) - standing))}
         gone = withheld[faults.LEARN_ERROR] | withheld[faults.FORGERY]
         if gone:
@@ -184,10 +189,11 @@ class Learner:
             if not keep:
                 return {"sequences": 0.0, "sequences_with_gradient": 0.0, **extra}
             batch, logp_old = batch.select(keep), logp_old[torch.tensor(keep)]
-        unproven = torch.tensor([bool(batch.filterable[r]) and self._sender(batch, r) not in standing
-                                 for r in range(batch.num_sequences)], dtype=torch.bool)  # (N,)
+        peer_rows = [(bool(batch.filterable[r]), self._sender(batch, r)) for r in range(batch.num_sequences)]
+        unproven = torch.tensor([peer and s not in standing for peer, s in peer_rows], dtype=torch.bool)  # (N,)
+        recent_rows = torch.tensor([peer and s in recent for peer, s in peer_rows], dtype=torch.bool)  # (N,)
         terms = sample_terms(logp_old, batch.logp_gen, batch.advantages, batch.mask, batch.filterable, fcfg,
-                             unproven=unproven)
+                             unproven=unproven, recent=recent_rows, recent_share=self.cfg.max_recent_excess_share)
         metrics = ftis_metrics(terms, batch.mask, batch.offpolicy, fcfg, source=batch.source)
         self._report(batch, terms)
         t_old = time.perf_counter()
@@ -272,6 +278,11 @@ class Learner:
             mean_w = (terms.w[kept] * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (k,)
             signal = float(mean_w.clamp(max=1.0).sum()) / group.G
             self.peer_earned[group.sender] = self.peer_earned.get(group.sender, 0.0) + signal
+
+    def _recent(self, peer: str) -> bool:
+        """Whether the peer's standing began within the last `recent_standing_updates` updates."""
+        age = self.detector.standing_age(peer)
+        return age is not None and age <= self.cfg.recent_standing_updates
 
     @staticmethod
     def _peers(batch: Batch) -> set[str]:

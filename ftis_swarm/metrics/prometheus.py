@@ -10,7 +10,11 @@ A round's record (docs/node.md) becomes (`metric_of` is the mapping, tested on i
 - docs/method.md's metrics and every other number: gauges `ftis_<key>` of the last round; the
   per-source values `key@source` apart from them, as `ftis_<key>_by_peer{peer="<source>"}`
   (`self` for this node's own samples);
-- a list (`banned_peers`): a gauge of its length.
+- a list (`banned_peers`): a gauge of its length;
+- the held-out accuracy: `heldout_acc` (the node's own task) the gauge `ftis_heldout_acc`, each
+  further task's `heldout_acc_<task>` the gauge `ftis_heldout_acc_by_task{task="<task>"}`,
+  set in the rounds evaluated (round 0's record, the evaluation before any update, is
+  not counted in `ftis_rounds_total`).
 
 The default process, platform and GC metrics are served too. Each sink owns its registry,
 so two nodes in one process (tests, the experiment) do not collide. A port that cannot be
@@ -67,6 +71,8 @@ def metric_of(key: str) -> tuple[Kind, str, dict[str, str]]:
         return "running_total", "ftis_swarm_groups_rejected", {"reason": name[len("swarm_rejected_"):]}
     if name in _RUNNING_TOTALS:
         return "running_total", f"ftis_{_RUNNING_TOTALS[name]}", {}
+    if name.startswith("heldout_acc_"):
+        return "gauge", "ftis_heldout_acc_by_task", {"task": name[len("heldout_acc_"):]}
     if name == "time":
         return "gauge", "ftis_last_round_timestamp_seconds", {}
     if name.startswith("time_"):
@@ -100,7 +106,7 @@ class PrometheusSink:
                 value = float(value)
             if isinstance(value, (int, float)):
                 self._observe(key, float(value))
-        if "round" in record:
+        if record.get("round"):  # round 0 is the evaluation before any update
             self._rounds.inc()
 
     def _observe(self, key: str, value: float) -> None:

@@ -15,6 +15,11 @@
 - status.py        StatusBoard: the node's status document (rounds, peers' standing, disk), status.json
                    every round; status_page.py: StatusServer, the page (status_page.html) and /status.json
 - health.py        UpdateHealth: failed updates in a row; `max_failed_updates` of them stop the node (exit 3)
+- heldout.py       the product's one greedy evaluator (greedy_pass_at_1, heldout_items: `ftis-node eval` and
+                   the experiment call it too) and HeldoutEval, a node's held-out curve (round 0, every
+                   `eval_every` rounds, the last round), checkpointed
+- peer_yield.py    what the swarm gave a round: peers' samples through the gradient against those fetched,
+                   bytes of the groups that carried none
 
 Imports below it: rollout, learner, swarm, peers, wire, tasks, metrics, models, core, config, errors.
 Imported by ops, lab and cli.

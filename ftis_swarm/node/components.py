@@ -138,10 +138,10 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     fingerprint = tokenizer_fingerprint(tokenizer)
     task = get_task(cfg.task)
     token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
-    per_gather = min(cfg.swarm.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
+    per_gather = min(cfg.swarm.fetch.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
     identity = cfg.swarm.identity or cfg.run_dir / "identity.key"  # kept across restarts: standing survives them
-    swarm_cfg = with_peers_file(cfg.swarm).model_copy(update={"max_groups_per_peer_per_gather": per_gather,
-                                                              "identity": identity})
+    swarm_cfg = with_peers_file(cfg.swarm).replace(fetch={"max_groups_per_peer_per_gather": per_gather})
+    swarm_cfg = swarm_cfg.model_copy(update={"identity": identity})
     peer_ledger = PeerLedger(cfg.ledger)
     # the hivemind swarm's gossip gate reads its ban lengths from the ledger's config
     start_swarm: SwarmFactory = swarm or functools.partial(SwarmClient.start, bans=peer_ledger.cfg)

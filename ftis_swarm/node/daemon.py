@@ -17,7 +17,9 @@ This is the one place where rollout, learner and swarm meet. A round:
    groups it used;
 6. serve the new weights (`serving.py`: the backend's version follows the learner's, which
    advances only when an optimiser step was taken);
-7. log one JSON line; every `checkpoint_every` rounds, an atomic checkpoint.
+7. log one JSON line, with what the swarm gave (`peer_yield.py`) and, every `eval_every` rounds and
+   at the last, the held-out accuracy (`heldout.py`; round 0's, before any update, begins round 1
+   as a line of its own); every `checkpoint_every` rounds, an atomic checkpoint.
 
 With `max_staleness` k >= 1, step 2 of round r + k runs in the generator (its own process
 on CPU) during steps 3 to 6 of round r, and the round ends by waiting for them and syncing the
@@ -34,7 +36,7 @@ A node whose updates fail `max_failed_updates` rounds in a row stops publishing 
 everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
 the rollout backend's count of generate calls, which seeds each call, the consumed ids,
 the ledger, the forgery detector (which holds each peer's standing), the intake's deferred groups,
-content digests and draw counter, the health count), and the
+content digests and draw counter, the health count, the held-out curve), and the
 run's per-round files are cut back to the checkpoint's round (to nothing without one).
 
 Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
@@ -61,8 +63,10 @@ from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
+from ftis_swarm.node.heldout import HeldoutEval
 from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.node.learning import Learning, RoundLearning, learn_round
+from ftis_swarm.node.peer_yield import peer_yield
 from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.peers.protocol import SwarmFactory
@@ -123,8 +127,8 @@ class Node:
         checkpoints = CheckpointManager(cfg.run_dir / "checkpoints", keep=cfg.keep_checkpoints)
         latest = checkpoints.latest()
         # before the sinks open, as they append to what this keeps; without a complete checkpoint every
-        # logged round died with the process that logged it
-        last_round = checkpoints.round_of(latest)
+        # logged round died with the process that logged it (round 0's evaluation too: it is redone)
+        last_round = checkpoints.round_of(latest) if latest is not None else -1
         for path in (cfg.run_dir / "metrics.jsonl", cfg.run_dir / "consumed.jsonl"):
             drop_rounds_after(path, last_round)
         # ranks: rank 0 of torchrun; swarm: the transport's factory (peers.protocol), None for hivemind
@@ -143,10 +147,13 @@ class Node:
         """The backend that samples this node's own groups (its generate calls are checkpointed)."""
         self.last_learning: Optional[RoundLearning] = None
         """The latest round's learning half (its labelled groups and raw metrics), for the lab's records."""
+        self.heldout = HeldoutEval(cfg, backend=p.backend, tokenizer=p.tokenizer)
+        """Held-out accuracy at round 0, every `eval_every` rounds and at the last (heldout.py)."""
         if latest is not None:
             self._resume(latest)
         self.status = open_status(cfg, peer_id=p.swarm.peer_id, start_round=self.state.start_round,
-                                  accounts=p.peer_ledger.snapshot(), reach=p.swarm.counters().get("reach"))
+                                  accounts=p.peer_ledger.snapshot(), reach=p.swarm.counters().get("reach"),
+                                  heldout=self.heldout.curve)
         """status.json each round, and the status page when `status_port` is set (status.py)."""
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -161,6 +168,7 @@ class Node:
         self.generator.restore_generate_calls(int(saved.get("rollout_calls", 0)))
         self.intake.load_state(saved.get("intake", saved.get("intake_deferred", [])), limits=self.cfg.swarm.wire)
         self.health.load_state(saved.get("health", {}))
+        self.heldout.load_state(saved.get("heldout", {}))
         if self.pipeline is not None:
             self.pipeline.load_state(saved.get("own_ahead", {}), limits=self.cfg.swarm.wire)
         elif saved.get("own_ahead", {}).get("rounds"):
@@ -216,7 +224,7 @@ class Node:
         state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
                  "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state(),
                  "rollout_calls": self.generator.generate_calls, "intake": self.intake.state(),
-                 "health": self.health.state()}
+                 "health": self.health.state(), "heldout": self.heldout.state()}
         if self.pipeline is not None:
             state["own_ahead"] = self.pipeline.state()
         path = p.checkpoints.save(round_idx=round_idx, learner=p.learner, tokenizer=p.tokenizer, state=state,
@@ -233,8 +241,11 @@ class Node:
 
         Several nodes of one process (the lab, on a `peers.loopback` hub) run every node's
         publish half of a round before any learn half, so each gathers the others' round.
+        Round 1 begins with round 0's held-out evaluation (the weights before any update).
         """
         p = self.parts
+        if r == 1 and self.heldout.due(0):
+            self._log_start_evaluation()
         counts: Counter = Counter()
         t0 = time.perf_counter()
         own = self._own_groups(r, counts)
@@ -254,7 +265,7 @@ class Node:
         t_half = time.perf_counter()  # other nodes of this process may have run since the publish half ended
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
-        peers = self._take_peer_groups(r, gathered, counts)
+        peers, dropped = self._take_peer_groups(r, gathered, counts)
         t_gather = time.perf_counter()
 
         learned = learn_round(self.learning, r, own, peers)
@@ -285,6 +296,7 @@ class Node:
             **self._named_sources(learned.metrics),
             **p.peer_ledger.take_round(),
             **learned.health,
+            **peer_yield(peers + dropped, learned.items, learned.metrics, source_of=self.learning.source),
         }
         swarm_counts = p.swarm.counters()
         for key in ("fetched_bytes", "served_bytes", "fetched_bodies", "chosen", "not_chosen"):  # since it started
@@ -292,6 +304,8 @@ class Node:
         for reason, n in swarm_counts.get("rejected", {}).items():
             record[f"swarm_rejected_{reason}"] = n
         record.update(reach_metrics(swarm_counts.get("reach")))
+        if self.heldout.due(r):  # after the generation ahead finished: the served weights are this round's
+            record.update(self.heldout.run(r))
         p.sink.log(record)
         self.status.observe(record, p.peer_ledger.snapshot(), reach=swarm_counts.get("reach"))
         return RoundResult(r, record)
@@ -305,7 +319,15 @@ class Node:
         self.pipeline.start(r)
         return own
 
-    def _take_peer_groups(self, r: int, groups: list[Group], counts: Counter) -> list[Group]:
+    def _log_start_evaluation(self) -> None:
+        """Round 0's record: the held-out accuracy of the weights the node starts from."""
+        p = self.parts
+        record = {"round": 0, "time": time.time(), "policy_version": p.learner.policy_version, **self.heldout.run(0)}
+        p.sink.log(record)
+        self.status.observe_heldout(record)
+
+    def _take_peer_groups(self, r: int, groups: list[Group], counts: Counter) -> tuple[list[Group], list[Group]]:
+        """The peers' groups the update takes, and those the intake dropped for good (peer_yield.py)."""
         p = self.parts
         taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
                                  standing=p.learner.detector.has_standing, rank=p.peer_ledger.score,
@@ -313,7 +335,7 @@ class Node:
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)
-        return taken.kept
+        return taken.kept, taken.dropped
 
     def _named_sources(self, metrics: dict[str, float]) -> dict[str, float]:
         names = {0: "self", **{i: short_peer(pid) for pid, i in self.learning.sources.items()}}

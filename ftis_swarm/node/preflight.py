@@ -3,7 +3,7 @@
 A node's config is checked in two steps, both cheap (no torch, no model, no network):
 
 - `check_config` (also under `--print-config`): the task exists and its rows are at hand,
-  the model name would load (a short name, a hub id, a checkpoint folder), the sinks the
+  each of `eval_tasks` too, with a test split to evaluate on, the model name would load (a short name, a hub id, a checkpoint folder), the sinks the
   config asks for are installed;
 - `check_machine` (only when the node is about to run): the peers file reads as multiaddrs,
   the swarm, metrics and status ports are free (`join` checks first that a hub model is cached or
@@ -38,6 +38,9 @@ def with_task_defaults(cfg: NodeConfig) -> NodeConfig:
 def check_config(cfg: NodeConfig) -> None:
     """Task, model name and sinks, as far as they can be checked without loading anything."""
     get_task(cfg.task)  # UnknownTaskError, or TaskSourceError when a dataset's rows are nowhere
+    for name in cfg.eval_tasks:
+        if "test" not in get_task(name).splits:
+            raise ConfigError(f"eval_tasks: task {name} has no test split to evaluate on")
     check_model_name(cfg.model)
     check_installed(tensorboard=cfg.tensorboard, wandb=cfg.wandb_project is not None)
 
@@ -45,8 +48,9 @@ def check_config(cfg: NodeConfig) -> None:
 def check_machine(cfg: NodeConfig) -> None:
     """The peers file and the ports, on this machine, now."""
     read_peers_file(cfg.swarm)
-    if cfg.swarm.port and not cfg.swarm.client_mode:
-        _require_free_port(cfg.swarm.host, cfg.swarm.port, "swarm.port (--port)")
+    net = cfg.swarm.transport
+    if net.port and not net.client_mode:
+        _require_free_port(net.host, net.port, "swarm.transport.port (--port)")
     if cfg.metrics_port:
         _require_free_port(cfg.metrics_host, cfg.metrics_port, "metrics_port (--metrics-port)")
     if cfg.status_port:
@@ -54,10 +58,10 @@ def check_machine(cfg: NodeConfig) -> None:
 
 
 def read_peers_file(swarm_cfg: SwarmConfig) -> list[str]:
-    """The multiaddrs listed in `peers_file` (one per line; blank lines and # comments skipped)."""
-    if swarm_cfg.peers_file is None:
+    """The multiaddrs listed in `transport.peers_file` (one per line; blank lines and # comments skipped)."""
+    if swarm_cfg.transport.peers_file is None:
         return []
-    path = Path(swarm_cfg.peers_file)
+    path = Path(swarm_cfg.transport.peers_file)
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -72,10 +76,10 @@ def read_peers_file(swarm_cfg: SwarmConfig) -> list[str]:
 
 
 def with_peers_file(swarm_cfg: SwarmConfig) -> SwarmConfig:
-    """`peers` plus the multiaddrs listed in `peers_file`."""
-    if swarm_cfg.peers_file is None:
+    """`transport.peers` plus the multiaddrs listed in `transport.peers_file`."""
+    if swarm_cfg.transport.peers_file is None:
         return swarm_cfg
-    return swarm_cfg.model_copy(update={"peers": list(swarm_cfg.peers) + read_peers_file(swarm_cfg)})
+    return swarm_cfg.replace(transport={"peers": list(swarm_cfg.transport.peers) + read_peers_file(swarm_cfg)})
 
 
 def _require_free_port(host: str, port: int, what: str) -> None:

@@ -7,7 +7,7 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
 
 - `node`: run id, model, task, peer id, version, state (`starting`, `running`, `finished`),
   rounds planned, the round in progress, `updated` (wall-clock seconds);
-- `reachability`: `configured` (`swarm.reachability`), `mode` (what the node runs in: `auto`
+- `reachability`: `configured` (`swarm.transport.reachability`), `mode` (what the node runs in: `auto`
   decided by dial-back as it starts), `decided_by` (`configured`, `client_mode`, `no peers`,
   `dial-back`, `dial-back unanswered`, `dial-back recheck`), `dialable` (`yes`: a peer opened a TCP connection
   to the node's port at the last dial-back check, `no`, or `unknown`: no peer answered, or
@@ -19,7 +19,13 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
   addresses (the in-process loopback) has no reachability: mode is the configured one,
   dialable `unknown`;
 - `rounds`: per round, own reward and accuracy, the share of filtered samples, ESS, the
-  peers' share of the update's samples, generate / gather / learn seconds;
+  peers' share of the update's samples, what the swarm gave (`peer_samples_used` of
+  `peer_samples_fetched`, `useful_peer_frac`, `zero_signal_bytes` of `peer_bytes`:
+  node/peer_yield.py), the held-out accuracy where the round was evaluated, generate /
+  gather / learn seconds;
+- `heldout`: the held-out curve, every evaluation since round 0 (node/heldout.py): `tasks`
+  (the node's own first), `items` (of its own task's set), and `curve`, per evaluation
+  `{"round": r, "heldout_acc": x, "heldout_acc_<task>": y}`; a resumed node's from its checkpoint;
 - `peers`: per peer heard from, its short id, score (credit minus cost, peers/ledger.py),
   earned credit, cost, its share of the groups in the kept rounds' updates (the credit it
   earned in them, one a group, against all groups, this node's own included), its faults by
@@ -41,7 +47,7 @@ import os
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ftis_swarm.config import NodeConfig
 from ftis_swarm.peers.faults import cost_of
@@ -53,7 +59,10 @@ KEPT_ROUNDS = 20
 """Rounds the board shows (and over which a peer's share of the used samples is counted)."""
 ROUND_FIELDS = {"reward": "reward", "accuracy": "accuracy", "filtered": "frac_filtered", "ess": "ess",
                 "time_generate": "time_generate", "time_gather": "time_gather", "time_learn": "time_learn",
-                "time_round": "time_round", "peer_groups": "peer_groups", "policy_version": "policy_version"}
+                "time_round": "time_round", "peer_groups": "peer_groups", "policy_version": "policy_version",
+                "peer_samples_used": "offpolicy_used", "peer_samples_fetched": "peer_samples_fetched",
+                "useful_peer_frac": "useful_peer_frac", "zero_signal_bytes": "zero_signal_bytes",
+                "peer_bytes": "peer_bytes", "heldout_acc": "heldout_acc", "time_eval": "time_eval"}
 """Board field -> round record key."""
 STATUS_FILE = "status.json"
 
@@ -69,6 +78,12 @@ def round_row(record: dict[str, Any]) -> dict[str, Any]:
     seqs, peer = _num(record.get("sequences")), _num(record.get("offpolicy_sequences"))
     row["peer_share"] = peer / seqs if seqs and peer is not None else None
     return row
+
+
+def heldout_point(record: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """A record's held-out accuracies as a point of the curve, None when the round was not evaluated."""
+    accs = {k: v for k, v in record.items() if k.startswith("heldout_") and _num(v) is not None}
+    return {"round": int(record["round"]), **accs} if "heldout_acc" in accs else None
 
 
 def reach_metrics(reach: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -149,7 +164,8 @@ class StatusBoard:
     def __init__(self, *, run_dir: Path, run_id: str, model: str, task: str, peer_id: str, rounds: int,
                  version: str, start_round: int = 1, accounts: Optional[dict[str, dict[str, Any]]] = None,
                  reachability: str = "auto", reach_mode: str = "public",
-                 reach: Optional[dict[str, Any]] = None) -> None:
+                 reach: Optional[dict[str, Any]] = None, eval_tasks: Sequence[str] = (),
+                 heldout: Sequence[dict[str, Any]] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.node: dict[str, Any] = {"run_id": run_id, "model": model, "task": task, "peer_id": peer_id,
                                      "version": version, "rounds": rounds, "round": start_round, "state": "starting",
@@ -159,9 +175,14 @@ class StatusBoard:
         """The ledger's accounts as last seen (a resumed node's, from its checkpoint, to begin with)."""
         self.url: Optional[str] = None
         self.reachability, self.reach_mode = reachability, reach_mode
-        """The configured reachability, and the mode it means without a probe (`SwarmConfig.reach_mode`)."""
+        """The configured reachability, and the mode it means without a probe (`TransportConfig.reach_mode`)."""
         self.reach = reach
         """The swarm's reach as last seen (`dialback.Reachability.snapshot`), None for a transport without one."""
+        self.heldout: dict[str, Any] = {"tasks": list(dict.fromkeys([task, *eval_tasks])),
+                                        "items": next((p["heldout_items"] for p in reversed(heldout)
+                                                       if p.get("heldout_items")), None),
+                                        "curve": [dict(p) for p in heldout]}
+        """The held-out curve (`HeldoutEval.curve`, a resumed node's from its checkpoint)."""
         self.server: Optional[Any] = None
         self.last: dict[str, Any] = {}
         """The document last written (what the status page serves)."""
@@ -178,7 +199,19 @@ class StatusBoard:
         self.rounds.append(row)
         self.accounts = accounts
         self.node.update(state="running", round=int(record["round"]) + 1)
+        self._heldout(record)
         self.write()
+
+    def observe_heldout(self, record: dict[str, Any]) -> None:
+        """An evaluation outside a round (round 0's, before any update): the curve's point, no round row."""
+        self._heldout(record)
+        self.write()
+
+    def _heldout(self, record: dict[str, Any]) -> None:
+        point = heldout_point(record)
+        if point is not None:
+            self.heldout["curve"].append(point)
+            self.heldout["items"] = record.get("heldout_items", self.heldout["items"])
 
     def close(self) -> None:
         """The node is done: the document says so, and the page stops."""
@@ -199,6 +232,7 @@ class StatusBoard:
             "reachability": reach_section(self.reach, configured=self.reachability, mode=self.reach_mode),
             "rounds": [{k: v for k, v in r.items() if k != "credited"} for r in rounds],
             "peers": peer_rows(self.accounts, rounds, now=now),
+            "heldout": {**self.heldout, "curve": list(self.heldout["curve"])},
             "disk": {"run_dir_bytes": tree_bytes(self.run_dir),
                      "checkpoints_bytes": tree_bytes(self.run_dir / "checkpoints"), "checkpoints": ckpts},
         }
@@ -214,18 +248,21 @@ class StatusBoard:
 
 
 def open_status(cfg: NodeConfig, *, peer_id: str, start_round: int, accounts: dict[str, dict[str, Any]],
-                reach: Optional[dict[str, Any]] = None) -> StatusBoard:
+                reach: Optional[dict[str, Any]] = None, heldout: Sequence[dict[str, Any]] = ()) -> StatusBoard:
     """The node's board, its first document written, and its page served when `cfg.status_port` is set.
 
     `accounts`: the ledger's (`PeerLedger.snapshot`) as the node starts, so that the first round's
-    credit is told apart from what a resumed node earned before; `reach`: the swarm's (`counters()["reach"]`)."""
+    credit is told apart from what a resumed node earned before; `reach`: the swarm's (`counters()["reach"]`);
+    `heldout`: the held-out curve so far (a resumed node's)."""
     from ftis_swarm import __version__
 
     lora = cfg.learner.lora
     board = StatusBoard(run_dir=cfg.run_dir, run_id=cfg.swarm.run_id, task=cfg.task, peer_id=peer_id,
                         model=cfg.model + (f" + LoRA r{lora.rank}" if lora else ""), rounds=cfg.rounds,
                         version=__version__, start_round=start_round, accounts=accounts,
-                        reachability=cfg.swarm.reachability, reach_mode=cfg.swarm.reach_mode, reach=reach)
+                        reachability=cfg.swarm.transport.reachability, reach_mode=cfg.swarm.transport.reach_mode,
+                        reach=reach,
+                        eval_tasks=cfg.eval_tasks, heldout=heldout)
     if cfg.status_port is not None:
         from ftis_swarm.node.status_page import StatusServer
 

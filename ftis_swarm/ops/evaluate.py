@@ -3,9 +3,11 @@
 Greedy decoding (the paper's evaluation); answers scored by the same task verifier the
 learner uses. Where CUDA is present the model runs there (bf16), through vLLM when it is
 installed (`backend="auto"`), else through transformers, batched with left padding; on
-CPU, transformers in fp32. Either way the decoder is the backend's `greedy` (the rollout
-backends' one greedy path: argmax, no generation_config penalties), the same one the
-experiment's held-out accuracy uses, so both report the same answers for the same items.
+CPU, transformers in fp32. Either way the evaluation is the product's one greedy evaluator,
+`node.heldout.greedy_pass_at_1` over the backend's `greedy` (argmax, no generation_config
+penalties), which a node's held-out curve and the experiment's held-out accuracy also run,
+so all three report the same answers for the same weights and items; the items are
+`node.heldout.heldout_items` with seed 0, a node's default `eval_seed`.
 A LoRA adapter directory (one with `adapter_config.json`, e.g. a node checkpoint's
 `adapter/`) is loaded on its base model with peft, or served by vLLM as a LoRA request.
 """
@@ -21,13 +23,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from ftis_swarm.models import load_model
-from ftis_swarm.rollout import RolloutBackend, greedy_texts
-from ftis_swarm.tasks import evaluation_summary, get_task
+from ftis_swarm.node.heldout import greedy_pass_at_1, heldout_items
+from ftis_swarm.rollout import RolloutBackend
+from ftis_swarm.tasks import get_task
 
 log = logging.getLogger(__name__)
-
-GENERATED_EVAL_ITEMS = 200
-"""Items evaluated from a generated task (no fixed size) when no --limit is given."""
 
 
 def _adapter_base(name: str) -> Optional[str]:
@@ -86,27 +86,25 @@ def eval_backend(name: str, kind: str, device: str, *, batch_size: int = 8) -> t
 def evaluate(model_name: str, task_name: str, *, limit: Optional[int], max_new_tokens: int, batch_size: int = 8,
              split: str = "test", on_batch: Optional[Callable[[int, int], None]] = None,
              backend: str = "auto") -> dict[str, Any]:
-    """Greedy pass@1 over the first `limit` items of the split (all of a dataset's, or 200 generated ones)."""
+    """Greedy pass@1 over `limit` items of the split drawn with seed 0 (all of a dataset's, or 200 generated ones)."""
     t0 = time.perf_counter()
     task = get_task(task_name)
     kind, device = pick_eval_backend(backend)
     engine, tokenizer = eval_backend(model_name, kind, device, batch_size=batch_size)
     try:
-        n = limit if limit is not None else (task.size(split) or GENERATED_EVAL_ITEMS)
-        items = task.sample(n, seed=0, split=split)
-        prompts = [list(task.render_prompt(tokenizer, it)) for it in items]
+        items = heldout_items(task, limit, 0, split=split)
         # vLLM batches by itself: one call holds every prompt
-        texts = greedy_texts(engine, tokenizer, prompts, max_new_tokens=max_new_tokens, on_batch=on_batch,
-                             batch_size=batch_size if kind == "transformers" else max(1, len(prompts)))
+        result = greedy_pass_at_1(engine, tokenizer, task, items, max_new_tokens=max_new_tokens, on_batch=on_batch,
+                                  batch_size=batch_size if kind == "transformers" else max(1, len(items)))
     finally:
         engine.close()
-    result = evaluation_summary(task, items, texts)
+    accuracy = result.pop("accuracy")
     return {
         "model": model_name,
         "task": task_name,
         "split": split,
         **result,
-        "pass_at_1": result["correct"] / len(items) if items else 0.0,
+        "pass_at_1": accuracy,
         "max_new_tokens": max_new_tokens,
         "backend": kind,
         "device": device,

@@ -39,7 +39,7 @@ import base64
 import hashlib
 import logging
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Optional
 
 from ftis_swarm.config import NodeConfig, WireConfig
@@ -105,6 +105,8 @@ class Intake:
     kept: list[Group]
     counts: Counter
     by_peer: Counter
+    dropped: list[Group] = field(default_factory=list)
+    """The groups left out for good (every reason but `peer_deferred`): with `kept`, what this take settled."""
 
 
 def content_digest(group: Group) -> str:
@@ -254,3 +256,5 @@ class PeerIntake:
 def _count(out: Intake, g: Group, reason: str) -> None:
     out.counts[reason] += 1
     out.by_peer[(g.sender, reason)] += 1
+    if reason != faults.PEER_DEFERRED:
+        out.dropped.append(g)

@@ -194,9 +194,9 @@ class LoopbackSwarm:
             return self._reject(publisher, faults.RUN_ID)
         if group.tokenizer_fp != self._tokenizer_fp:
             return self._reject(publisher, faults.POINTER_TOKENIZER)
-        if group.created_at > now + cfg.max_clock_skew:
+        if group.created_at > now + cfg.records.max_clock_skew:
             return self._reject(publisher, faults.FUTURE)
-        if now - group.created_at > cfg.ttl:
+        if now - group.created_at > cfg.records.ttl:
             return self._reject(publisher, faults.STALE)
         if group.group_id in self._delivered:
             return None

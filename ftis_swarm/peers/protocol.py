@@ -27,7 +27,7 @@ from ftis_swarm.wire import Group
 @dataclasses.dataclass(frozen=True)
 class PublishResult:
     """The outcome of one round's publish. `ok` is True only when the round reached the peers it must
-    (for the hivemind swarm: the round pointer and the membership record each reached `cfg.min_replicas`
+    (for the hivemind swarm: the round pointer and the membership record each reached `cfg.records.min_replicas`
     peers)."""
 
     ok: bool

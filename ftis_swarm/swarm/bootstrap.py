@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ftis_swarm.config import SwarmConfig
-from ftis_swarm.swarm.runtime import PeerHandle, open_peer
+from ftis_swarm.swarm.peer.handle import PeerHandle
+from ftis_swarm.swarm.peer.start import open_peer
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +31,12 @@ class BootstrapPeer:
 
     @classmethod
     def start(cls, cfg: SwarmConfig) -> "BootstrapPeer":
-        """Starts p2pd and a DHT peer on cfg.host:cfg.port (joining cfg.peers, if any).
+        """Starts p2pd and a DHT peer on its `cfg.transport` host and port (joining its peers, if any).
 
         Without gossipsub: gossip reaches only the peers that subscribe to a run's topic, and
         a bootstrap peer subscribes to none (the nodes of a run connect to each other).
         """
-        return cls(open_peer(cfg.model_copy(update={"gossip": False}), thread_name="ftis-bootstrap"))
+        return cls(open_peer(cfg.replace(gossip={"enabled": False}), thread_name="ftis-bootstrap"))
 
     def connected_peers(self) -> set[str]:
         """Peer ids with an open libp2p connection to this peer."""

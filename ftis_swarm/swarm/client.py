@@ -1,6 +1,6 @@
 """`SwarmClient`: what a node calls to publish its groups and gather its peers'.
 
-The client owns an in-process DHT peer on a background event loop (`runtime`), the store
+The client owns an in-process DHT peer on a background event loop (the `peer` wing), the store
 of its own bodies with the stream handler that serves them (`bodies`), the run's gossip
 topic (`channel`) and the background gatherer (`gatherer`). All calls are synchronous and
 safe from the node's main thread:
@@ -41,10 +41,11 @@ from ftis_swarm.peers.protocol import PublishResult, publish_refusal
 from ftis_swarm.swarm.dht.publishing import (NearestPeers, Record, Replication, ReplicationLog, StoreOutcome,
                                              sign_records, store_records)
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.dialback import Reachability
 from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
                                       make_round_pointer, make_subkey, round_name)
-from ftis_swarm.swarm.runtime import PeerHandle, open_peer, reopen_peer
+from ftis_swarm.swarm.peer.handle import PeerHandle
+from ftis_swarm.swarm.peer.start import open_peer
+from ftis_swarm.swarm.peer.switch import switch_if_due
 from ftis_swarm.wire import Group, content_id, encode_group
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class SwarmClient:
         """Multiaddrs other peers can pass to `--peers` to join through this node."""
         self._counters = peer.counters
         self._contain = LoopErrors(logger, self._counters)
-        self._bodies = BodyStore(hold_bytes=cfg.hold_bytes)
+        self._bodies = BodyStore(hold_bytes=cfg.holders.hold_bytes)
         self._reader = KeyReader(self._node, peer.checker, self._counters)
         self._gatherer = Gatherer(reader=self._reader, p2p=self._node.p2p,
                                   cfg=cfg, peer_id=self.peer_id, tokenizer_fp=tokenizer_fp, vocab_size=vocab_size,
@@ -99,12 +100,12 @@ class SwarmClient:
         self._stop = threading.Event()
         self._shutdown_lock = threading.Lock()
         self._closed = False
-        self._upload = UploadCap(bytes_per_window=cfg.upload_bytes_per_window, window=cfg.upload_window,
-                                 max_held_serves=cfg.max_holder_serves)
+        self._upload = UploadCap(bytes_per_window=cfg.holders.upload_bytes_per_window,
+                                 window=cfg.holders.upload_window, max_held_serves=cfg.holders.max_holder_serves)
         self._policy = policy
-        self._gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip_rate, burst=cfg.gossip_burst,
-                                ttl=cfg.ttl, ban_seconds=bans.gossip_ban_seconds,
-                                max_ban_seconds=bans.max_ban_seconds) if cfg.gossip else None
+        self._gate = GossipGate(checker=peer.checker, policy=policy, rate=cfg.gossip.rate, burst=cfg.gossip.burst,
+                                ttl=cfg.records.ttl, ban_seconds=bans.gossip_ban_seconds,
+                                max_ban_seconds=bans.max_ban_seconds) if cfg.gossip.enabled else None
         self._gossip: Optional[GossipChannel] = None
         self._announcer: Optional[concurrent.futures.Future] = None
         self._wire()
@@ -113,8 +114,9 @@ class SwarmClient:
         """Serves bodies, subscribes to the run's topic and starts gathering and announcing on the peer's
         current daemon (at start, and again after a switch of mode: `switch_reach_if_due`)."""
         cfg, peer = self._cfg, self._peer
-        self._loop.run(serve_bodies(self._node.p2p, self._bodies, first_byte_timeout=cfg.first_byte_timeout,
-                                    min_rate=cfg.min_body_rate, max_streams_per_peer=cfg.max_streams_per_peer,
+        self._loop.run(serve_bodies(self._node.p2p, self._bodies, first_byte_timeout=cfg.fetch.first_byte_timeout,
+                                    min_rate=cfg.fetch.min_body_rate,
+                                    max_streams_per_peer=cfg.holders.max_streams_per_peer,
                                     policy=self._policy, counters=self._counters, upload=self._upload,
                                     on_served=self._served), timeout=10.0)
         if self._gate is not None:
@@ -124,55 +126,52 @@ class SwarmClient:
             self._loop.run(self._gossip.start(), timeout=10.0)
             self._gatherer.use_gossip(self._gossip)
         self._poller = self._loop.submit(self._gatherer.run())
-        if self._gossip is not None and cfg.hold_bytes > 0 and cfg.max_holder_serves > 0:  # `gossip.haves`
+        holders = cfg.holders
+        if self._gossip is not None and holders.hold_bytes > 0 and holders.max_holder_serves > 0:  # `gossip.haves`
             self._announcer = self._loop.submit(HaveAnnouncer(
                 node=self._node, channel=self._gossip, cfg=cfg, peer_id=self.peer_id,
                 public_key=peer.identity.identity.public_key, puzzle=peer.puzzle, held=self._bodies.held,
                 counters=self._counters).run())
 
-    def switch_reach_if_due(self) -> bool:
-        """Switches an `auto` node's mode when its last `reach_switch_after` dial-back rechecks all
-        contradicted it (`dialback.Reachability.switch_due`): a port that closed (public to relayed) or
-        opened (relayed to public). It stops gathering, gossip and announcing, restarts the daemon in the
-        other mode with the same identity, port and ledger (`runtime.reopen_peer`: a few seconds without
-        serving; a relayed node waits for its relay slot), and starts them again on the new daemon; what
-        the gatherer saw and owes is kept. True when it switched; False when none was due, or the new
-        daemon did not start and the old mode goes on (an ERROR, `reach_switch_failed`). Raises
-        SwarmError only when the daemon restarted in neither mode. Called by `publish_round`."""
-        reach = self._peer.reach
-        if reach is None or reach.switch_due(self._cfg.reach_switch_after) is None:
-            return False
-        with self._shutdown_lock:  # a shutdown from another thread waits for the new daemon, then closes it
-            return not self._closed and self._switch(reach)
-
-    def _switch(self, reach: Reachability) -> bool:
-        target = reach.switch_due(self._cfg.reach_switch_after)
-        if target is None:
-            return False
-        was, started = reach.mode, time.monotonic()
-        logger.warning("reachability auto: %d rechecks disagree; switching from %s to %s",
-                       reach.snapshot()["contradicting"], was, target)
+    def _unwire(self) -> None:
+        """Stops gathering, announcing and gossip on the peer's current daemon (a switch of mode, shutdown)."""
         self._poller.cancel()
         if self._announcer is not None:
             self._announcer.cancel()
         if self._gossip is not None:
             self._loop.loop.call_soon_threadsafe(self._gossip.close)
-        switched = reopen_peer(self._peer, target)
+
+    def _rewire(self) -> None:
+        """Reads, publishes and wires again through the peer's new daemon (after `peer.switch.reopen_peer`)."""
         self._node, self.visible_maddrs = self._peer.node, self._peer.visible_maddrs
         self._reader = KeyReader(self._node, self._peer.checker, self._counters)
         self._nearest = NearestPeers()
         self._gatherer.rewire(reader=self._reader, p2p=self._node.p2p, origins=self._peer.origins)
         self._wire()
-        if switched:
-            self._counters.add("reach_switches")
-            logger.info("reachability %s after %.1f s without serving (%s)", target, time.monotonic() - started,
-                        " ".join(self.visible_maddrs) or "no listening address")
-        return switched
+
+    def switch_reach_if_due(self) -> bool:
+        """Switches an `auto` node's mode when its last `reach_switch_after` dial-back rechecks all
+        contradicted it (`dialback.Reachability.switch_due`): a port that closed (public to relayed) or
+        opened (relayed to public). It stops gathering, gossip and announcing, restarts the daemon in the
+        other mode with the same identity, port and ledger (`peer.switch.switch_if_due`: a few seconds
+        without serving; a relayed node waits for its relay slot), and starts them again on the new daemon;
+        what the gatherer saw and owes is kept. True when it switched; False when none was due, or the new
+        daemon did not start and the old mode goes on (an ERROR, `reach_switch_failed`). Raises
+        SwarmError only when the daemon restarted in neither mode. Called by `publish_round`."""
+        reach = self._peer.reach
+        if reach is None or reach.switch_due(self._cfg.transport.reach_switch_after) is None:
+            return False
+        with self._shutdown_lock:  # a shutdown from another thread waits for the new daemon, then closes it
+            return not self._closed and switch_if_due(self._peer, pause=self._unwire, resume=self._rewire)
 
     def _hold(self, pointer: GroupPointer, body: bytes) -> None:
         """Keeps an accepted body to serve to others until its pointer can no longer be alive (`fetch.bodies`)."""
-        if self._bodies.hold(pointer.group_id, body, until=pointer.created_at + self._cfg.ttl + self._cfg.max_clock_skew):
+        if self._bodies.hold(pointer.group_id, body, until=self._kept_until(pointer.created_at)):
             self._counters.add("held_bodies")
+
+    def _kept_until(self, created_at: float) -> float:
+        """When a body created at `created_at` is kept no longer: its pointer can no longer be alive."""
+        return created_at + self._cfg.records.ttl + self._cfg.records.max_clock_skew
 
     def _served(self, size: int, held: bool) -> None:
         self._counters.add("served_bytes", size)
@@ -187,11 +186,11 @@ class SwarmClient:
         read, so a count started afresh would hide its new groups for the rest of the window.
         """
         cfg = self._cfg
-        window = window_of(get_dht_time(), cfg.window)
-        key = member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards))
+        window = window_of(get_dht_time(), cfg.records.window)
+        key = member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.records.member_shards))
         try:
-            found = self._loop.run(self._reader.read([key], timeout=cfg.publish_timeout),
-                                   timeout=cfg.publish_timeout + 1.0)
+            found = self._loop.run(self._reader.read([key], timeout=cfg.records.publish_timeout),
+                                   timeout=cfg.records.publish_timeout + 1.0)
         except TimeoutError:
             logger.info("no answer about this identity's earlier membership record; counting from 0")
             return {}
@@ -204,13 +203,13 @@ class SwarmClient:
     @classmethod
     def start(cls, cfg: SwarmConfig, *, tokenizer_fp: str, vocab_size: Optional[int] = None,
               policy: PeerPolicy = ALLOW_ALL, bans: Optional[LedgerConfig] = None) -> "SwarmClient":
-        """Starts p2pd and the DHT peer, joins through `cfg.peers`, and starts gathering.
+        """Starts p2pd and the DHT peer, joins through `cfg.transport.peers`, and starts gathering.
 
         `policy` (the node's peer ledger; by default everyone allowed, nobody scored) says
         whom to fetch from, store for and serve, and whose records to keep first; `bans` (the
         node's `LedgerConfig`) how long the gossip gate bans a sender that floods the topic.
         Raises SwarmError (one sentence) for a bad address, an identity already in use, or
-        peers that do not answer within `cfg.join_timeout`.
+        peers that do not answer within `cfg.transport.join_timeout`.
         """
         if not 0 < len(tokenizer_fp) <= 64:
             raise ValueError("tokenizer_fp must be 1 to 64 characters")
@@ -224,7 +223,7 @@ class SwarmClient:
             peer.close()
             raise
         logger.info("joined the swarm as %s, reachability %s (%s), %d bootstrap peer(s)", client.peer_id,
-                    peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.peers))
+                    peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.transport.peers))
         return client
 
     def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
@@ -262,21 +261,21 @@ class SwarmClient:
         if len(set(group_ids)) != len(group_ids):
             return self._failed("a round names the same group twice", started)
         for (group, body), group_id in zip(encoded, group_ids):
-            self._bodies.put(group_id, body, until=group.created_at + self._cfg.ttl + self._cfg.max_clock_skew)
+            self._bodies.put(group_id, body, until=self._kept_until(group.created_at))
         size = sum(len(body) for _, body in encoded)
         records, window = self._records(encoded, round=round)
         gossiped: list[bool] = []
         try:
             pointer, member = self._loop.run(self._publish_records(records, gossiped),
-                                             timeout=self._cfg.publish_timeout)
+                                             timeout=self._cfg.records.publish_timeout)
         except TimeoutError as exc:
             return self._failed(str(exc), started, group_ids=group_ids, size=size)
         except Exception as exc:  # p2pd, hivemind or this node's own checks: a failed publish, not a crash
             logger.exception("publishing round %d failed", round)
             return self._failed(f"storing the pointer failed: {exc!r}", started, group_ids=group_ids, size=size)
-        if pointer.accepted >= self._cfg.min_replicas:
+        if pointer.accepted >= self._cfg.records.min_replicas:
             self._window_groups[window] += 1
-        replication = Replication(pointer, member, min_replicas=self._cfg.min_replicas)
+        replication = Replication(pointer, member, min_replicas=self._cfg.records.min_replicas)
         ok = replication.ok
         result = PublishResult(
             ok=ok,
@@ -301,29 +300,29 @@ class SwarmClient:
         if self._gossip is not None:
             gossiped.append(await self._gossip.publish(signed[0].signed))
         signed += sign_records(self._node, [member])
-        return await store_records(self._node, signed, self._counters, enough=self._cfg.min_replicas,
+        return await store_records(self._node, signed, self._counters, enough=self._cfg.records.min_replicas,
                                    nearest_peers=self._nearest)
 
     def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
         """The round's pointer and this node's membership record of the current window, unsigned."""
         cfg, now = self._cfg, get_dht_time()
-        window = window_of(now, cfg.window)
+        window = window_of(now, cfg.records.window)
         for old in [w for w in self._window_groups if w < window - 1]:
             del self._window_groups[old]
         self._member_updated = max(now, self._member_updated + 1e-3)  # each update must expire later
         member = MemberRecord(v=RECORD_VERSION, publisher=self.peer_id, run_id=cfg.run_id, window=window,
-                              shards=cfg.member_shards, groups=self._window_groups[window] + 1,
+                              shards=cfg.records.member_shards, groups=self._window_groups[window] + 1,
                               updated_at=self._member_updated, puzzle=self._peer.puzzle)
         public_key = self._peer.identity.identity.public_key
         pointer = make_round_pointer(encoded, publisher=self.peer_id, run_id=cfg.run_id,
                                      tokenizer_fp=self._tokenizer_fp, window=window, round=round,
                                      puzzle=self._peer.puzzle)
-        expiration = min(group.created_at for group, _ in encoded) + cfg.ttl
+        expiration = min(group.created_at for group, _ in encoded) + cfg.records.ttl
         return [
             Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
                    pointer.dict(), expiration),
-            Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.member_shards)),
-                   make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.ttl),
+            Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.records.member_shards)),
+                   make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.records.ttl),
         ], window
 
     def set_budget(self, budget: Optional[Budget]) -> None:
@@ -479,11 +478,7 @@ class SwarmClient:
             self._closed = True
             self._stop.set()
             self._gatherer.changed.set()
-            self._poller.cancel()
-            if self._announcer is not None:
-                self._announcer.cancel()
-            if self._gossip is not None:
-                self._loop.loop.call_soon_threadsafe(self._gossip.close)
+            self._unwire()
             self._peer.close()
             logger.info("left the swarm (%s)", self.peer_id)
 
@@ -499,10 +494,10 @@ class SwarmClient:
                                  tokenizer_fp=self._tokenizer_fp)
         if reason:
             return reason
-        if group.created_at > now + cfg.max_clock_skew:
+        if group.created_at > now + cfg.records.max_clock_skew:
             return f"group created {group.created_at - now:.0f} s in the future"
-        if now - group.created_at > cfg.ttl:
-            return f"group created {now - group.created_at:.0f} s ago, older than the ttl of {cfg.ttl:.0f} s"
+        if now - group.created_at > cfg.records.ttl:
+            return f"group created {now - group.created_at:.0f} s ago, older than the ttl of {cfg.records.ttl:.0f} s"
         return ""
 
     def _failed(self, reason: str, started: float, **fields: object) -> PublishResult:

@@ -55,7 +55,7 @@ verifier had no rate left for (no one's fault; a gossiped one waits and is check
 `publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
 it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
 `reach_switches`: times an `auto` node restarted its daemon in the other mode after its rechecks
-contradicted its mode (`runtime.reopen_peer`); `reach_switch_failed`: such restarts whose new
+contradicted its mode (`peer.switch.reopen_peer`); `reach_switch_failed`: such restarts whose new
 daemon did not start (the node went on in its old mode).
 Gathers of a round end `gathers_complete` (every live peer's round in) or
 `gathers_at_deadline`.

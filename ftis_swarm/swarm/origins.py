@@ -3,7 +3,7 @@
 Identities cost a puzzle (`puzzle`), but one machine can still afford a crowd of them; a
 crowd shares its network address. As libp2p's peer scoring does for IP colocation, an
 origin is the prefix of the connection's remote address: a /24 for IPv4, a /48 for IPv6
-(`SwarmConfig.origin_prefix_v4`, `origin_prefix_v6`). The address is the one p2pd reports
+(`TransportConfig.origin_prefix_v4`, `origin_prefix_v6`). The address is the one p2pd reports
 for the live connection (`P2P.list_peers()`: the remote multiaddr of each connection), not
 one a peer announces.
 

@@ -36,23 +36,44 @@ def one_error(args: list[str], env: dict[str, str] | None = None) -> str:
 def test_any_key_from_env_flags_and_set_in_that_order(tmp_path):
     path = tmp_path / "node.toml"
     path.write_text('rounds = 2\n[learner]\nlr = 3e-6\n[learner.lora]\nrank = 4\n')
-    env = {"FTIS_ROUNDS": "3", "FTIS_LEARNER__FTIS__C": "4", "FTIS_SWARM__PEERS": "/ip4/10.0.0.1/tcp/7,/ip4/10.0.0.2/tcp/8",
+    env = {"FTIS_ROUNDS": "3", "FTIS_LEARNER__FTIS__C": "4", "FTIS_SWARM__TRANSPORT__PEERS": "/ip4/10.0.0.1/tcp/7,/ip4/10.0.0.2/tcp/8",
            "FTIS_DATA_DIR": "/not/a/config/key"}
     cfg = config_of(["--config", str(path)], env)
     assert cfg["rounds"] == 3 and cfg["learner"]["ftis"]["C"] == 4.0 and cfg["learner"]["lr"] == 3e-6
-    assert cfg["swarm"]["peers"] == ["/ip4/10.0.0.1/tcp/7", "/ip4/10.0.0.2/tcp/8"]
-    cfg = config_of(["--config", str(path), "--rounds", "5", "--set", "learner.ftis.g=12.5", "--set", "swarm.ttl=300",
-                     "--set", 'swarm.announce=["/ip4/1.2.3.4/tcp/9"]', "--set", "learner.lora=none"], env)
-    assert cfg["rounds"] == 5 and cfg["learner"]["ftis"]["g"] == 12.5 and cfg["swarm"]["ttl"] == 300.0
-    assert cfg["swarm"]["announce"] == ["/ip4/1.2.3.4/tcp/9"] and cfg["learner"]["lora"] is None
+    assert cfg["swarm"]["transport"]["peers"] == ["/ip4/10.0.0.1/tcp/7", "/ip4/10.0.0.2/tcp/8"]
+    cfg = config_of(["--config", str(path), "--rounds", "5", "--set", "learner.ftis.g=12.5", "--set",
+                     "swarm.records.ttl=300", "--set", 'swarm.transport.announce=["/ip4/1.2.3.4/tcp/9"]',
+                     "--set", "learner.lora=none"], env)
+    assert cfg["rounds"] == 5 and cfg["learner"]["ftis"]["g"] == 12.5 and cfg["swarm"]["records"]["ttl"] == 300.0
+    assert cfg["swarm"]["transport"]["announce"] == ["/ip4/1.2.3.4/tcp/9"] and cfg["learner"]["lora"] is None
     assert config_of(["--rounds", "5", "--set", "rounds=7"], env)["rounds"] == 7
     # text keys stay text, even when they look like numbers
     assert config_of(["--set", "swarm.run_id=2024", "--set", "model=smollm2-mini"])["swarm"]["run_id"] == "2024"
 
 
+def test_print_config_shows_the_swarm_in_its_sections():
+    swarm = config_of(["--port", "4001", "--set", "swarm.fetch.max_concurrent_fetches=6"])["swarm"]
+    assert list(swarm) == ["run_id", "identity", "puzzle", "wire", "transport", "records", "fetch", "holders", "gossip"]
+    assert swarm["transport"]["port"] == 4001 and swarm["fetch"]["max_concurrent_fetches"] == 6
+    assert swarm["records"]["ttl"] == 600.0 and swarm["gossip"] == {"enabled": True, "rate": 4.0, "burst": 64}
+
+
+def test_print_keys_lists_every_key_with_its_default_and_its_docstring():
+    from ftis_swarm.cli.overrides import all_keys
+
+    result = runner.invoke(app, ["join", "--print-keys"])
+    assert result.exit_code == 0, result.output
+    listed = [ln.split(" = ")[0] for ln in result.output.splitlines() if " = " in ln and not ln.startswith("[")]
+    sections = [ln.split("]")[0][1:] for ln in result.output.splitlines() if ln.startswith("[")]
+    assert sorted(listed + sections) == sorted(all_keys(NodeConfig)) and len(set(listed)) == len(listed)
+    assert ("swarm.records.ttl = 600.0  # Seconds a published group stays in the DHT; older groups are dropped on "
+            "gather.") in result.output.splitlines()
+    assert "swarm.transport" in sections and "swarm.gossip" in sections
+
+
 def test_values_parse_by_the_type_of_their_key():
-    assert set_overrides(NodeConfig, ["learner.ftis.c=3", "threads=none", "swarm.client_mode=true"]) == {
-        "learner.ftis.C": 3, "threads": None, "swarm.client_mode": True}
+    assert set_overrides(NodeConfig, ["learner.ftis.c=3", "threads=none", "swarm.transport.client_mode=true"]) == {
+        "learner.ftis.C": 3, "threads": None, "swarm.transport.client_mode": True}
     assert parse_value("1e-5", float) == 1e-5 and parse_value("007", str) == "007"
     assert env_overrides(NodeConfig, {"FTIS_SAMPLING__TEMPERATURE": "0.5", "FTIS_CACHE_DIR": "/x", "HOME": "/h"}) == {
         "sampling.temperature": 0.5}
@@ -112,10 +133,10 @@ def test_lora_gets_a_lora_learning_rate_unless_one_is_given():
         (["--model", "gpt-17"], "unknown model 'gpt-17'"),
         (["--task", "nosuchtask"], "unknown task 'nosuchtask'; known tasks: arith"),
         (["--task", "../etc"], "task: task name '../etc' is not a plain name"),
-        (["--peers", "127.0.0.1:31337"], "swarm.peers: '127.0.0.1:31337' is not a multiaddr like /ip4/"),
+        (["--peers", "127.0.0.1:31337"], "swarm.transport.peers: '127.0.0.1:31337' is not a multiaddr like /ip4/"),
         (["--peers", "/ip4/300.1.1.1/tcp/5"], "'300.1.1.1' is not an ip4 address"),
         (["--announce", "/ip4/1.2.3.4/tcp/70000"], "port 70000 is outside 1-65535"),
-        (["--port", "9100", "--metrics-port", "9100"], "metrics_port and swarm.port are both 9100"),
+        (["--port", "9100", "--metrics-port", "9100"], "metrics_port and swarm.transport.port are both 9100"),
         (["--set", "wandb_project=ftis"], "wandb_project needs the wandb package, which is not installed"),
     ],
 )
@@ -142,7 +163,7 @@ def test_nothing_is_written_until_the_config_and_the_machine_check_out(tmp_path)
         port = busy.getsockname()[1]
         words = f"metrics_port (--metrics-port): port {port} on 127.0.0.1 is in use by another program"
         assert words in one_error(["join", "--metrics-port", str(port), "--run-dir", str(run)])
-        assert "swarm.port (--port)" in one_error(["join", "--host", "127.0.0.1", "--port", str(port),
+        assert "swarm.transport.port (--port)" in one_error(["join", "--host", "127.0.0.1", "--port", str(port),
                                                    "--run-dir", str(run)])
     assert not run.exists()
 
@@ -195,7 +216,7 @@ def test_validation_errors_read_as_one_sentence_without_pydantic_prefixes():
     from ftis_swarm.config import format_validation_error
 
     with pytest.raises(ValidationError) as verr:
-        SwarmConfig(max_clock_skew=-1)
+        SwarmConfig(records={"max_clock_skew": -1})
     assert format_validation_error(verr.value, as_flags=True) == (
         "--max-clock-skew: Input should be greater than or equal to 0 (got -1)")
 

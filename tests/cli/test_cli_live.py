@@ -72,7 +72,7 @@ def test_a_round_as_a_log_line_names_no_signal_and_filtered_apart():
 def test_reward_and_accuracy_share_a_column_only_where_they_coincide():
     binary = [record(r, accuracy=r / 100) for r in range(1, 4)]
     header = cols(next(ln for ln in render(rounds_table("node", binary, max_rows=10)).splitlines() if "round" in ln))
-    assert header[:3] == ["round", "reward=acc", "no signal"] and "accuracy" not in header
+    assert header[:4] == ["round", "reward=acc", "held-out", "no signal"] and "accuracy" not in header
     assert round_line(binary[0]).startswith("round=1  reward_acc=0.010  no_signal=")
     graded = binary + [record(4, accuracy=1.0)]  # a partial-credit reward: 0.04 against accuracy 1
     text = render(rounds_table("node", graded, max_rows=10))
@@ -84,18 +84,43 @@ def test_reward_and_accuracy_share_a_column_only_where_they_coincide():
     assert "accuracy" in nodes  # one node's differ: both columns for every row
 
 
-def test_report_ticks_rounds_at_whole_numbers(tmp_path):
+def test_report_ticks_rounds_at_whole_numbers_and_draws_the_heldout_curve_from_round_0(tmp_path):
     from ftis_swarm.ops.report import PANELS, draw_runs
 
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(record(r, accuracy=0.5, time_round=1.0)) + "\n"
-                                                    for r in (1, 2, 3)))
+    lines = [{"round": 0, "heldout_acc": 0.2, "heldout_acc_arith_mix": 0.1}]
+    lines += [record(r, accuracy=r / 100, time_round=1.0) for r in (1, 2)]
+    lines += [record(3, accuracy=0.03, time_round=1.0, heldout_acc=0.4, heldout_acc_arith_mix=0.3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     fig = draw_runs([tmp_path])
     drawn = [ax for ax in fig.axes if ax.lines]
-    assert len(drawn) == 4 and len(PANELS) == 6  # reward, accuracy, peer groups, round time
+    assert len(drawn) == 4 and len(PANELS) == 6  # reward, held-out, peer groups, round time
+    assert "accuracy" not in [key for key, _ in PANELS]  # with a binary reward it is the reward's curve again
+    heldout = next(ax for ax in drawn if ax.get_title().startswith("held-out"))
+    curves = {line.get_label(): list(zip(*line.get_data())) for line in heldout.lines}
+    assert curves == {tmp_path.name: [(0, 0.2), (3, 0.4)], f"{tmp_path.name} arith_mix": [(0, 0.1), (3, 0.3)]}
     for ax in drawn:
         fig.canvas.draw()
         ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_heldout_shows_in_both_tables_and_the_summary_from_round_0_to_the_last(tmp_path):
+    lines = [{"round": 0, "time": 1.0, "policy_version": 0, "heldout_acc": 0.12, "heldout_items": 50}]
+    lines += [record(r) for r in (1, 2)] + [record(3, heldout_acc=0.31, heldout_items=50)]
+    assert round_line(lines[0], prefix="  n ") == "  n round=0  held-out=0.120  (before any update)"
+    assert "held-out=0.310" in round_line(lines[-1]) and "held-out" not in round_line(lines[1])  # evaluated rounds
+    text = render(nodes_table("testnet", [("node-0", "m", 3, lines, "done")]))
+    header = cols(next(ln for ln in text.splitlines() if "reward by round" in ln))
+    row = dict(zip(header, cols(next(ln for ln in text.splitlines() if "node-0" in ln))))
+    assert row["held-out"] == "0.120->0.310" and len(row["reward by round"]) == 3  # round 0 has no reward
+    joined = render(rounds_table("node", lines[1:], max_rows=10))
+    header = cols(next(ln for ln in joined.splitlines() if "round" in ln))
+    assert [dict(zip(header, cols(ln)))["held-out"] for ln in joined.splitlines() if cols(ln)[:1] in (["2"], ["3"])] \
+        == ["-", "0.310"]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    s = summarize_run(tmp_path)
+    assert s["rounds"] == 3 and s["last_round"] == 3 and s["reward_first_half"] == 0.01  # round 0 is no round
+    assert "0.120 (r0) -> 0.310 (r3)" in format_summary([s])
 
 
 def test_sparkline_scales_rewards_and_marks_missing_ones():

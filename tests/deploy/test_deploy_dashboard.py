@@ -41,7 +41,8 @@ def exported(tmp_path_factory) -> set[str]:
     model = build_tiny_qwen2(tmp / "model", hidden_size=32, num_layers=1, seed=3)
     cfg = load_node_config(None, {"model": str(model), "run_dir": str(tmp / "run"), "rounds": 1,
                                   "prompts_per_round": 1, "sampling.group_size": 2, "sampling.max_new_tokens": 4,
-                                  "round_deadline": 0.2, "swarm.host": "127.0.0.1", "threads": 1, "metrics_port": 0})
+                                  "round_deadline": 0.2, "swarm.transport.host": "127.0.0.1", "threads": 1, "metrics_port": 0,
+                                  "eval_tasks": ["arith_mix"]})  # a held-out curve of a further task too
     node = Node(cfg)
     (sink,) = [s for s in node.parts.sink.sinks if hasattr(s, "registry")]
     node.run()
@@ -60,8 +61,9 @@ def test_every_query_names_metrics_the_node_exports(exported):
         assert names, f"a query names no metric: {expr}"
         assert names <= exported, f"{expr}: {sorted(names - exported)} not exported by the node"
         named |= names
-    # the panels the issue asks for: reward, filtered share, ESS, peer share, round phases, faults, bans, memory
-    for metric in ("ftis_reward", "ftis_frac_filtered", "ftis_ess", "ftis_offpolicy_sequences", "ftis_generate_seconds",
+    # the panels the issues ask for: held-out accuracy, reward, filtered share, ESS, peer share, round phases,
+    # faults, bans, memory
+    for metric in ("ftis_heldout_acc", "ftis_heldout_acc_by_task", "ftis_reward", "ftis_frac_filtered", "ftis_ess", "ftis_offpolicy_sequences", "ftis_generate_seconds",
                    "ftis_gather_seconds", "ftis_learn_seconds", "ftis_swarm_groups_rejected_total",
                    "ftis_peers_banned", "process_resident_memory_bytes"):
         assert metric in named, metric

@@ -66,7 +66,7 @@ def test_node_commands_are_valid_join_invocations(name):
     result = CliRunner().invoke(app, args + ["--print-config"])
     assert result.exit_code == 0, result.output
     cfg = json.loads(result.output)
-    assert cfg["swarm"]["peers_file"] == "/shared/bootstrap.maddrs"
+    assert cfg["swarm"]["transport"]["peers_file"] == "/shared/bootstrap.maddrs"
     assert cfg["metrics_port"] == 9100 and cfg["metrics_host"] == "0.0.0.0"
     assert cfg["swarm"]["identity"] == "/identity/node.key" and cfg["run_dir"].startswith("/runs/")
     assert (cfg["learner"]["lora"] is not None) == (name == "node-lora")
@@ -100,9 +100,9 @@ def test_documented_docker_run_keeps_state_on_volumes_and_publishes_its_ports():
     result = CliRunner().invoke(app, join_args + ["--print-config"])
     assert result.exit_code == 0, result.output
     cfg = json.loads(result.output)
-    assert f"{cfg['swarm']['port']}:{cfg['swarm']['port']}" in ports and "9100:9100" in ports
+    assert f"{cfg['swarm']['transport']['port']}:{cfg['swarm']['transport']['port']}" in ports and "9100:9100" in ports
     assert cfg["swarm"]["identity"].startswith("/identity/") and cfg["run_dir"].startswith("/runs/")
-    assert cfg["swarm"]["host"] == "0.0.0.0" and cfg["metrics_host"] == "0.0.0.0"
+    assert cfg["swarm"]["transport"]["host"] == "0.0.0.0" and cfg["metrics_host"] == "0.0.0.0"
 
 
 def test_the_cpu_image_takes_torch_from_the_cpu_wheel_index():

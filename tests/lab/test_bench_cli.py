@@ -210,7 +210,7 @@ def test_bench_hostile_identities_keeps_a_crowd_of_one_origin_within_its_quota(t
     """At the tests' puzzle (tests/conftest.py) and a quota of 40 records per origin: 4 identities on
     127.0.9.1 flood 200 pointers against 2 honest nodes on 127.0.2.1 and 127.0.3.1."""
     out = tmp_path / "identities.json"
-    env = dict(os.environ, FTIS_SWARM__MAX_RECORDS_PER_ORIGIN="40")
+    env = dict(os.environ, FTIS_SWARM__RECORDS__MAX_RECORDS_PER_ORIGIN="40")
     proc = subprocess.run(CLI + ["hostile", "--phase", "identities", "--crowd", "4", "--crowd-processes", "1", "--crowd-pointers", "200",
                                  "--rounds", "1", "--json", str(out)], capture_output=True, text=True, timeout=600,
                           env=env)

@@ -142,19 +142,39 @@ def test_resume_takes_a_run_saved_before_a_setting_was_added_only_at_that_settin
     now = json.loads(json.dumps(default))
     now["node"]["learner"]["lr"] = 2e-5
     older = json.loads(json.dumps(now))
-    del older["node"]["swarm"]["reach_switch_after"], older["node"]["learner"]["lr"]  # not in the code yet
-    assert now["node"]["swarm"]["reach_switch_after"] == default["node"]["swarm"]["reach_switch_after"]
+    del older["node"]["swarm"]["transport"]["reach_switch_after"], older["node"]["learner"]["lr"]  # not in the code yet
+    now_transport, default_transport = now["node"]["swarm"]["transport"], default["node"]["swarm"]["transport"]
+    assert now_transport["reach_switch_after"] == default_transport["reach_switch_after"]
     assert now["node"]["learner"]["lr"] != default["node"]["learner"]["lr"]
     assert not same_settings(older, now, default)  # lr is not at its default: another run
     del now["node"]["learner"]["lr"], default["node"]["learner"]["lr"]
     assert same_settings(older, now, default)  # reach_switch_after is: the same run
     changed = json.loads(json.dumps(now))
-    changed["node"]["swarm"]["reach_switch_after"] = 3
+    changed["node"]["swarm"]["transport"]["reach_switch_after"] = 3
     assert not same_settings(older, changed, default)  # the added setting moved off its default
     removed = json.loads(json.dumps(older))
     removed["node"]["gone"] = 1  # a setting the code no longer has
     assert not same_settings(removed, now, default)
     assert not same_settings(now | {"seed_offset": 1}, now, default) and same_settings(now, now, default)
+
+
+def test_a_run_saved_with_the_flat_swarm_keys_is_reused(tmp_path):
+    """A run key saved before `SwarmConfig` had sections holds its keys flat: the same run all the same."""
+    from ftis_swarm.lab.experiment.arms import _reuse
+
+    key, defaults = run_key(ExperimentConfig()), run_key(ExperimentConfig())
+    swarm = key["node"]["swarm"]
+    flat = {k: v for k, v in swarm.items() if k in ("run_id", "identity", "puzzle", "wire")}
+    for section in ("transport", "records", "fetch", "holders"):
+        flat.update(swarm[section])
+    flat.update(gossip=swarm["gossip"]["enabled"], gossip_rate=swarm["gossip"]["rate"],
+                gossip_burst=swarm["gossip"]["burst"])
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"config": {**key, "node": {**key["node"], "swarm": flat}}, "result": {"ok": 1}}))
+    assert _reuse(path, key, defaults) == {"ok": 1}
+    flat["ttl"] = 1.0
+    path.write_text(json.dumps({"config": {**key, "node": {**key["node"], "swarm": flat}}, "result": {"ok": 1}}))
+    assert _reuse(path, key, defaults) is None
 
 
 def test_bad_flags_end_in_one_sentence_and_exit_2(tmp_path):
@@ -241,11 +261,11 @@ def test_quick_experiment_end_to_end(tmp_path):
         for e in run["evals"]:
             for learner in ("A", "B"):
                 ev = e[learner]
-                assert 0.0 <= ev["accuracy"] <= 1.0 and ev["items"] == cfg.eval_items
+                assert 0.0 <= ev["accuracy"] <= 1.0 and ev["items"] == cfg.node.eval_items
                 assert ev["greedy"] == [int(v) for v in ev["verdicts"]] and sum(ev["greedy"]) == ev["correct"]
-                assert len(ev["sampled"]) == cfg.eval_items and ev["samples"] == cfg.eval_samples
+                assert len(ev["sampled"]) == cfg.node.eval_items and ev["samples"] == cfg.eval_samples
                 assert all(0 <= k <= cfg.eval_samples for k in ev["sampled"])
-                assert ev["sampled_accuracy"] == sum(ev["sampled"]) / (cfg.eval_samples * cfg.eval_items)
+                assert ev["sampled_accuracy"] == sum(ev["sampled"]) / (cfg.eval_samples * cfg.node.eval_items)
                 digests.add(ev["digest"])
     assert len(digests) == 1  # every arm was measured on the same held-out items
     import torch

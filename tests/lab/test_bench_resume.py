@@ -31,6 +31,8 @@ def test_a_node_killed_four_times_ends_with_the_same_weights_and_log(tmp_path):
     assert "=> IDENTICAL" in proc.stdout
     # each run logged every round once, in order, with a learning step in most of them
     rows = [json.loads(line) for line in (tmp_path / "runs" / "killed" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows] == list(range(1, ROUNDS + 1))
-    assert sum(r["sequences_with_gradient"] > 0 for r in rows) >= ROUNDS // 2
+    assert [r["round"] for r in rows] == list(range(0, ROUNDS + 1))  # round 0: the evaluation before any update
+    assert sum(r.get("sequences_with_gradient", 0) > 0 for r in rows) >= ROUNDS // 2
+    # the held-out evaluations (every 2 rounds here, and round 0) are in the logs compared
+    assert [r["round"] for r in rows if "heldout_acc" in r] == list(range(0, ROUNDS + 1, 2))
     assert (tmp_path / "runs" / "killed" / "node.log").read_text().count("resumed from") >= 1

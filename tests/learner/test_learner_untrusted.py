@@ -145,9 +145,9 @@ def test_several_epochs_read_the_weights_and_filter_from_logp_old(tiny_dir, tiny
     re-decided weights or filter from the moving logp, the weights would differ."""
     near = shift_logp(sample_group(tiny_model, PROMPT_B, G=4, length=6, seed=8, sender="peer"), -0.4)
     items = [ScoredGroup.vertical(near, [1, 0, 0, 1], offpolicy=True, source=1, filterable=True)]
-    cfg = LearnerConfig(lr=1e-3, epochs=3, ftis=FTISConfig(g=2.0))
+    cfg = LearnerConfig(lr=1e-3, epochs=3, ftis=FTISConfig(g=2.0), max_recent_excess_share=1.0)  # no aggregate cap
     learner = Learner(tiny_model, cfg=cfg, pad_id=0)
-    learner.detector.observe("peer", 600.0, 600)  # standing: its weights e^0.4 are not capped at 1
+    learner.detector.observe("peer", 600.0, 600, overlap=600)  # standing: its weights e^0.4 are not capped at 1
     m = learner.update(items)
     assert m["loss_last_epoch"] != m["loss"]  # the policy did move between epochs
     assert m["frac_capped_unproven"] == 0.0

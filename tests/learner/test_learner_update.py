@@ -76,7 +76,7 @@ def test_close_peer_samples_with_positive_advantage_are_used(tiny_model):
     near = shift_logp(g, -0.05)  # a slightly different generator: small KL, w = e^0.05
     learner = learner_for(tiny_model, lr=1e-3)
     before = params_snapshot(tiny_model)
-    learner.detector.observe("peer", 600.0, 600)  # 600 honest tokens at mean 1: standing (bound 1.21)
+    learner.detector.observe("peer", 600.0, 600, overlap=600)  # 600 honest tokens at mean 1: standing (bound 1.21)
     m = learner.update([ScoredGroup.vertical(near, [1, 0, 0, 0], offpolicy=True, source=7)])
     assert m["offpolicy_used"] == 1.0  # only the A > 0 sample passes the "or" filter
     assert m["frac_filtered@7"] == 0.75

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.net
 def node_config(tmp_path, model_dir, **over):
     flags = {"model": str(model_dir), "run_dir": str(tmp_path / "run"), "rounds": 2, "prompts_per_round": 2,
              "sampling.group_size": 3, "sampling.max_new_tokens": 4, "round_deadline": 0.5,
-             "checkpoint_every": 1, "swarm.host": "127.0.0.1", "learner.lr": 1e-3, "threads": 1}
+             "checkpoint_every": 1, "swarm.transport.host": "127.0.0.1", "learner.lr": 1e-3, "threads": 1}
     flags.update(over)
     return load_node_config(None, flags)
 
@@ -31,8 +31,10 @@ def test_alone_is_on_policy_grpo_and_checkpoints_each_round(tmp_path, tiny_model
     port = node.parts.sink.sinks[1].port
     results = node.run(on_round=lambda res: scrape.append(
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()))
-    rows = list(read_jsonl(cfg.run_dir / "metrics.jsonl"))
-    assert [r["round"] for r in rows] == [1, 2] == [res.round for res in results]
+    lines = list(read_jsonl(cfg.run_dir / "metrics.jsonl"))
+    assert [r["round"] for r in lines] == [0, 1, 2]  # round 0: the held-out evaluation before any update
+    rows = lines[1:]
+    assert [r["round"] for r in rows] == [res.round for res in results]
     for r in rows:
         assert r["own_groups"] == 2 and r["peer_groups"] == 0
         assert r["publish_failed"] == 2 and r.get("published", 0) == 0  # nobody to replicate to
@@ -71,5 +73,5 @@ def test_run_keeps_only_the_latest_results_and_checkpoints_the_last_round(tmp_pa
     seen: list[int] = []
     results = Node(cfg).run(on_round=lambda res: seen.append(res.round))
     assert seen == [1, 2, 3] and [r.round for r in results] == [2, 3]
-    assert [r["round"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [1, 2, 3]
+    assert [r["round"] for r in read_jsonl(cfg.run_dir / "metrics.jsonl")] == [0, 1, 2, 3]
     assert [p.name for p in (cfg.run_dir / "checkpoints").iterdir()] == ["ckpt-00000003"]

@@ -28,8 +28,9 @@ MAX_ROUNDS_TO_REGATHER = 8
 
 
 def rows_of(run_dir):
+    """The node's rounds (not round 0's line: the held-out evaluation before any update)."""
     path = run_dir / "metrics.jsonl"
-    return list(read_jsonl(path)) if path.exists() else []
+    return [r for r in read_jsonl(path) if r["round"]] if path.exists() else []
 
 
 def wait_for(predicate, timeout, what):
@@ -61,7 +62,7 @@ def test_survivors_go_on_and_killed_nodes_resume_and_are_gathered_from_again(tmp
     specs = [NodeSpec(f"n{i}", str(tiny_model_dir), ("--lora-rank", "4") if i == 1 else ()) for i in range(NODES)]
     cmds = [node_command(s, index=i, run_dir=d, peers=maddrs, run_id="churn-test", rounds=500,
                          flags=TINY_FLAGS + ("--round-deadline", "1.5"),
-                         extra=("--identity", str(d / "identity.key"), "--set", "swarm.poll_interval=0.5"))
+                         extra=("--identity", str(d / "identity.key"), "--set", "swarm.fetch.poll_interval=0.5"))
             for i, (s, d) in enumerate(zip(specs, dirs))]
     procs = []
     try:

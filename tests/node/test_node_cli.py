@@ -72,7 +72,7 @@ def test_print_config_resolves_flags_over_a_file(tmp_path):
                                  "--print-config"])
     out = json.loads(result.output)
     assert out["model"] == "Qwen2.5-1.5B" and out["learner"]["lr"] == 3e-6
-    assert out["learner"]["lora"]["rank"] == 8 and out["swarm"]["peers"] == ["/ip4/127.0.0.1/tcp/5"]
+    assert out["learner"]["lora"]["rank"] == 8 and out["swarm"]["transport"]["peers"] == ["/ip4/127.0.0.1/tcp/5"]
 
 
 def test_inspect_prints_the_example_and_refuses_garbage(tmp_path):

@@ -54,7 +54,7 @@ def test_a_node_whose_learner_fails_three_rounds_in_a_row_stops(tmp_path, tiny_m
     cfg = load_node_config(None, {
         "model": str(tiny_model_dir), "run_dir": str(tmp_path / "run"), "rounds": 8, "prompts_per_round": 2,
         "sampling.group_size": 3, "sampling.max_new_tokens": 4, "round_deadline": 0.2, "checkpoint_every": 1,
-        "swarm.host": "127.0.0.1", "threads": 1})
+        "swarm.transport.host": "127.0.0.1", "threads": 1})
     node = Node(cfg)
     # The fault is in the learner's forward pass only (the decoder called without a KV cache; sampling
     # always passes one): round by round, a torch error (contained per group: the node's own groups are
@@ -70,7 +70,7 @@ def test_a_node_whose_learner_fails_three_rounds_in_a_row_stops(tmp_path, tiny_m
     node.parts.model.get_decoder().register_forward_pre_hook(fault, with_kwargs=True)
     results = node.run(on_round=lambda res: current.update(round=res.round + 1))
 
-    rows = list(read_jsonl(cfg.run_dir / "metrics.jsonl"))
+    rows = [r for r in read_jsonl(cfg.run_dir / "metrics.jsonl") if r["round"]]  # round 0: the held-out evaluation
     assert [r["round"] for r in rows] == [res.round for res in results] == [1, 2, 3, 4, 5, 6]
     assert [r["failed_updates_in_a_row"] for r in rows] == [1, 2, 0, 1, 2, 3]
     assert [r["update_failed"] for r in rows] == [1, 1, 0, 1, 1, 1]
@@ -104,8 +104,10 @@ def test_join_on_a_model_that_makes_nans_exits_with_status_3(tmp_path, tiny_mode
     last = [ln for ln in done.stderr.splitlines() if ln.strip()][-1]
     assert last.startswith("error: the node stopped at round 2: the last 2 updates failed in a row")
     assert "last reason: nonfinite_own" in last and "Traceback" not in done.stderr
-    rows = list(read_jsonl(run / "metrics.jsonl"))
-    assert [r["round"] for r in rows] == [1, 2]
+    lines = list(read_jsonl(run / "metrics.jsonl"))
+    assert [r["round"] for r in lines] == [0, 1, 2]  # round 0: the held-out evaluation (of NaN weights: 0)
+    assert lines[0]["heldout_acc"] == 0.0
+    rows = lines[1:]
     assert [r["failed_updates_in_a_row"] for r in rows] == [1, 2] and rows[-1]["stopped_unhealthy"] == 1
     assert rows[0]["frac_nonfinite@self"] == 1.0 and rows[0]["own_groups"] == 2
     assert "stopping: the last 2 updates failed" in (run / "node.log").read_text()

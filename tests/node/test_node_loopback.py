@@ -12,7 +12,7 @@ from ftis_swarm.wire import encode_group
 def node_config(run_dir, model_dir, **over):
     flags = {"model": str(model_dir), "run_dir": str(run_dir), "rounds": 2, "prompts_per_round": 2,
              "sampling.group_size": 3, "sampling.max_new_tokens": 4, "round_deadline": 0.5,
-             "checkpoint_every": 1, "swarm.host": "127.0.0.1", "learner.lr": 1e-3, "threads": 1}
+             "checkpoint_every": 1, "swarm.transport.host": "127.0.0.1", "learner.lr": 1e-3, "threads": 1}
     flags.update(over)
     return load_node_config(None, flags)
 

@@ -31,7 +31,7 @@ def arith_model(tmp_path_factory):
 def node_config(run_dir, model_dir, **over):
     flags = {"model": str(model_dir), "run_dir": str(run_dir), "rounds": 4, "prompts_per_round": 3,
              "sampling.group_size": 4, "sampling.max_new_tokens": 3, "round_deadline": 0.3,
-             "checkpoint_every": 1, "swarm.host": "127.0.0.1", "learner.lr": 1e-2, "threads": 2,
+             "checkpoint_every": 1, "swarm.transport.host": "127.0.0.1", "learner.lr": 1e-2, "threads": 2,
              "max_staleness": 1}
     flags.update(over)
     return load_node_config(None, flags)
@@ -62,8 +62,10 @@ def test_groups_generated_ahead_are_one_version_old_weighted_never_filtered(tmp_
     node.run()
     if where == "process":
         assert generator.pid is None  # closed with the node
-    got = rows(cfg.run_dir)
-    assert [r["round"] for r in got] == [1, 2, 3, 4]
+    lines = rows(cfg.run_dir)
+    assert [r["round"] for r in lines] == [0, 1, 2, 3, 4]  # round 0: the held-out evaluation before any update
+    assert [r["round"] for r in lines if "heldout_acc" in r] == [0, 4]  # and the last round's, after the sync
+    got = lines[1:]
     assert got[0].get("stale_groups", 0) == 0  # round 1 is generated when it starts: on-policy
     versions = [0] + [r["policy_version"] for r in got]
     for i, r in enumerate(got[1:], start=1):
@@ -92,7 +94,7 @@ def test_a_stopped_node_resumes_exactly_with_its_groups_generated_ahead(tmp_path
     cfg = node_config(tmp_path / "cut", arith_model)
     first = Node(cfg)
     first.run(on_round=lambda res: first.request_stop() if res.round == 2 else None)
-    assert [r["round"] for r in rows(cfg.run_dir)] == [1, 2]
+    assert [r["round"] for r in rows(cfg.run_dir)] == [0, 1, 2]
     again = Node(cfg)
     assert again.state.start_round == 3 and sorted(again.pipeline._ready) == [3]  # round 3 came from the checkpoint
     again.run()

@@ -88,7 +88,10 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
         # The first life kept one checkpoint (the default); the second keeps two, for the fallback below.
         procs[0] = start_node(cmds[0] + ["--set", "keep_checkpoints=2"], dirs[0], specs[0])
         assert procs[0].proc.wait(timeout=900) == 0
-        assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 1))  # redone rounds replace the lost ones
+        # redone rounds replace the lost ones; round 0's held-out evaluation was not redone (it came before round 1)
+        assert rounds_of(dirs[0]) == list(range(0, ROUNDS + 1))
+        evaluated = [r["round"] for r in read_jsonl(dirs[0] / "metrics.jsonl") if "heldout_acc" in r]
+        assert evaluated == [0, 10, ROUNDS]  # eval_every 10, and the last round
         assert f"resumed from {resumed_from.name}" in (dirs[0] / "node.log").read_text()
         lives = re.findall(r"^peer id (\S+)$", (dirs[0] / "stdout.log").read_text(), flags=re.M)
         assert len(lives) == 2 and lives[0] == lives[1]  # no --identity: the run directory's key, kept
@@ -112,7 +115,7 @@ def test_killed_node_resumes_and_no_group_enters_two_persisted_updates(tmp_path,
         procs[0] = start_node(longer, dirs[0], specs[0])
         assert procs[0].proc.wait(timeout=900) == 0
         assert f"resumed from ckpt-{ROUNDS - 1:08d}" in (dirs[0] / "node.log").read_text()
-        assert rounds_of(dirs[0]) == list(range(1, ROUNDS + 2))
+        assert rounds_of(dirs[0]) == list(range(0, ROUNDS + 2))
 
         # SIGTERM: b ends its round, checkpoints it and leaves with status 0.
         procs[1].proc.send_signal(signal.SIGTERM)

@@ -188,14 +188,14 @@ def test_a_shorter_timeout_of_the_request_itself_does_not_mark_the_hub_silent(si
 @pytest.mark.slow
 @pytest.mark.net
 @pytest.mark.parametrize("join_timeout, expected", [
-    (3, "error: the libp2p daemon did not start within swarm.join_timeout=3 s while dialing the --peers "),
+    (3, "error: the libp2p daemon did not start within swarm.transport.join_timeout=3 s while dialing the --peers "),
     (30, "error: none of the --peers could be reached "),  # p2pd gives up on the peer by itself first
 ])
 def test_join_through_a_silent_bootstrap_peer_ends_in_one_sentence_within_its_deadline(
         tmp_path, silent, tiny_model_dir, join_timeout, expected):
     peer = f"/ip4/127.0.0.1/tcp/{silent.port}/p2p/{SOME_PEER}"
     proc, ended = _join(tmp_path, _env(tmp_path), "--model", str(tiny_model_dir), "--peers", peer,
-                        "--set", f"swarm.join_timeout={join_timeout}")
+                        "--set", f"swarm.transport.join_timeout={join_timeout}")
     error = _one_error(proc)
     assert error.startswith(expected) and peer in error
     waited = _waited(proc, "dialing 1 bootstrap peer(s) and joining the DHT", ended)

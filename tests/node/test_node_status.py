@@ -16,7 +16,7 @@ from ftis_swarm.node.status import StatusBoard, reach_metrics
 from ftis_swarm.node.status_page import StatusServer
 from ftis_swarm.ops.status import StatusReadError, read_status
 from ftis_swarm.peers.ledger import PeerLedger
-from ftis_swarm.swarm.dialback import Reachability
+from ftis_swarm.swarm.peer.dialback import Reachability
 
 HONEST, FORGER, QUIET = "QmHonestPeer000000000000000000000000000000000001", "QmForgerPeer0000000000000000000000000000000002", \
     "QmQuietPeer00000000000000000000000000000000000003"

@@ -24,8 +24,11 @@ def test_three_node_testnet_learns_from_peers_on_every_node(tmp_path):
     dirs = sorted(workdir.glob("node-*"))
     assert [d.name for d in dirs] == ["node-0-smollm2-full", "node-1-smollm2-lora", "node-2-smollm2-slim"]
     for d in dirs:
-        rows = list(read_jsonl(d / "metrics.jsonl"))
-        assert [r["round"] for r in rows] == list(range(1, ROUNDS + 1))
+        lines = list(read_jsonl(d / "metrics.jsonl"))
+        assert [r["round"] for r in lines] == list(range(0, ROUNDS + 1))  # round 0: the evaluation before any update
+        # held-out accuracy before any update and after the last round, on 50 arith test items
+        assert [(r["round"], r["heldout_items"]) for r in lines if "heldout_acc" in r] == [(0, 50), (ROUNDS, 50)]
+        rows = lines[1:]
         # A peer's sample with a non-zero advantage passed the filter and went into an update that
         # took an optimiser step (the policy version advanced in that round).
         versions = [0] + [r["policy_version"] for r in rows]
@@ -34,5 +37,8 @@ def test_three_node_testnet_learns_from_peers_on_every_node(tmp_path):
         assert all(r.get("published", 0) == 2 for r in rows)  # every own group reached a peer
         assert (d / "checkpoints" / f"ckpt-{ROUNDS:08d}" / "COMPLETE").is_file()
     assert "wall time" in proc.stdout and "no signal" in proc.stdout and "filtered" in proc.stdout
+    # the closing table: each node's held-out accuracy at round 0 and at its last round
+    assert "held-out start -> end" in proc.stdout
+    assert sum(f"(r0) -> " in ln and f"(r{ROUNDS})" in ln for ln in proc.stdout.splitlines()) == 3
     assert f"next: ftis-node report {workdir}/node-*" in proc.stdout
     assert "smollm2-135m + LoRA r16" in proc.stdout

@@ -1,8 +1,11 @@
 """The status page in a real browser (Debian's chromium, driven by selenium) on a tiny testnet.
 
-It loads, shows the node and its peers, and updates as rounds finish, without a reload.
-`ftis-node status` on the page's URL and on the run directory prints the same round. With
-`STATUS_PAGE_SCREENSHOT=<file.png>` (not `FTIS_*`: those are config keys) the page is also saved as a screenshot (the closing note's).
+It loads, shows the node and its peers, and updates as rounds finish, without a reload; it
+draws the held-out curve (an SVG point per evaluation of the node's status.json, a line
+through them; the nodes evaluate every `EVAL_EVERY` rounds here). `ftis-node status` on the
+page's URL and on the run directory prints the same round. With
+`STATUS_PAGE_SCREENSHOT=<file.png>` (not `FTIS_*`: those are config keys) the page is also saved as a
+screenshot once the curve has three points (the closing note's).
 chromium and chromedriver come from apt (`.ci/run` installs them when missing); without them
 the test fails with that sentence, it does not skip.
 """
@@ -23,6 +26,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 
 NODES, ROUNDS = 2, 12
+EVAL_EVERY = 2
 
 
 def _browser():
@@ -61,13 +65,25 @@ def _rounds_shown(browser) -> list[int]:
     return [int(text) for text in cells]
 
 
+def _curve_shown(browser) -> tuple[list[tuple[str, int, float]], int]:
+    """The held-out curve as drawn, read in one script: its points (task, round, accuracy) and how many
+    vertices its line has."""
+    points, vertices = browser.execute_script(
+        "const line = document.querySelector('#curve polyline.line');"
+        "return [Array.from(document.querySelectorAll('#curve circle.point'))"
+        ".map(c => [c.dataset.task, Number(c.dataset.round), Number(c.dataset.acc)]),"
+        " line ? line.getAttribute('points').trim().split(/\\s+/).length : 0];")
+    return [tuple(p) for p in points], vertices
+
+
 def test_status_page_loads_shows_the_nodes_and_updates(tmp_path):
     from selenium.webdriver.common.by import By
 
     workdir = tmp_path / "testnet"
     out_file = open(tmp_path / "testnet.out", "w")
     proc = subprocess.Popen([sys.executable, "-m", "ftis_swarm.cli", "testnet", "--preset", "tiny", "--nodes", str(NODES),
-                             "--rounds", str(ROUNDS), "--run-dir", str(workdir), "--no-table"],
+                             "--rounds", str(ROUNDS), "--run-dir", str(workdir), "--no-table",
+                             "--set", f"eval_every={EVAL_EVERY}"],
                             stdout=out_file, stderr=subprocess.STDOUT)
     browser = None
     try:
@@ -97,6 +113,15 @@ def test_status_page_loads_shows_the_nodes_and_updates(tmp_path):
         later = _wait("a later round on the page", lambda: max(_rounds_shown(browser)) > max(first) and
                       _rounds_shown(browser), 300)
         assert later == sorted(later, reverse=True)  # newest first
+        # the held-out curve: a point per evaluation the node has made (round 0 first), a line through them
+        drawn, vertices = _wait("three held-out points on the curve", lambda: len(_curve_shown(browser)[0]) >= 3
+                                and _curve_shown(browser), 300, proc)
+        curve = {p["round"]: p["heldout_acc"] for p in
+                 json.loads((dirs[0] / "status.json").read_text())["heldout"]["curve"]}
+        assert [r for _, r, _ in drawn] == sorted(r for _, r, _ in drawn) and drawn[0][1] == 0
+        assert all(task == "arith" and r % EVAL_EVERY == 0 and acc == curve[r] for task, r, acc in drawn), (drawn, curve)
+        assert vertices == len(drawn)  # one line through the points
+        assert "held-out test items of arith" in browser.find_element(By.ID, "heldout-note").text
         shot = os.environ.get("STATUS_PAGE_SCREENSHOT")
         if shot:
             Path(shot).parent.mkdir(parents=True, exist_ok=True)

@@ -177,17 +177,18 @@ class Swarm:
 
     def node(self, cfg: SwarmConfig, *, prefix: tuple[str, ...] = ()) -> Node:
         """Starts a node (call `.joined()` on it to wait for its hello), on an address of its own
-        unless `cfg.host` names one other than `LOOPBACK`; `prefix` as for `bootstrap`."""
-        if cfg.host == LOOPBACK:
-            cfg = cfg.model_copy(update={"host": self.host()})
+        unless `cfg.transport.host` names one other than `LOOPBACK`; `prefix` as for `bootstrap`."""
+        if cfg.transport.host == LOOPBACK:
+            cfg = cfg.replace(transport={"host": self.host()})
         node = Node(cfg, log=self.tmp_path / f"node{len(self.procs)}.log", prefix=prefix)
         self.procs.append(node)
         return node
 
     def hostile(self, peers: list[str], cfg: SwarmConfig, *, identities: int) -> "Hostile":
         """Starts `python -m ftis_swarm.lab.hostile.peer` against this swarm and waits for its hello."""
-        settings = dict(peers=peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
-                        window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
+        records = cfg.records
+        settings = dict(peers=peers, run_id=cfg.run_id, ttl=records.ttl, max_clock_skew=records.max_clock_skew,
+                        window=records.window, member_shards=records.member_shards, max_bytes=cfg.wire.max_bytes,
                         tokenizer_fp=node_proc.TOKENIZER_FP, vocab_size=node_proc.VOCAB_SIZE,
                         identities=identities, puzzle=cfg.puzzle.model_dump(), host=self.host())
         proc = Hostile([sys.executable, "-m", "ftis_swarm.lab.hostile.peer", json.dumps(settings)],
@@ -205,12 +206,17 @@ class Swarm:
     @staticmethod
     def config(*, run_id: str, peers: list[str], ttl: float = 120.0, max_clock_skew: float = 5.0,
                **overrides: object) -> SwarmConfig:
-        """A loopback node config with fast polling and 256 KiB groups at most."""
+        """A loopback node config with fast polling and 256 KiB groups at most; `overrides` by a key's name
+        in its section (`relay_wait=60.0` sets `transport.relay_wait`), or a top-level key."""
         fields: dict = dict(host=LOOPBACK, run_id=run_id, peers=peers, ttl=ttl, max_clock_skew=max_clock_skew,
                             window=2.0, poll_interval=0.25, publish_timeout=5.0, fetch_timeout=5.0,
                             wire=WireConfig(max_bytes=256 * 1024), puzzle=PUZZLE)
         fields.update(overrides)
-        return SwarmConfig(**fields)
+        tree: dict = {}
+        for key, value in fields.items():
+            section, _, name = SwarmConfig.MOVED_KEYS.get(key, key).rpartition(".")
+            (tree.setdefault(section, {}) if section else tree)[name] = value
+        return SwarmConfig.model_validate(tree)
 
     def kill_all(self) -> None:
         for proc in self.procs:

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import pytest
 from pydantic import ValidationError
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import FetchConfig, SwarmConfig
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.pointers import key_of
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
@@ -283,5 +283,5 @@ def test_an_unexpected_error_rejects_the_pointer_once_instead_of_fetching_it_aga
 
 def test_a_publisher_may_never_hold_every_slot():
     with pytest.raises(ValidationError, match="max_fetches_per_peer=8 must be below max_concurrent_fetches=8"):
-        SwarmConfig(max_fetches_per_peer=8, max_concurrent_fetches=8)
-    assert SwarmConfig(max_fetches_per_peer=7, max_concurrent_fetches=8).max_fetches_per_peer == 7
+        FetchConfig(max_fetches_per_peer=8, max_concurrent_fetches=8)
+    assert FetchConfig(max_fetches_per_peer=7, max_concurrent_fetches=8).max_fetches_per_peer == 7

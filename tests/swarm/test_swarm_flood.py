@@ -80,7 +80,7 @@ def test_honest_groups_survive_floods_and_stalls(swarm):
         floods = hostile.request({"op": "results"}, timeout=300.0)
         targets = [node.peer_id for node in nodes]
         assert hostile.request({"op": "flood", "attack": "gossip", "n": GOSSIP_EACH, "params": {
-            "burst": cfg.gossip_burst, "targets": targets}}) == {"started": "gossip"}
+            "burst": cfg.gossip.burst, "targets": targets}}) == {"started": "gossip"}
         for rnd in range(ROUNDS + 1, ROUNDS + 1 + GOSSIP_ROUNDS):
             list(pool.map(lambda i: publish(i, rnd), range(3)))
             list(pool.map(gather, range(3)))
@@ -131,5 +131,5 @@ def test_honest_groups_survive_floods_and_stalls(swarm):
         loud = [faults.get(f"gossip_{reason}", 0) for reason in ("bad_message", "rate", "banned")]
         # tokens, then drops, then a ban; p2pd may drop some of a burst before the node sees it (never adds)
         assert sent["high_rate"] * 0.8 <= sum(loud) <= sent["high_rate"] and min(loud) > 0, (loud, sent)
-        assert loud[0] <= len(gossip["loud"]) * (cfg.gossip_burst + 30 * cfg.gossip_rate)  # the rate held
+        assert loud[0] <= len(gossip["loud"]) * (cfg.gossip.burst + 30 * cfg.gossip.rate)  # the rate held
         assert counters["gossip_disconnects"] >= 1  # the flooder's own connection was cut

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from ftis_swarm.config import SwarmConfig
+from ftis_swarm.config import GossipConfig
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.validators import RecordChecker
 from ftis_swarm.swarm.gossip import gate as gate_module
@@ -18,12 +18,12 @@ from ftis_swarm.swarm.puzzle import PuzzleVerifier, solves
 
 from record_peers import PUZZLE, RUN, SER, SKEW, TTL, W, Peer, Scores
 
-DEFAULTS = SwarmConfig()
+DEFAULTS = GossipConfig()
 REPLAYS = 1000
 
 
-def _gate(checker: RecordChecker, *, rate: float = DEFAULTS.gossip_rate,
-          burst: int = DEFAULTS.gossip_burst) -> GossipGate:
+def _gate(checker: RecordChecker, *, rate: float = DEFAULTS.rate,
+          burst: int = DEFAULTS.burst) -> GossipGate:
     return GossipGate(checker=checker, policy=Scores(), rate=rate, burst=burst, ttl=TTL)
 
 
@@ -43,15 +43,15 @@ def test_old_messages_relayed_by_another_cost_their_signer_nothing(bob, monkeypa
     alice = Peer()
     gate, t = _gate(bob.checker), time.time()
     messages = [encode_message(alice.pointer()) for _ in range(REPLAYS)]
-    admitted = [gate.admit(alice.peer_id, m, t + i / DEFAULTS.gossip_rate) for i, m in enumerate(messages)]
+    admitted = [gate.admit(alice.peer_id, m, t + i / DEFAULTS.rate) for i, m in enumerate(messages)]
     assert [a.reason for a in admitted] == [""] * REPLAYS  # sent at the rate a sender may use
-    t += REPLAYS / DEFAULTS.gossip_rate + 130.0  # past p2pd's seen-message cache: p2pd delivers them again
+    t += REPLAYS / DEFAULTS.rate + 130.0  # past p2pd's seen-message cache: p2pd delivers them again
     replays = [gate.admit(alice.peer_id, m, t + i / 60) for i, m in enumerate(messages)]  # relayed at 60 a second
     assert Counter(v.reason for v in replays) == {"gossip_replayed": REPLAYS}  # 0 rate drops, 0 bans
     assert not any(v.disconnect for v in replays)
     t += REPLAYS / 60
-    fresh = [gate.admit(alice.peer_id, encode_message(alice.pointer()), t) for _ in range(DEFAULTS.gossip_burst)]
-    assert [v.reason for v in fresh] == [""] * DEFAULTS.gossip_burst  # its whole burst is still its own
+    fresh = [gate.admit(alice.peer_id, encode_message(alice.pointer()), t) for _ in range(DEFAULTS.burst)]
+    assert [v.reason for v in fresh] == [""] * DEFAULTS.burst  # its whole burst is still its own
 
     # a record of alice's gossiped by bob is bob's message: a refusal charged to bob, old or not
     assert gate.admit(bob.peer_id, messages[0], t).reason == "gossip_not_sender"
@@ -59,7 +59,7 @@ def test_old_messages_relayed_by_another_cost_their_signer_nothing(bob, monkeypa
 
 
 def test_a_flood_of_new_records_is_still_limited_banned_and_disconnected_and_replays_do_not_add_to_it(bob):
-    carol, burst, t = Peer(), DEFAULTS.gossip_burst, time.time()
+    carol, burst, t = Peer(), DEFAULTS.burst, time.time()
     gate = _gate(bob.checker)
     new = [encode_message(carol.pointer()) for _ in range(2 * burst + 2)]
     verdicts = [gate.admit(carol.peer_id, m, t) for m in new]

@@ -64,9 +64,9 @@ def test_the_upload_cap_serves_own_bodies_first_and_held_ones_within_half_of_it(
 
 
 def test_config_refuses_a_hold_smaller_than_one_body():
-    with pytest.raises(ValueError, match="hold_bytes=1000 must be 0 or at least wire.max_bytes"):
-        SwarmConfig(hold_bytes=1000)
-    assert SwarmConfig(hold_bytes=0).hold_bytes == 0
+    with pytest.raises(ValueError, match="holders.hold_bytes=1000 must be 0 or at least wire.max_bytes"):
+        SwarmConfig(holders={"hold_bytes": 1000})
+    assert SwarmConfig(holders={"hold_bytes": 0}).holders.hold_bytes == 0
 
 
 @pytest.mark.net

@@ -86,7 +86,7 @@ def test_pushed_pointers_and_gathers_that_end_when_the_round_is_in(swarm):
         assert set(counters["faults"]) <= RETRIED, counters["faults"]
 
     # a late node without gossip: the DHT gives it everything published before it came
-    late = swarm.node(cfg.model_copy(update={"gossip": False})).joined()
+    late = swarm.node(cfg.replace(gossip={"enabled": False})).joined()
     stop_at = time.monotonic() + 60.0
     while missing(3, late) and time.monotonic() < stop_at:
         gather(3, late, 1.0)

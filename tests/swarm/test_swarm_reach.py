@@ -11,9 +11,9 @@ import pytest
 from hivemind.p2p import P2P
 from pydantic import ValidationError
 
-from ftis_swarm.config import SwarmConfig
-from ftis_swarm.swarm import reach
-from ftis_swarm.swarm.dialback import Reachability
+from ftis_swarm.config import SwarmConfig, TransportConfig
+from ftis_swarm.swarm.peer import reach
+from ftis_swarm.swarm.peer.dialback import Reachability
 from ftis_swarm.swarm.gossip.pubsub import PUBSUB_FLAGS, PubsubP2P
 
 LIMITS = dict(relay_service=True, max_circuits=3, max_reservations=7, data_limit=65536, time_limit=90.0)
@@ -38,13 +38,13 @@ def test_the_flags_follow_hivemind_and_gossip_flags_on_the_command_line() -> Non
 
 
 def test_auto_resolves_from_client_mode_and_a_contradiction_is_one_sentence() -> None:
-    assert SwarmConfig().reach_mode == "public"
-    assert SwarmConfig(client_mode=True).reach_mode == "relayed"
-    assert SwarmConfig(client_mode=True, reachability="client").reach_mode == "client"
+    assert SwarmConfig().transport.reach_mode == "public"
+    assert TransportConfig(client_mode=True).reach_mode == "relayed"
+    assert TransportConfig(client_mode=True, reachability="client").reach_mode == "client"
     with pytest.raises(ValidationError, match="client_mode accepts no incoming connections, so reachability"):
-        SwarmConfig(client_mode=True, reachability="public")
+        TransportConfig(client_mode=True, reachability="public")
     with pytest.raises(ValidationError, match="reachability"):
-        SwarmConfig(reachability="sometimes")
+        TransportConfig(reachability="sometimes")
 
 
 def _closed_port(host: str) -> int:
@@ -135,19 +135,19 @@ def test_a_configured_mode_never_switches(configured: str, decided_by: str) -> N
 
 
 def test_the_switch_settings_are_validated() -> None:
-    assert (SwarmConfig().reach_switch_after, SwarmConfig().reach_recheck_every) == (2, 300.0)
+    assert (TransportConfig().reach_switch_after, TransportConfig().reach_recheck_every) == (2, 300.0)
     with pytest.raises(ValidationError, match="reach_switch_after"):
-        SwarmConfig(reach_switch_after=0)
+        TransportConfig(reach_switch_after=0)
     with pytest.raises(ValidationError, match="reach_recheck_every"):
-        SwarmConfig(reach_recheck_every=0)
+        TransportConfig(reach_recheck_every=0)
 
 
 def _refusing(mode: str, start_dht):
-    """`runtime.start_dht`, but a daemon in `mode` does not start (SwarmError, as p2pd's failures are)."""
+    """`peer.daemon.start_dht`, but a daemon in `mode` does not start (SwarmError, as p2pd's failures are)."""
     from ftis_swarm.swarm.errors import SwarmError
 
     async def start(cfg, **kwargs):
-        if cfg.reach_mode == mode:
+        if cfg.transport.reach_mode == mode:
             raise SwarmError("the libp2p daemon did not start (a test's refusal)")
         return await start_dht(cfg, **kwargs)
 
@@ -156,27 +156,29 @@ def _refusing(mode: str, start_dht):
 
 @pytest.mark.net
 def test_a_reopened_peer_keeps_its_identity_and_port_and_a_failed_reopen_falls_back(tmp_path, monkeypatch) -> None:
-    """In process, on loopback, without peers: the restart itself (`runtime.reopen_peer`), not the NAT."""
+    """In process, on loopback, without peers: the restart itself (`peer.switch.reopen_peer`), not the NAT."""
     from record_peers import PUZZLE
 
-    from ftis_swarm.swarm import runtime
     from ftis_swarm.swarm.errors import SwarmError
     from ftis_swarm.swarm.identity import NodeIdentity
+    from ftis_swarm.swarm.peer import daemon
+    from ftis_swarm.swarm.peer.start import open_peer
+    from ftis_swarm.swarm.peer.switch import reopen_peer
 
     cfg = SwarmConfig(host="127.0.0.1", run_id="reopen", puzzle=PUZZLE, identity=tmp_path / "identity.key")
-    handle = runtime.open_peer(cfg, thread_name="reopen-test")
+    handle = open_peer(cfg, thread_name="reopen-test")
     try:
         peer_id, port, loop = handle.peer_id, handle.bound_port(), handle.loop
         assert handle.mode == "public" and port > 0
-        assert runtime.reopen_peer(handle, "client") is True
+        assert reopen_peer(handle, "client") is True
         assert (handle.mode, handle.peer_id, handle.bound_port(), handle.loop) == ("client", peer_id, port, loop)
         assert handle.reach.snapshot()["switches"] == 1
         with pytest.raises(SwarmError, match="already in use"):  # the lock was held across the restart
             NodeIdentity(cfg.identity)
 
-        real_start = runtime.start_dht
-        monkeypatch.setattr(runtime, "start_dht", _refusing("public", real_start))
-        assert runtime.reopen_peer(handle, "public") is False  # no raise: back in its old mode
+        real_start = daemon.start_dht
+        monkeypatch.setattr(daemon, "start_dht", _refusing("public", real_start))
+        assert reopen_peer(handle, "public") is False  # no raise: back in its old mode
         assert (handle.mode, handle.peer_id, handle.bound_port()) == ("client", peer_id, port)
         assert handle.counters.snapshot()["reach_switch_failed"] == 1
         snap = handle.reach.snapshot()
@@ -187,9 +189,9 @@ def test_a_reopened_peer_keeps_its_identity_and_port_and_a_failed_reopen_falls_b
         async def no_daemon(cfg, **kwargs):
             raise SwarmError("no daemon at all (a test's refusal)")
 
-        monkeypatch.setattr(runtime, "start_dht", no_daemon)
+        monkeypatch.setattr(daemon, "start_dht", no_daemon)
         with pytest.raises(SwarmError, match="restarted neither public nor client"):
-            runtime.reopen_peer(handle, "public")
+            reopen_peer(handle, "public")
     finally:
         handle.close()
 
@@ -201,7 +203,8 @@ def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switch
     reach made to say two rechecks contradicted it (a node without peers is never rechecked)."""
     from record_peers import PUZZLE
 
-    from ftis_swarm.swarm import SwarmClient, runtime
+    from ftis_swarm.swarm import SwarmClient
+    from ftis_swarm.swarm.peer import daemon
 
     cfg = SwarmConfig(host="127.0.0.1", run_id="switch", puzzle=PUZZLE, identity=tmp_path / "identity.key")
     client = SwarmClient.start(cfg, tokenizer_fp="test-tokenizer")
@@ -210,8 +213,8 @@ def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switch
         reach.decided_by = "dial-back"  # as if `auto` had probed
         assert client.switch_reach_if_due() is False  # nothing contradicted it yet
         _contradict(reach, 2, reached=0)
-        real_start = runtime.start_dht
-        monkeypatch.setattr(runtime, "start_dht", _refusing("relayed", real_start))
+        real_start = daemon.start_dht
+        monkeypatch.setattr(daemon, "start_dht", _refusing("relayed", real_start))
         assert client.switch_reach_if_due() is False  # fell back, did not raise
         counts = client.counters()
         assert (counts["reach"]["mode"], counts["reach_switch_failed"], counts["reach_switches"]) == ("public", 1, 0)
@@ -219,7 +222,7 @@ def test_a_client_whose_switch_fails_goes_on_in_its_old_mode_and_one_that_switch
         assert client.gather(0.5) == []  # the gatherer runs on the restarted daemon
         assert not client._poller.done()
 
-        monkeypatch.setattr(runtime, "start_dht", real_start)
+        monkeypatch.setattr(daemon, "start_dht", real_start)
         old_node, port = client._node, client._peer.bound_port()
         reach.mode = "client"  # a relayed daemon needs relays among its peers: switch the other way, to public
         _contradict(reach, 2, reached=2)
@@ -239,20 +242,20 @@ def test_a_relayed_node_without_an_address_yet_waits_for_its_slot_instead_of_fai
     that relays nothing it never has one. hivemind's ValueError for that ended the start before."""
     from record_peers import PUZZLE
 
-    from ftis_swarm.swarm import runtime
+    from ftis_swarm.swarm.peer import daemon, start
 
-    boot = runtime.open_peer(SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, relay_service=False),
+    boot = start.open_peer(SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, relay_service=False),
                              thread_name="noaddr-boot")
     try:
-        port = runtime._free_port("127.0.0.1")
+        port = start._free_port("127.0.0.1")
         cfg = SwarmConfig(host="127.0.0.1", run_id="noaddr", puzzle=PUZZLE, reachability="relayed",
                           peers=boot.visible_maddrs, relay_wait=1.0, port=port, announce=[f"/ip4/11.0.0.9/tcp/{port}"])
-        with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.runtime"):
-            node = runtime.open_peer(cfg, thread_name="noaddr-node")
+        with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.peer"):
+            node = start.open_peer(cfg, thread_name="noaddr-node")
         try:
             assert (node.mode, node.visible_maddrs) == ("relayed", [])
             assert any("no relay slot on the bootstrap peers after 1 s" in r.getMessage() for r in caplog.records)
-            assert runtime.visible_maddrs(node.loop, node.node) == []  # still none, still no error
+            assert daemon.visible_maddrs(node.loop, node.node) == []  # still none, still no error
         finally:
             node.close()
     finally:
@@ -260,12 +263,12 @@ def test_a_relayed_node_without_an_address_yet_waits_for_its_slot_instead_of_fai
 
 
 def _unreachable_first(times: int, start_dht, calls: list[str]):
-    """`runtime.start_dht`, but the first `times` daemons not in client mode (not a probe) reach no peer."""
+    """`peer.daemon.start_dht`, but the first `times` daemons not in client mode (not a probe) reach no peer."""
     from ftis_swarm.swarm.errors import PeersUnreachable
 
     async def start(cfg, **kwargs):
-        calls.append(cfg.reach_mode)
-        if cfg.reach_mode != "client" and sum(mode != "client" for mode in calls) <= times:
+        calls.append(cfg.transport.reach_mode)
+        if cfg.transport.reach_mode != "client" and sum(mode != "client" for mode in calls) <= times:
             raise PeersUnreachable("none of the --peers could be reached (a test's refusal)")
         return await start_dht(cfg, **kwargs)
 
@@ -279,18 +282,18 @@ def test_the_daemon_after_a_probe_starts_again_when_it_reaches_no_peer_and_a_con
     (`AFTER_PROBE_PAUSES`) before its failure goes to the user; without a probe there is nothing to retry."""
     from record_peers import PUZZLE
 
-    from ftis_swarm.swarm import runtime
     from ftis_swarm.swarm.errors import PeersUnreachable
+    from ftis_swarm.swarm.peer import daemon, start
 
-    monkeypatch.setattr(runtime, "AFTER_PROBE_PAUSES", (0.1, 0.2))
-    real_start = runtime.start_dht
-    boot = runtime.open_peer(SwarmConfig(host="127.0.0.1", run_id="retry", puzzle=PUZZLE), thread_name="retry-boot")
+    monkeypatch.setattr(start, "AFTER_PROBE_PAUSES", (0.1, 0.2))
+    real_start = daemon.start_dht
+    boot = start.open_peer(SwarmConfig(host="127.0.0.1", run_id="retry", puzzle=PUZZLE), thread_name="retry-boot")
     try:
         cfg = SwarmConfig(host="127.0.0.1", run_id="retry", puzzle=PUZZLE, peers=boot.visible_maddrs)
         calls: list[str] = []
-        monkeypatch.setattr(runtime, "start_dht", _unreachable_first(2, real_start, calls))
-        with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.runtime"):
-            node = runtime.open_peer(cfg, thread_name="retry-node")
+        monkeypatch.setattr(daemon, "start_dht", _unreachable_first(2, real_start, calls))
+        with caplog.at_level(logging.WARNING, logger="ftis_swarm.swarm.peer"):
+            node = start.open_peer(cfg, thread_name="retry-node")
         try:
             assert calls == ["client", "public", "public", "public"]  # the probe, two refusals, the start
             snap = node.reach.snapshot()
@@ -302,15 +305,15 @@ def test_the_daemon_after_a_probe_starts_again_when_it_reaches_no_peer_and_a_con
             node.close()
 
         calls.clear()
-        monkeypatch.setattr(runtime, "start_dht", _unreachable_first(3, real_start, calls))
+        monkeypatch.setattr(daemon, "start_dht", _unreachable_first(3, real_start, calls))
         with pytest.raises(PeersUnreachable, match="could be reached"):  # three in a row: the user hears of it
-            runtime.open_peer(cfg, thread_name="retry-node")
+            start.open_peer(cfg, thread_name="retry-node")
         assert calls == ["client", "public", "public", "public"]
 
         calls.clear()
-        monkeypatch.setattr(runtime, "start_dht", _unreachable_first(1, real_start, calls))
+        monkeypatch.setattr(daemon, "start_dht", _unreachable_first(1, real_start, calls))
         with pytest.raises(PeersUnreachable):
-            runtime.open_peer(cfg.model_copy(update={"reachability": "public"}), thread_name="retry-node")
+            start.open_peer(cfg.replace(transport={"reachability": "public"}), thread_name="retry-node")
         assert calls == ["public"]  # configured public: no probe, so no retry
     finally:
         boot.close()

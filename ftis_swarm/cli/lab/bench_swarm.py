@@ -1,4 +1,4 @@
-"""`ftis-node bench hostile | swarm | scale | reach | attacks`: the swarm's benches, on loopback or real NAT.
+"""`ftis-node bench hostile | swarm | scale | reach | attacks | overlap`: the swarm's benches, on loopback or real NAT.
 
 As `bench.py`'s: flags checked first (ranges by typer's `min=`/`max=`), then a table against
 a baseline measured in the same run, and with `--json` the figures.
@@ -85,13 +85,13 @@ def bench_swarm(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
 ) -> None:
     """Publish-to-visible latency (p50, p95), groups/s and traffic per peer for 32 KiB and 1 MiB groups."""
-    from ftis_swarm.config import SwarmConfig
+    from ftis_swarm.config import FetchConfig
 
     counts = nodes or [2, 4, 8]
     transports = tuple(transport or ["gossip", "poll"])
     if any(t not in ("gossip", "poll") for t in transports):
         fail("--transport must be gossip or poll")
-    interval = poll_interval if poll_interval is not None else SwarmConfig().poll_interval
+    interval = poll_interval if poll_interval is not None else FetchConfig().poll_interval
     if not 0 < interval <= 60:
         fail("--poll-interval must be in (0, 60] seconds")
     check_json_path(json_path)
@@ -232,3 +232,21 @@ def bench_attacks(
                                forged_groups=forged_groups, threads=threads, standing_rounds=standing_rounds,
                                crowd_daemons=crowd_daemons, crowd_rounds=crowd_rounds, progress=progress_line)
     report_figures(format_attacks(figures), figures, json_path)
+
+
+@bench_app.command("overlap")
+def bench_overlap(
+    preset: str = typer.Option("default", help="default: the testnet's SmolLM2 models and smollm2-bias2; tiny: the tiny preset's models (seconds)."),
+    groups: int = typer.Option(8, min=1, max=64, help="Arith groups sampled from each model; each is one update's block."),
+    threads: int = typer.Option(2, min=1, help="torch CPU threads."),
+    run_dir: Path = typer.Option(Path("runs/bench-overlap"), "--run-dir", help="Where the tiny preset builds its models."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """Honest peers' overlap (ratios in [1/C, C]) per model pair against a deflator's and a strike's: standing's q."""
+    if preset not in ("default", "tiny"):
+        fail("--preset must be 'default' or 'tiny'")
+    check_json_path(json_path)
+    from ftis_swarm.lab.bench.overlap import format_overlap, run_overlap_bench
+
+    figures = run_overlap_bench(preset=preset, groups=groups, threads=threads, workdir=run_dir, progress=progress_line)
+    report_figures(format_overlap(figures), figures, json_path)

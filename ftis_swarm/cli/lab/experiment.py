@@ -56,7 +56,7 @@ def experiment(
     workers: int = typer.Option(1, min=1, max=64, help="Runs in parallel, each in its own process."),
     threads: int = typer.Option(1, min=1, max=256, help="torch threads per process (workers x threads should not exceed the cores)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished runs of the same settings in <run-dir>/runs."),
-    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any ExperimentConfig key (eval_max_new_tokens=32) or key of the learners' shared NodeConfig (task=gsm_symbolic, max_staleness=1); repeatable; applied after the flags."),
+    sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any ExperimentConfig key (eval_samples=4) or key of the learners' shared NodeConfig (task=gsm_symbolic, max_staleness=1, eval_max_new_tokens=32); repeatable; applied after the flags."),
     old_out: Optional[Path] = typer.Option(None, "--out", hidden=True),
     old_eval_items: Optional[int] = typer.Option(None, "--eval-items", hidden=True),
 ) -> None:
@@ -93,8 +93,8 @@ def experiment(
     for key, value in {"node.rounds": rounds, "node.prompts_per_round": prompts_per_round,
                        "node.sampling.group_size": group_size, "node.sampling.temperature": temperature,
                        "node.sampling.max_new_tokens": max_new_tokens, "node.learner.dtype": dtype,
-                       "eval_items": eval_items, "eval_samples": eval_samples, "node.task": task,
-                       "eval_task": eval_task, "eval_max_new_tokens": eval_max_new_tokens,
+                       "node.eval_items": eval_items, "eval_samples": eval_samples, "node.task": task,
+                       "eval_task": eval_task, "node.eval_max_new_tokens": eval_max_new_tokens,
                        "node.learner.micro_batch": micro_batch,
                        "node.learner.activation_checkpointing": activation_checkpointing}.items():
         if value is not None:

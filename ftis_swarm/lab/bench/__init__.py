@@ -14,6 +14,8 @@
 - attacks.py         what of each hostile group reaches an update; how fast forgers are caught
                      (standing.py: a crowd of fresh identities against earned peers on the loopback hub;
                      crowd.py: the same crowd with daemons of their own over the real swarm)
+- overlap.py         honest peers' share of tokens with pi_theta / pi_gen in [1/C, C], per model pair of the
+                     testnet (smollm2-bias2 included), against issue 40's deflator and strike: what standing's q is
 - resume.py          a lone node SIGKILLed N times against an undisturbed run (run_compare.py:
                      weights, optimiser and per-round logs compared)
 - pipeline.py        the same lone node with max_staleness 0 against 1 on the same threads: round time,

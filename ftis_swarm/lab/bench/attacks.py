@@ -204,7 +204,7 @@ def _attack_table(m: Models, *, rounds: int, workdir: Path,
                      # every attack comes from an identity without standing: the whole budget is theirs here, so
                      # that each attack meets its own check (the strangers' share is the standing part's to measure)
                      learner=LearnerConfig(lr=2e-6, strangers_share=1.0), max_failed_updates=rounds + 1,
-                     swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "receiver")
+                     swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "receiver", eval_every=0)
     hub = LoopbackHub()
     node = Node(cfg, swarm=hub.member("self"))
     try:

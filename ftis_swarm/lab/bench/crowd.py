@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ftis_swarm.config import LearnerConfig, NodeConfig, PuzzleConfig, SwarmConfig
+from ftis_swarm.config import LearnerConfig, NodeConfig, PuzzleConfig, SwarmConfig, TransportConfig
 from ftis_swarm.lab.bench.identities import CROWD_HOST, CROWD_ORIGIN
 from ftis_swarm.lab.bench.standing import CROWD_SAMPLING, RUN_ID, SAMPLING, HonestPeers, Shares
 from ftis_swarm.lab.bench.swarm import JsonProcess
@@ -137,17 +137,17 @@ def run_crowd_bench(receiver: str, honest: str, *, crowd: int, rounds: int, work
     `standing_margin`: the receiver's `learner.standing_margin` (a test raises it, so that
     standing comes in fewer rounds). No process outlives this call.
     """
-    swarm = SwarmConfig(run_id=RUN_ID, host=RECEIVER_HOST, join_timeout=JOIN_TIMEOUT,
+    swarm = SwarmConfig(run_id=RUN_ID, transport=TransportConfig(host=RECEIVER_HOST, join_timeout=JOIN_TIMEOUT),
                         **({"puzzle": puzzle} if puzzle is not None else {}))
     total = rounds + max_warmup
     cfg = NodeConfig(model=receiver, task="arith", rounds=total, prompts_per_round=2, sampling=SAMPLING,
                      learner=LearnerConfig(lr=2e-6, standing_margin=standing_margin), max_failed_updates=total + 1, swarm=swarm,
-                     round_deadline=ROUND_DEADLINE, run_dir=workdir / "crowd", seed=seed)
+                     round_deadline=ROUND_DEADLINE, run_dir=workdir / "crowd", seed=seed, eval_every=0)
     progress(f"the receiving node on {RECEIVER_HOST}")
     node = Node(cfg)
     try:
         p = node.parts
-        joined = cfg.swarm.model_copy(update={"peers": p.swarm.visible_maddrs})
+        joined = cfg.swarm.replace(transport={"peers": p.swarm.visible_maddrs})
         progress(f"{crowd} identities with daemons on {CROWD_HOST}, 2 earned peers and a newcomer")
         with tempfile.TemporaryDirectory(prefix="ftis-bench-crowd-") as logs:
             peers = _Peers(joined, crowd=crowd, per_worker=per_worker, fp=tokenizer_fingerprint(p.tokenizer),

@@ -55,7 +55,8 @@ def _per_round(rows: list[dict], key: str) -> float:
 def _flags(model: str, *, prompts: int, G: int, tokens: int, rounds: int, deadline: float) -> list[str]:
     return ["--task", "arith", "--prompts-per-round", str(prompts), "--group-size", str(G), "--max-new-tokens",
             str(tokens), "--temperature", "0.7", "--round-deadline", str(deadline), "--checkpoint-every",
-            str(rounds), "--threads", "1", "--lr", "1e-6"]
+            str(rounds), "--threads", "1", "--lr", "1e-6",
+            "--set", "eval_every=0"]  # the round's cost alone: no held-out evaluation, no round-0 line
 
 
 def _wait(procs: list, timeout: float) -> None:

@@ -92,7 +92,7 @@ def _peer(kind: str, i: int) -> str:
 
 
 def _haves(owner: str, ids: list[bytes], cfg: SwarmConfig, now: float) -> list[HaveRecord]:
-    window = window_of(now, cfg.window)
+    window = window_of(now, cfg.records.window)
     return [HaveRecord(v=RECORD_VERSION, holder=owner, run_id=cfg.run_id, window=window, created_at=now,
                        puzzle=_PUZZLE, groups=ids[i:i + MAX_HELD_ANNOUNCED])
             for i in range(0, len(ids), MAX_HELD_ANNOUNCED)]
@@ -112,7 +112,7 @@ def _arrivals(*, ids: int, holders: int, honest: int, cfg: SwarmConfig, seed: in
     for i, have in enumerate(honest_haves):
         order += flood[round(i * step):round((i + 1) * step)] + [have]
     order += flood[round(len(honest_haves) * step):]
-    return [FoundRecord(owner=have.holder, content=have, expiration=now + cfg.ttl + i * 1e-6)
+    return [FoundRecord(owner=have.holder, content=have, expiration=now + cfg.records.ttl + i * 1e-6)
             for i, have in enumerate(order)]
 
 
@@ -146,7 +146,7 @@ def _measure(name: str, records: list[FoundRecord], cfg: SwarmConfig, polls: int
 def run_have_flood_bench(*, ids: int, holders: int, honest: int = 8, deadline: float = 2.0, repeats: int = 3,
                          seed: int = 0) -> HaveFloodBench:
     cfg = SwarmConfig(run_id=_RUN)
-    polls = max(1, round(deadline / cfg.poll_interval))
+    polls = max(1, round(deadline / cfg.fetch.poll_interval))
     runs = [_measure("no flood", _arrivals(ids=0, holders=holders, honest=honest, cfg=cfg, seed=seed), cfg, polls,
                      repeats),
             _measure("flood", _arrivals(ids=ids, holders=holders, honest=honest, cfg=cfg, seed=seed), cfg, polls,

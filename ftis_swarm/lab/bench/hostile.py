@@ -38,7 +38,7 @@ from ftis_swarm.metrics.procstat import reset_peaks, status_mb, with_children
 from ftis_swarm.lab.bench.storage_memory import RecordMemory, format_record_memory, measure_record_memory
 from ftis_swarm.lab.bench.swarm import JsonProcess, start_worker
 from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE
-from ftis_swarm.config import LedgerConfig, SwarmConfig
+from ftis_swarm.config import FetchConfig, GossipConfig, LedgerConfig, RecordsConfig, SwarmConfig, TransportConfig
 
 logger = logging.getLogger(__name__)
 
@@ -123,13 +123,17 @@ def _start(tmp: Path, *, ttl: float, identities: int, storage_bytes: int, ledger
             if time.monotonic() > stop_at or roles["bootstrap"].proc.poll() is not None:
                 raise RuntimeError(f"the bootstrap peer did not start: {roles['bootstrap'].log.read_text()[-2000:]}")
             time.sleep(0.1)
-        cfg = SwarmConfig(host="127.0.0.1", peers=maddrs_file.read_text().split(), run_id="bench-hostile", ttl=ttl,
-                          poll_interval=0.5, max_stored_bytes=storage_bytes)
+        cfg = SwarmConfig(run_id="bench-hostile",
+                          transport=TransportConfig(host="127.0.0.1", peers=maddrs_file.read_text().split()),
+                          records=RecordsConfig(ttl=ttl, max_stored_bytes=storage_bytes),
+                          fetch=FetchConfig(poll_interval=0.5))
         for i in range(3):  # each node, and the hostile peer, on an address (an origin) of its own
-            roles[f"node{i}"] = start_worker(cfg.model_copy(update={"host": f"127.0.{i + 2}.1"}),
+            roles[f"node{i}"] = start_worker(cfg.replace(transport={"host": f"127.0.{i + 2}.1"}),
                                              log=tmp / f"node{i}.log", ledger=ledger)
-        settings = dict(peers=cfg.peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
-                        window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
+        records = cfg.records
+        settings = dict(peers=cfg.transport.peers, run_id=cfg.run_id, ttl=records.ttl,
+                        max_clock_skew=records.max_clock_skew, window=records.window,
+                        member_shards=records.member_shards, max_bytes=cfg.wire.max_bytes,
                         tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, identities=identities,
                         puzzle=cfg.puzzle.model_dump(), host="127.0.9.1")
         roles["hostile"] = JsonProcess([sys.executable, "-m", "ftis_swarm.lab.hostile.peer", json.dumps(settings)],
@@ -243,7 +247,7 @@ def _attack(name: str, n: int, roles: dict[str, JsonProcess], ledger: _Ledger, f
     if name == "gossip":
         targets = [node.peer_id for node in ledger.nodes]
         hostile.request({"op": "flood", "attack": name, "n": n,
-                         "params": {"burst": SwarmConfig().gossip_burst, "targets": targets}})
+                         "params": {"burst": GossipConfig().burst, "targets": targets}})
     elif name == "fill":
         for filler in fillers:
             filler.request({"op": "flood", "attack": "fill", "n": n})

@@ -78,15 +78,17 @@ def _start(tmp: Path, cfg: SwarmConfig, *, honest: int, crowd: int,
            processes: int) -> tuple[subprocess.Popen, dict[str, JsonProcess], str]:
     puzzle_env = {f"FTIS_SWARM__PUZZLE__{k.upper()}": str(v) for k, v in cfg.puzzle.model_dump().items()}
     boot, maddrs = start_bootstrap(tmp, env=dict(os.environ, **puzzle_env))  # on 127.0.1.1
-    cfg = cfg.model_copy(update={"peers": maddrs})
+    cfg = cfg.replace(transport={"peers": maddrs})
     roles: dict[str, JsonProcess] = {}
     try:
         for i in range(honest):
-            roles[f"node{i}"] = start_worker(cfg.model_copy(update={"host": f"127.0.{i + 2}.1"}),
+            roles[f"node{i}"] = start_worker(cfg.replace(transport={"host": f"127.0.{i + 2}.1"}),
                                              log=tmp / f"node{i}.log")
         for j in range(processes):
-            settings = dict(peers=cfg.peers, run_id=cfg.run_id, ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew,
-                            window=cfg.window, member_shards=cfg.member_shards, max_bytes=cfg.wire.max_bytes,
+            records = cfg.records
+            settings = dict(peers=cfg.transport.peers, run_id=cfg.run_id, ttl=records.ttl,
+                            max_clock_skew=records.max_clock_skew, window=records.window,
+                            member_shards=records.member_shards, max_bytes=cfg.wire.max_bytes,
                             tokenizer_fp=TOKENIZER_FP, vocab_size=VOCAB_SIZE, identities=_share(crowd, processes, j),
                             puzzle=cfg.puzzle.model_dump(), host=CROWD_HOST)
             roles[f"crowd{j}"] = JsonProcess([sys.executable, "-m", "ftis_swarm.lab.hostile.peer",
@@ -108,7 +110,8 @@ def _share(total: int, parts: int, j: int) -> int:
 def run_identity_bench(*, swarm: SwarmConfig, crowd: int, processes: int, honest: int, pointers: int, rounds: int,
                        deadline: float, progress: Callable[[str], None] = lambda s: None) -> IdentityBench:
     """Makes the crowd (its puzzles at `swarm.puzzle`), then floods; no process outlives this call."""
-    cfg = swarm.model_copy(update={"run_id": "bench-identities", "ttl": 600.0, "poll_interval": 0.5})
+    cfg = swarm.replace(records={"ttl": 600.0}, fetch={"poll_interval": 0.5}).model_copy(
+        update={"run_id": "bench-identities"})
     with tempfile.TemporaryDirectory(prefix="ftis-bench-identities-") as tmp:
         progress(f"{crowd} identities at the run's puzzle (the crowd), {honest} honest nodes")
         boot, roles, boot_id = _start(Path(tmp), cfg, honest=honest, crowd=crowd, processes=processes)
@@ -138,8 +141,9 @@ def run_identity_bench(*, swarm: SwarmConfig, crowd: int, processes: int, honest
         processes=processes,
         honest=honest, pointers_sent=sent, held=[s["held"] for s in stored],
         held_from_crowd=[s["by_origin"].get(CROWD_ORIGIN, 0) for s in stored],
-        max_records_per_origin=cfg.max_records_per_origin, max_records_per_peer=cfg.max_records_per_peer,
-        max_stored_records=cfg.max_stored_records, honest_published=len(ledger.published),
+        max_records_per_origin=cfg.records.max_records_per_origin,
+        max_records_per_peer=cfg.records.max_records_per_peer,
+        max_stored_records=cfg.records.max_stored_records, honest_published=len(ledger.published),
         honest_delivered=ledger.delivered(set(ledger.published)), rounds=n)
 
 

@@ -136,7 +136,7 @@ def _node_rows(flags: dict[str, Any], run_dir: Path) -> list[dict]:
     from ftis_swarm.node.daemon import Node
 
     shutil.rmtree(run_dir, ignore_errors=True)
-    cfg = load_node_config(None, {**flags, "run_dir": str(run_dir)})
+    cfg = load_node_config(None, {**flags, "run_dir": str(run_dir), "eval_every": 0})  # rounds alone, timed
     # a lone node's publishes find no replica: one warning per group would bury the progress lines
     swarm_log = logging.getLogger("ftis_swarm.swarm.client")
     level = swarm_log.level
@@ -171,7 +171,7 @@ def run_pipeline_bench(*, workdir: Path, model: str = "smollm2-135m", task: Opti
     learn_threads = max(1, threads - gen_threads)
     base = {"model": model, "task": task, "rounds": rounds, "prompts_per_round": prompts, "sampling.group_size": group_size,
             "sampling.max_new_tokens": max_new_tokens, "learner.lr": lr, "seed": seed, "round_deadline": 0.2,
-            "checkpoint_every": rounds, "swarm.host": "127.0.0.1", "backend": "transformers"}
+            "checkpoint_every": rounds, "swarm.transport.host": "127.0.0.1", "backend": "transformers"}
     progress(f"sync node: max_staleness 0, {threads} threads")
     sync_all = _node_rows({**base, "threads": threads}, workdir / "sync")
     sync = _measured(sync_all)

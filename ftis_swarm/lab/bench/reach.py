@@ -41,7 +41,7 @@ import numpy as np
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.nat_testbed import NatTestbed
 from ftis_swarm.lab.bench.swarm import JsonProcess
-from ftis_swarm.swarm.reach import CIRCUIT
+from ftis_swarm.swarm.peer.reach import CIRCUIT
 
 ROLES = ("pub", "home1", "home2")
 ARMS = ("client", "relayed", "auto")
@@ -122,11 +122,12 @@ def start_bootstrap(bed: NatTestbed, logs: Path, *, name: str,
 
 
 def _config(bed: NatTestbed, role: str, mode: str, peers: list[str]) -> SwarmConfig:
-    fields: dict = dict(peers=peers, host=bed.addr(role), run_id="reach", window=5.0, poll_interval=0.25,
-                        reachability="public" if role == "pub" and mode != "auto" else mode)
+    transport: dict = dict(peers=peers, host=bed.addr(role),
+                           reachability="public" if role == "pub" and mode != "auto" else mode)
     if role == "home3":  # listens on the forwarded port, announces its router's address
-        fields.update(port=FORWARDED_PORT, announce=[f"/ip4/{bed.public_addr(role)}/tcp/{FORWARDED_PORT}"])
-    return SwarmConfig(**fields)
+        transport.update(port=FORWARDED_PORT, announce=[f"/ip4/{bed.public_addr(role)}/tcp/{FORWARDED_PORT}"])
+    return SwarmConfig.model_validate({"run_id": "reach", "transport": transport, "records": {"window": 5.0},
+                                       "fetch": {"poll_interval": 0.25}})
 
 
 def _arm(mode: str, *, rounds: int, groups: int, size: int, deadline: float, logs: Path) -> ReachArm:

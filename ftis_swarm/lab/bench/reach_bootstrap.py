@@ -86,8 +86,9 @@ def _run(logs: Path, *, nodes: int, rounds: int, groups: int, size: int, timeout
     workers: list[JsonProcess] = []
     try:
         started = time.monotonic()
-        base = SwarmConfig(peers=peers, run_id="reach-boot", window=5.0, poll_interval=0.25)
-        workers = [start_worker(base.model_copy(update={"host": loopback_host(i)}), log=logs / f"node{i}.log")
+        base = SwarmConfig.model_validate({"run_id": "reach-boot", "transport": {"peers": peers},
+                                           "records": {"window": 5.0}, "fetch": {"poll_interval": 0.25}})
+        workers = [start_worker(base.replace(transport={"host": loopback_host(i)}), log=logs / f"node{i}.log")
                    for i in range(nodes)]
         for worker in workers:
             worker.joined()
@@ -106,7 +107,7 @@ def _run(logs: Path, *, nodes: int, rounds: int, groups: int, size: int, timeout
         newcomer_s = {}
         for k, (label, first) in enumerate(newcomer_peers.items()):
             began = time.monotonic()
-            cfg = base.model_copy(update={"peers": first, "host": loopback_host(nodes + k)})
+            cfg = base.replace(transport={"peers": first, "host": loopback_host(nodes + k)})
             workers.append(start_worker(cfg, log=logs / f"newcomer{k}.log").joined())
             newcomer_s[label] = time.monotonic() - began
         progress("newcomers joined; the last round")

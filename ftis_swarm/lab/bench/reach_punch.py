@@ -83,8 +83,10 @@ def _run(variant: str, *, rounds: int, groups: int, size: int, deadline: float, 
         try:
             roles = [r for r in bed.public_hosts if r != "boot"] + list(NAT_HOMES)
             for role in roles:  # P first, as in the nat phase (reach.PUBLIC_FIRST)
-                cfg = SwarmConfig(peers=peers, host=bed.addr(role), run_id="punch", window=5.0, poll_interval=0.25,
-                                  reachability="relayed" if role in NAT_HOMES else "public")
+                cfg = SwarmConfig.model_validate({
+                    "run_id": "punch", "records": {"window": 5.0}, "fetch": {"poll_interval": 0.25},
+                    "transport": {"peers": peers, "host": bed.addr(role),
+                                  "reachability": "relayed" if role in NAT_HOMES else "public"}})
                 workers[role] = JsonProcess(bed.wrap(role, [sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker",
                                                             cfg.model_dump_json()]), log=logs / f"punch-{role}.log")
                 if role == "pub":

@@ -5,8 +5,8 @@ rounds (the baseline), then for `rounds` more while a hostile pair (lab/hostile/
 a pusher in home1's namespace, a sink in home2's, both relayed through the bootstrap, both
 the attacker's) pushes as many bytes as it can through the relay, dialing again whenever
 the relay cuts its circuit. The bootstrap runs with `data_limit` bytes per relayed
-connection and `max_circuits` circuits per peer (`swarm.relay_data_limit`,
-`swarm.relay_max_circuits`, set through its environment).
+connection and `max_circuits` circuits per peer (`swarm.transport.relay_data_limit`,
+`swarm.transport.relay_max_circuits`, set through its environment).
 
 Figures: the honest home-to-home share of groups per part, the bytes in and out of the
 bootstrap's interface per round per part, and the pusher's circuits, refusals and the
@@ -87,7 +87,8 @@ def _home_share(answers: list[dict[str, dict]]) -> dict[str, float]:
 
 def run_relay_phase(*, rounds: int, groups: int, size: int, deadline: float, data_limit: int, max_circuits: int,
                     progress: Callable[[str], None]) -> RelayPhase:
-    env = {"FTIS_SWARM__RELAY_DATA_LIMIT": str(data_limit), "FTIS_SWARM__RELAY_MAX_CIRCUITS": str(max_circuits)}
+    env = {"FTIS_SWARM__TRANSPORT__RELAY_DATA_LIMIT": str(data_limit),
+           "FTIS_SWARM__TRANSPORT__RELAY_MAX_CIRCUITS": str(max_circuits)}
     with tempfile.TemporaryDirectory(prefix="ftis-reach-relay-") as tmp, NatTestbed.create() as bed:
         logs = Path(tmp)
         boot, peers = start_bootstrap(bed, logs, name="relay-boot", env=env)
@@ -95,8 +96,10 @@ def run_relay_phase(*, rounds: int, groups: int, size: int, deadline: float, dat
         hostiles: list[JsonProcess] = []
         try:
             for role in ROLES:  # P first (reach.py: PUBLIC_FIRST)
-                cfg = SwarmConfig(peers=peers, host=bed.addr(role), run_id="reach-relay", window=5.0,
-                                  poll_interval=0.25, reachability="public" if role == "pub" else "relayed")
+                cfg = SwarmConfig.model_validate({
+                    "run_id": "reach-relay", "records": {"window": 5.0}, "fetch": {"poll_interval": 0.25},
+                    "transport": {"peers": peers, "host": bed.addr(role),
+                                  "reachability": "public" if role == "pub" else "relayed"}})
                 workers[role] = JsonProcess(bed.wrap(role, [sys.executable, "-m", "ftis_swarm.lab.bench.swarm_worker",
                                                             cfg.model_dump_json()]), log=logs / f"{role}.log").joined()
             progress(f"baseline: {rounds} rounds")

@@ -11,7 +11,9 @@ before 60% of the rest of the run, so a kill finds the node running), so they la
 and while a checkpoint is written; where each landed is counted from the run directory at
 the moment of the kill. Then the two runs' last checkpoints (every weight tensor and
 the optimiser's state, bit for bit), per-round logs (`metrics.jsonl` without its clock
-fields `time` and `time_*`) and `consumed.jsonl` are compared.
+fields `time` and `time_*`) and `consumed.jsonl` are compared. The node evaluates its
+held-out set every `EVAL_EVERY` rounds and at round 0 (node/heldout.py), so kills land around
+evaluations too, and their accuracies are part of the logs compared.
 
 The default model is a tiny Qwen2 taught arith's answer form (`tiny_arith.py`), so every
 round takes an optimiser step and the weights move; `--model smollm2-135m` runs the
@@ -46,6 +48,8 @@ END_MARGIN = 0.6
 """A kill during the rounds comes before this share of the time the rest of the run took the reference."""
 LOADING_KILLS = 0.25
 """Share of the kills that come while the node loads; the others come during its rounds."""
+EVAL_EVERY = 2
+"""Rounds between the node's held-out evaluations here (its default is rarer)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +151,7 @@ def _reference_run(setup: ResumeSetup, run_dir: Path) -> Timeline:
     code = node.proc.wait(timeout=LIFE_TIMEOUT)
     if code != 0:
         raise RuntimeError(f"the node exited with status {code}; see {run_dir / 'stdout.log'}")
-    ends = [r["time"] for r in read_jsonl(run_dir / "metrics.jsonl")]
+    ends = [r["time"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["round"]]  # round 0: the evaluation
     cycles = [b - a for a, b in zip(ends, ends[1:])]
     return Timeline(wall_s=time.perf_counter() - t0, startup_s=started - wall0, first_round_s=ends[0] - started,
                     cycle_s=statistics.median(cycles) if cycles else ends[0] - started)
@@ -214,7 +218,8 @@ def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, ki
         model_path = model
     flags = ("--task", "arith", "--prompts-per-round", str(prompts), "--group-size", str(group_size),
              "--max-new-tokens", str(max_new_tokens), "--temperature", "1.0", "--lr", str(lr),
-             "--round-deadline", "0.05", "--checkpoint-every", "1", "--threads", "1") + tuple(extra)
+             "--round-deadline", "0.05", "--checkpoint-every", "1", "--threads", "1",
+             "--set", f"eval_every={EVAL_EVERY}") + tuple(extra)
     setup = ResumeSetup(model=model_path, rounds=rounds, seed=seed, backend=backend, flags=flags)
     ref, killed = workdir / "reference", workdir / "killed"
     for d in (ref, killed):
@@ -239,7 +244,8 @@ def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, ki
                        round_s=pace.cycle_s,
                        tensors=n, tensors_differing=bad, max_abs_diff=worst,
                        tensors_trained=trained_tensors(final, initial_weights(model_path)), optimizer_tensors=n_opt,
-                       optimizer_differing=bad_opt, rounds_compared=min(len(rows_a), len(rows_b)),
+                       optimizer_differing=bad_opt,
+                       rounds_compared=min(sum(1 for r in rows if r["round"]) for rows in (rows_a, rows_b)),
                        rounds_differing=rows_bad, keys_differing=keys, max_rel_diff=rel,
                        consumed_same=log_rows(ref, "consumed.jsonl") == log_rows(killed, "consumed.jsonl"))
 

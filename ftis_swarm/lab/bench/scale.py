@@ -62,7 +62,7 @@ from typing import Optional
 
 import numpy as np
 
-from ftis_swarm.config import NodeConfig, SwarmConfig
+from ftis_swarm.config import FetchConfig, NodeConfig, SwarmConfig, TransportConfig
 from ftis_swarm.lab.bench.scale_legs import leg_figures, leg_lines
 from ftis_swarm.lab.bench.swarm import JsonProcess
 from ftis_swarm.lab.bench.swarm_worker import synthetic_group
@@ -196,7 +196,7 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int, reads: str) ->
     workers = [worker(0, min(per_worker, n), cfg)]
     try:
         workers[0].joined()
-        joined = cfg.model_copy(update={"peers": workers[0].maddrs})
+        joined = cfg.replace(transport={"peers": workers[0].maddrs})
         rest = [worker(first, min(per_worker, n - first), joined) for first in range(per_worker, n, per_worker)]
         workers += rest
         for w in rest:
@@ -210,11 +210,12 @@ def _start(n: int, cfg: SwarmConfig, logs: Path, per_worker: int, reads: str) ->
 
 def _measure(n: int, layout: str, logs: Path, *, budget: Budget, rounds: int, period: float, groups: int,
              size: int, per_worker: int, per_stream: int, reads: str) -> ScaleRow:
-    cfg = SwarmConfig(host="127.0.0.1", run_id=f"scale-{n}-{layout}-{per_stream}-{reads}", join_timeout=JOIN_TIMEOUT,
-                      max_bodies_per_stream=per_stream)
+    cfg = SwarmConfig(run_id=f"scale-{n}-{layout}-{per_stream}-{reads}",
+                      transport=TransportConfig(host="127.0.0.1", join_timeout=JOIN_TIMEOUT),
+                      fetch=FetchConfig(max_bodies_per_stream=per_stream))
     if layout == "holders":
-        cfg = cfg.model_copy(update={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
-                                     "have_interval": period / 2})
+        cfg = cfg.replace(holders={"upload_bytes_per_window": UPLOAD_COPIES * groups * size, "upload_window": period,
+                                   "have_interval": period / 2})
     workers = _start(n, cfg, logs, per_worker, reads)
     try:
         start_at = time.time() + 2.0

@@ -2,10 +2,10 @@
 
 Settings: {"cfg": SwarmConfig as JSON, "clients": k, "first": index of its first node}, and
 optionally "hosts" (the address each node listens on: one network origin per /24; default
-`cfg.host` for all), "taskless" (`fetch.streams.TASKLESS_TIMEOUTS` in this process; default as
+`cfg.transport.host` for all), "taskless" (`fetch.streams.TASKLESS_TIMEOUTS` in this process; default as
 installed) and "tokenizer_fp", "vocab_size" (those of the groups it will publish;
-default the synthetic groups'). Its first node joins through `cfg.peers` (none: it starts
-the swarm), the others through it (or through `cfg.peers` too, when given).
+default the synthetic groups'). Its first node joins through `cfg.transport.peers` (none: it
+starts the swarm), the others through it (or through those peers too, when given).
 Each node is a real `SwarmClient` with its own p2pd, DHT peer and RSA key, and a policy
 that scores a peer by how many of its groups this node used (as the ledger credits them).
 It speaks JSON lines: it writes {"peer_id" (its first node's), "peer_ids", "maddrs"} once its nodes joined, then:
@@ -175,17 +175,17 @@ def main() -> None:
     cfg = SwarmConfig.model_validate_json(settings["cfg"])
     k = settings["clients"]
     streams.TASKLESS_TIMEOUTS = settings.get("taskless", streams.TASKLESS_TIMEOUTS)
-    hosts = settings.get("hosts") or [cfg.host] * k
+    hosts = settings.get("hosts") or [cfg.transport.host] * k
     fp, vocab = settings.get("tokenizer_fp", TOKENIZER_FP), settings.get("vocab_size", VOCAB_SIZE)
     policies = [UsedPolicy() for _ in range(k)]
 
     def start(c: SwarmConfig, i: int) -> SwarmClient:
-        return SwarmClient.start(c.model_copy(update={"host": hosts[i]}), tokenizer_fp=fp, vocab_size=vocab,
+        return SwarmClient.start(c.replace(transport={"host": hosts[i]}), tokenizer_fp=fp, vocab_size=vocab,
                                  policy=policies[i])
 
     clients = [start(cfg, 0)]
-    if not cfg.peers:  # the swarm's first worker: its other nodes join through its first
-        cfg = cfg.model_copy(update={"peers": clients[0].visible_maddrs})
+    if not cfg.transport.peers:  # the swarm's first worker: its other nodes join through its first
+        cfg = cfg.replace(transport={"peers": clients[0].visible_maddrs})
     with ThreadPoolExecutor(max_workers=k) as pool:
         clients += list(pool.map(lambda i: start(cfg, i), range(1, k)))
     _send({"peer_id": clients[0].peer_id, "peer_ids": [c.peer_id for c in clients], "maddrs": clients[0].visible_maddrs})

@@ -121,8 +121,10 @@ def run_soak_bench(*, workdir: Path, rounds: int = 300, ttl: float = 30.0, deadl
     """Runs the testnet to its last round while sampling every process; no process outlives this call."""
     workdir.mkdir(parents=True, exist_ok=True)
     pre = preset("tiny", workdir)
-    flags = pre.flags + ("--round-deadline", str(deadline), "--checkpoint-every", "10", "--set", f"swarm.ttl={ttl}",
-                         "--set", f"swarm.max_clock_skew={min(5.0, ttl / 4)}", "--set", "swarm.poll_interval=0.5")
+    flags = pre.flags + ("--round-deadline", str(deadline), "--checkpoint-every", "10",
+                         "--set", f"swarm.records.ttl={ttl}",
+                         "--set", f"swarm.records.max_clock_skew={min(5.0, ttl / 4)}",
+                         "--set", "swarm.fetch.poll_interval=0.5")
     boot, maddrs = start_bootstrap(workdir)
     nodes = []
     t0 = time.time()

@@ -154,7 +154,7 @@ def run_standing_bench(receiver: str, honest: str, *, rounds: int, workdir: Path
     """
     cfg = NodeConfig(model=receiver, task="arith", rounds=rounds + max_warmup, prompts_per_round=2,
                      sampling=SAMPLING, learner=LearnerConfig(lr=2e-6), max_failed_updates=rounds + max_warmup + 1,
-                     swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "standing", seed=seed)
+                     swarm=SwarmConfig(run_id=RUN_ID), run_dir=workdir / "standing", seed=seed, eval_every=0)
     hub = LoopbackHub()
     node = Node(cfg, swarm=hub.member(ME))
     try:

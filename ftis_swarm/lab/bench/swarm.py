@@ -29,7 +29,7 @@ from typing import IO, Optional
 
 import numpy as np
 
-from ftis_swarm.config import LedgerConfig, SwarmConfig
+from ftis_swarm.config import FetchConfig, GossipConfig, LedgerConfig, SwarmConfig, TransportConfig
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _start_swarm(n: int, base: SwarmConfig, logs: Path) -> list[JsonProcess]:
     try:
         workers[0].joined()
         peers = workers[0].maddrs
-        rest = [start_worker(base.model_copy(update={"peers": peers}), log=logs / f"node{i}.log") for i in range(1, n)]
+        rest = [start_worker(base.replace(transport={"peers": peers}), log=logs / f"node{i}.log") for i in range(1, n)]
         workers.extend(rest)
         for worker in rest:
             worker.joined()
@@ -181,8 +181,9 @@ def run_swarm_bench(node_counts: list[int], *, groups_per_node: int, poll_interv
 
 def _measure(n: int, transport: str, logs: Path, *, groups_per_node: int, poll_interval: float,
              round_seconds: float, round_timeout: float) -> list[SwarmBenchRow]:
-    base = SwarmConfig(host="127.0.0.1", run_id=f"bench-{n}-{transport}", poll_interval=poll_interval,
-                       gossip=transport == "gossip")
+    base = SwarmConfig(run_id=f"bench-{n}-{transport}", transport=TransportConfig(host="127.0.0.1"),
+                       fetch=FetchConfig(poll_interval=poll_interval),
+                       gossip=GossipConfig(enabled=transport == "gossip"))
     workers = _start_swarm(n, base, logs)
     rows = []
     try:
@@ -207,7 +208,7 @@ def format_table(rows: list[SwarmBenchRow], *, poll_interval: float, round_secon
     poll = {(r.nodes, r.group): r.p50_s for r in rows if r.transport == "poll"}
     lines = [
         f"swarm on 127.0.0.1: publish-to-visible at every peer (ms); per peer per round of {round_seconds:g} s "
-        f"(poll interval {poll_interval:g} s; gossip reads the DHT every {SwarmConfig().dht_poll_interval:g} s)",
+        f"(poll interval {poll_interval:g} s; gossip reads the DHT every {FetchConfig().dht_poll_interval:g} s)",
         f"{'nodes':>5} {'transport':>9} {'group':>6} {'published':>9} {'complete':>8} {'publish p50':>11} "
         f"{'visible p50':>11} {'visible p95':>11} {'vs poll':>7} {'groups/s':>8} {'msgs':>6} {'KiB':>7} "
         f"{'body MiB':>8}",

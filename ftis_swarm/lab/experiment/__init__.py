@@ -3,7 +3,7 @@
 - config.py        ExperimentConfig: the NodeConfig both learners share, their overrides, the arms; an arm's NodeConfig
 - arms.py          the runs of a grid (a fresh process per run), resume, the pilot's gate
 - run.py           one run: one arm, one seed, two learners, each a real node on a loopback hub
-- heldout.py       the one held-out evaluator: greedy pass@1 and sampled accuracy per item
+- heldout.py       the experiment's held-out figures per item: greedy pass@1 (the node's evaluator, node/heldout.py) and sampled accuracy
 - stats.py         the fixed paired tests of every arm against a base, at the end point (secondary comparisons)
 - claims.py        the pre-registered claims C1, C2 and their verdict rules, collapses, standing, the a-priori MDE
 - claims_tables.py the statistics as JSON (stats.json) and markdown (stats.md): claims first

@@ -40,7 +40,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ftis_swarm.lab.experiment.config import ExperimentConfig
+from ftis_swarm.config import SwarmConfig
+from ftis_swarm.lab.experiment.config import ExperimentConfig, with_node_eval_keys
 from ftis_swarm.lab.experiment.run import run_arm, start_evaluation
 
 log = logging.getLogger(__name__)
@@ -162,10 +163,26 @@ def _reuse(path: Path, key: dict[str, Any], defaults: dict[str, Any]) -> Optiona
     if not path.is_file():
         return None
     saved = json.loads(path.read_text())
-    if not same_settings(saved.get("config"), key, defaults):
+    config = saved.get("config")  # a run saved before the held-out keys moved into `node` has them at the top
+    if isinstance(config, dict):
+        config = _swarm_in_sections(with_node_eval_keys(config))
+    if not same_settings(config, key, defaults):
         log.info("%s was made with another config; running it again", path)
         return None
     return saved["result"]
+
+
+def _swarm_in_sections(key: dict[str, Any]) -> dict[str, Any]:
+    """A saved run key whose node's swarm keys are flat (saved before `SwarmConfig` had sections) with them in
+    their sections, as the code keeps them now (a setting it no longer has stays, and differs)."""
+    node = key.get("node")
+    swarm = node.get("swarm") if isinstance(node, dict) else None
+    if not isinstance(swarm, dict):
+        return key
+    try:
+        return {**key, "node": {**node, "swarm": SwarmConfig.sectioned(swarm, warn=False)}}
+    except ValueError:  # an old key and its new one at odds: not this run
+        return key
 
 
 def pilot_gate(pilot: Optional[dict[str, Any]], model_b: str) -> dict[str, Any]:

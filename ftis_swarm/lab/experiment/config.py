@@ -10,7 +10,12 @@ overrides (`arm_config`): the node's seed for the run seed, the loss mode, the p
 factor of `solo-2x`, a vertical arm's `max_staleness`, and the F-TIS settings an arm name
 carries after `@` (`vertical-ftis@C=4,g=20,filter_rule=and`: the cap C, the KL threshold g and
 the filter rule, validated by `FTISConfig`). What is the experiment's own (the arms, the
-seeds, the held-out evaluation and its pre-registered end point) is declared here.
+seeds, when the held-out evaluation runs, its sampled part and its pre-registered end point)
+is declared here. The held-out set is the node's (`node.eval_items`, `node.eval_seed`,
+`node.eval_max_new_tokens`: one set of keys for a node's curve and the experiment; given at
+the top level, as before they moved, they go to `node`); the experiment's nodes run no curve
+of their own (`eval_every` 0): the experiment evaluates at its `eval_rounds`, with the node's
+evaluator (node/heldout.py).
 
     cfg = ExperimentConfig(node={"rounds": 4, "sampling": {"group_size": 6}}, arms=["solo", "vertical-ftis"])
     cfg.node.rounds                                  # 4: the shared NodeConfig
@@ -42,13 +47,18 @@ LEARNER_KEYS = frozenset({"model", "learner"})
 
 BASE_NODE: dict[str, Any] = {
     "task": "arith_mix", "rounds": 4, "prompts_per_round": 2, "backend": "transformers",
+    "eval_every": 0, "eval_items": None, "eval_max_new_tokens": 16,
     "sampling": {"temperature": 0.7, "max_new_tokens": 16, "group_size": 6},
     "learner": {"dtype": "fp32", "micro_batch": 32},
     "swarm": {"run_id": RUN_ID, "wire": {"max_group_size": 64}},
 }
 """The experiment's defaults of the shared node, over NodeConfig's own. `learner.dtype` fp32: on
 this machine's CPU (AVX2, no bf16 instructions) a bf16 round of the quick setting took 2.2 x the
-fp32 one, its learning 7.5 x (rollout and evaluation stay fp32 either way)."""
+fp32 one, its learning 7.5 x (rollout and evaluation stay fp32 either way). `eval_items` None: the
+whole test split (95 items of `arith_mix`)."""
+NODE_EVAL_KEYS = ("eval_items", "eval_seed", "eval_max_new_tokens")
+"""The held-out keys the experiment shares with a node (NodeConfig's); at the top level of an
+experiment's config (where they were before) they are moved into `node`."""
 PEER_MODEL = "smollm2-bias2"
 """Learner B of the pre-registered design: SmolLM2 with a fixed logit bias of scale sigma
 (models/logit_bias.py), sigma picked by the pilot's rule (`lab.experiment.sigma_pilot`):
@@ -135,6 +145,17 @@ def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_node_eval_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's config (or saved run key) with `NODE_EVAL_KEYS` given at its top level moved into `node`."""
+    moved = {k: data[k] for k in NODE_EVAL_KEYS if k in data}
+    if not moved:
+        return data
+    out = {k: v for k, v in data.items() if k not in moved}
+    node = out.get("node") or {}
+    out["node"] = ({**node.model_dump(), **moved} if isinstance(node, NodeConfig) else {**node, **moved})
+    return out
+
+
 def node_config(data: dict[str, Any], *, where: str) -> NodeConfig:
     """`NodeConfig` of `data`; ValueError of one sentence naming `where` when NodeConfig refuses it."""
     try:
@@ -155,11 +176,8 @@ class ExperimentConfig(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: list(range(12)))
     """Run seeds: 12 at the pilot's per-seed sd up to 0.05, 16 above (`claims.seeds_needed`); the pilot uses others."""
     eval_task: Optional[str] = None
-    """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: the node's task."""
-    eval_items: Optional[int] = Field(None, ge=1)
-    """Held-out test items (the same items in every arm); None: every distinct one of the task's test split."""
-    eval_seed: int = Field(0, ge=0)
-    eval_max_new_tokens: int = Field(16, ge=1)
+    """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: the node's task.
+    Its items, their seed and answer length are the node's keys (`node.eval_items`, ...)."""
     eval_samples: int = Field(8, ge=0, le=64)
     """Sampled completions per held-out item beside the greedy one (0: greedy only)."""
     eval_temperature: Optional[float] = Field(None, gt=0, le=10)
@@ -169,6 +187,11 @@ class ExperimentConfig(BaseModel):
     end_round: Optional[int] = None
     """The end point the claims test, one of `eval_rounds`; None: the last of them (END_ROUND, 4, by default),
     written to config.json before the first run, so it is fixed before any result exists."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_eval_keys(cls, data: Any) -> Any:
+        return with_node_eval_keys(data) if isinstance(data, dict) else data
 
     @field_validator("node", mode="before")
     @classmethod
@@ -245,8 +268,8 @@ def arm_config(cfg: ExperimentConfig, index: int, seed: int, arm: str) -> NodeCo
 
 def quick_config(**overrides: Any) -> ExperimentConfig:
     """The `--quick` setting: every arm kind once, one round, small groups, 8 held-out items; a couple of minutes."""
-    base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], eval_items=8,
-                                eval_samples=2,
-                                node={"rounds": 1, "prompts_per_round": 2, "sampling": {"group_size": 4}})
+    base: dict[str, Any] = dict(learners=QUICK_LEARNERS, arms=list(QUICK_ARMS), seeds=[0], eval_samples=2,
+                                node={"rounds": 1, "prompts_per_round": 2, "sampling": {"group_size": 4},
+                                      "eval_items": 8})
     base.update(overrides)
     return ExperimentConfig(**base)

@@ -1,18 +1,17 @@
 """Held-out accuracy, the experiment's one evaluator: greedy pass@1 and sampled accuracy per item.
 
-The same items (the task's `test` split, drawn with one seed) for every arm and every
-evaluation, so accuracies are comparable and pairable item by item; their ids are hashed
-into the result so a reader (and the test) can check that. Greedy decoding and scoring are
-`ftis-node eval`'s own (`rollout.greedy_texts` over a backend's `greedy`,
-`tasks.evaluation_summary`): on the same checkpoint and items the two report the same
-answers, item by item.
+The same items (the task's `test` split, drawn with one seed: a node's held-out set,
+`node.heldout.heldout_items`) for every arm and every evaluation, so accuracies are
+comparable and pairable item by item; their ids are hashed into the result so a reader (and
+the test) can check that. Greedy pass@1 is the product's one evaluator,
+`node.heldout.greedy_pass_at_1`, which `ftis-node eval` and a node's held-out curve run
+too: on the same weights and items the three report the same answers, item by item.
 
 The experiment compares arms item by item (paired on the same held-out questions), so both
 figures are kept per item, in the order of the items, with the item ids beside them:
 
 - greedy: 1 when the greedy completion is right, else 0 (the paper's pass@1); decoded and
-  scored by the experiment's `heldout_accuracy`, which is `ftis-node eval`'s one greedy
-  decoder;
+  scored by `heldout_accuracy`, the product's greedy evaluator over the model served in place;
 - sampled: how many of `samples` completions at temperature `T` are right (top-k and top-p
   off, the distribution a node samples from), drawn by the rollout backend the node uses,
   so the groups come back with their fp32 `logp_gen` (the pilot weighs them under another
@@ -28,21 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ftis_swarm.config import SamplingConfig
-from ftis_swarm.rollout import GroupHeader, PromptRequest, TransformersBackend, greedy_texts
+from ftis_swarm.node.heldout import EVAL_BATCH, greedy_pass_at_1, heldout_items
+from ftis_swarm.rollout import GroupHeader, PromptRequest, TransformersBackend
 from ftis_swarm.rollout.base import eos_token_ids
-from ftis_swarm.tasks import Task, TaskItem, evaluation_summary, items_digest
+from ftis_swarm.tasks import Task, TaskItem, items_digest
 from ftis_swarm.wire import Group
 
-EVAL_BATCH = 64
-"""Prompts per greedy batch: on CPU a decode step of a small model costs about the same at 8 rows
-as at 64 (it is bound by reading the weights)."""
-
 __all__ = ["HeldoutResult", "evaluate_heldout", "heldout_accuracy", "heldout_items", "items_digest", "sample_groups", "sampled_rewards"]
-
-
-def heldout_items(task: Task, n: int, seed: int) -> list[TaskItem]:
-    """The fixed evaluation set: `n` test items of `task` drawn with `seed`."""
-    return task.sample(n, seed=seed, split="test")
 
 
 def heldout_accuracy(model: Any, tokenizer: Any, task: Task, items: Sequence[TaskItem], *, max_new_tokens: int,
@@ -55,11 +46,7 @@ def heldout_accuracy(model: Any, tokenizer: Any, task: Task, items: Sequence[Tas
     backend = TransformersBackend(model=model, tokenizer=tokenizer, max_batch_rows=EVAL_BATCH,
                                   header=GroupHeader(run_id="heldout", sender="heldout", model_id="heldout"))
     backend.eos_ids, backend.pad_id = sorted(set(eos_ids)), int(pad_id)
-    prompts = [task.render_prompt(tokenizer, it) for it in items]
-    texts = greedy_texts(backend, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=EVAL_BATCH)
-    result = evaluation_summary(task, items, texts)
-    return {"accuracy": result["correct"] / len(items) if items else 0.0, **result}
-
+    return greedy_pass_at_1(backend, tokenizer, task, items, max_new_tokens=max_new_tokens, batch_size=EVAL_BATCH)
 
 
 @dataclass

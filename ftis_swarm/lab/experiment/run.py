@@ -65,11 +65,13 @@ def start_node(name: str, cfg: NodeConfig, hub: LoopbackHub, run_dir: Path) -> N
 
 
 def eval_items(cfg: ExperimentConfig, task: Task) -> list:
-    """The fixed held-out set: `eval_items` test items, or every distinct one of the test split."""
-    n = cfg.eval_items or task.size("test")
-    if not n:
-        raise ValueError(f"task {task.name} has no fixed test split; set eval_items")
-    return heldout_items(task, n, cfg.eval_seed)
+    """The fixed held-out set, a node's (`node.eval_items` test items drawn by `node.eval_seed`: node/heldout.py)."""
+    return heldout_items(task, cfg.node.eval_items, cfg.node.eval_seed)
+
+
+def eval_tokens(cfg: ExperimentConfig) -> int:
+    """Most tokens of a held-out answer, as a node's evaluation has them."""
+    return cfg.node.eval_max_new_tokens or cfg.node.sampling.max_new_tokens
 
 
 def evaluate(model: Any, tokenizer: Any, task: Task, items: list, cfg: ExperimentConfig, *, eos_ids: Any,
@@ -79,14 +81,14 @@ def evaluate(model: Any, tokenizer: Any, task: Task, items: list, cfg: Experimen
     was_training = model.training
     model.eval()
     try:
-        out = heldout_accuracy(model, tokenizer, task, items, max_new_tokens=cfg.eval_max_new_tokens,
+        out = heldout_accuracy(model, tokenizer, task, items, max_new_tokens=eval_tokens(cfg),
                                eos_ids=eos_ids, pad_id=pad_id)
         out["greedy"] = [int(v) for v in out["verdicts"]]
         k = cfg.eval_samples
         if k:
             groups = sample_groups(model, tokenizer, task, items, samples=k,
                                    temperature=cfg.eval_temperature or cfg.node.sampling.temperature,
-                                   max_new_tokens=cfg.eval_max_new_tokens, seed=cfg.eval_seed, sender=sender)
+                                   max_new_tokens=eval_tokens(cfg), seed=cfg.node.eval_seed, sender=sender)
             out["sampled"] = [int(sum(r)) for r in sampled_rewards(tokenizer, task, items, groups)]
             out["samples"] = k
             out["sampled_accuracy"] = sum(out["sampled"]) / (k * len(items)) if items else 0.0
@@ -97,7 +99,7 @@ def evaluate(model: Any, tokenizer: Any, task: Task, items: list, cfg: Experimen
 
 def start_evaluation(cfg_json: str) -> dict[str, Any]:
     """Held-out accuracy of both learners' initial weights (shared by every run and seed: the
-    evaluation is seeded by `eval_seed` alone, so it would repeat the same figures per seed)."""
+    evaluation is seeded by `node.eval_seed` alone, so it would repeat the same figures per seed)."""
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     task = get_task(cfg.eval_task or cfg.node.task)
     items = eval_items(cfg, task)

@@ -33,7 +33,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from ftis_swarm.lab.hostile.gossip import _varint
 from ftis_swarm.lab.hostile.peer import _send
-from ftis_swarm.swarm import reach
+from ftis_swarm.swarm.peer import reach
 
 SINK_PROTOCOL = "ftis.hostile.sink"
 CHUNK = 64 * 1024

@@ -16,5 +16,6 @@
                  bounded serving)
 - bodies.py      the body store (own and held bodies) and the upload cap
 
-Imports: the gossip and dht wings, swarm's base modules, and peers (the policy, the intake's Budget).
+Imports: the peer wing (reach: relay circuits, p2pd's dial backoff), the gossip and dht wings, swarm's base
+modules, and peers (the policy, the intake's Budget).
 """

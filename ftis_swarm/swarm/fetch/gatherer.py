@@ -85,14 +85,14 @@ class Gatherer:
                  on_accepted: Callable[[GroupPointer, bytes], None] = lambda pointer, body: None):
         self._reader, self._cfg, self._peer_id, self._policy = reader, cfg, peer_id, policy
         self._tokenizer_fp, self._vocab_size, self._counters = tokenizer_fp, vocab_size, counters
-        self._read_from = get_dht_time() - cfg.ttl - cfg.max_clock_skew
-        self._lookback = cfg.max_clock_skew + cfg.publish_timeout
+        self._read_from = get_dht_time() - cfg.records.ttl - cfg.records.max_clock_skew
+        self._lookback = cfg.records.max_clock_skew + cfg.records.publish_timeout
         self._lock = threading.Lock()  # guards the inbox, shared with the node's thread
         self._inbox: list[tuple[Group, Legs]] = []
         self._inbox_by_peer: Counter[str] = Counter()
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
-        self.table = PointerTable(span=cfg.ttl + cfg.max_clock_skew)
+        self.table = PointerTable(span=cfg.records.ttl + cfg.records.max_clock_skew)
         """Every pointer's record at this node (`pointers`): the only writer of their phases."""
         self._log = ThrottledLog(logger, "rejected groups", level=logging.INFO)
         self._contain = LoopErrors(logger, counters)
@@ -100,7 +100,7 @@ class Gatherer:
         self._gossiped: dict[tuple[str, int], set[int]] = {}  # (peer, window) -> rounds pushed to this node
         self._next_member_read = 0.0
         self._members_from = 0  # the oldest window whose membership is remembered (set at each tick)
-        self.rounds = RoundTracker(max_clock_skew=cfg.max_clock_skew)
+        self.rounds = RoundTracker(max_clock_skew=cfg.records.max_clock_skew)
         self.changed = threading.Event()
         """Set whenever a pointer is noted or a group settled (a gather of a round waits on it)."""
         self._origins, self._on_accepted = origins, on_accepted
@@ -109,7 +109,7 @@ class Gatherer:
                                          origin_of=_origin_lookup(origins),
                                          seed=peer_id, table=self.table, contain=self._contain)
         self._selection: Optional[Selection] = None
-        self._horizon = 2 * cfg.poll_interval
+        self._horizon = 2 * cfg.fetch.poll_interval
 
     # -- the budget (`selection`) -----------------------------------------------------------------
     async def use_budget(self, budget: Optional[Budget]) -> None:
@@ -202,8 +202,9 @@ class Gatherer:
                 try:
                     await self.poll_once()
                 except Exception:
-                    logger.exception("a poll of the swarm's keys failed; next try in %.1f s", self._cfg.poll_interval)
-                await asyncio.sleep(max(0.0, self._cfg.poll_interval - (time.monotonic() - started)))
+                    logger.exception("a poll of the swarm's keys failed; next try in %.1f s",
+                                     self._cfg.fetch.poll_interval)
+                await asyncio.sleep(max(0.0, self._cfg.fetch.poll_interval - (time.monotonic() - started)))
         finally:
             self._scheduler.cancel()
 
@@ -243,9 +244,9 @@ class Gatherer:
 
     async def _read_members(self, now: float) -> None:
         cfg = self._cfg
-        windows = windows_between(self._read_from, now + cfg.max_clock_skew, cfg.window)
+        windows = windows_between(self._read_from, now + cfg.records.max_clock_skew, cfg.records.window)
         members = await self._reader.read([member_key(cfg.run_id, w, s) for w in windows
-                                           for s in range(cfg.member_shards)], timeout=READ_TIMEOUT)
+                                           for s in range(cfg.records.member_shards)], timeout=READ_TIMEOUT)
         for records in members.values():
             for record in records.values():
                 try:
@@ -253,7 +254,7 @@ class Gatherer:
                 except Exception as exc:
                     self._contain("noting a membership record", exc)
         self._read_from = max(self._read_from, now - self._lookback)
-        interval = cfg.dht_poll_interval if self._gossip is not None else cfg.poll_interval
+        interval = cfg.fetch.dht_poll_interval if self._gossip is not None else cfg.fetch.poll_interval
         self._next_member_read = time.monotonic() + interval
         if self._gossip is not None:
             await self._gossip.keep_connected(self._run_members())
@@ -274,7 +275,8 @@ class Gatherer:
         if not isinstance(pointer, RoundPointer):
             return
         member, cfg = (pointer.publisher, pointer.window), self._cfg
-        if self._members_from <= pointer.window <= window_of(get_dht_time() + cfg.max_clock_skew, cfg.window):
+        records = cfg.records
+        if self._members_from <= pointer.window <= window_of(get_dht_time() + records.max_clock_skew, records.window):
             pushed = self._gossiped.setdefault(member, set())  # a window the membership reads can still see
             pushed.add(pointer.round)
             state = self._members.get(member)
@@ -341,7 +343,7 @@ class Gatherer:
         now = get_dht_time()
         fresh = []
         for group, legs in groups:
-            if now - group.created_at > self._cfg.ttl:
+            if now - group.created_at > self._cfg.records.ttl:
                 self._counters.reject(group.sender, faults.STALE)
             else:
                 fresh.append((group, legs))
@@ -378,7 +380,7 @@ class Gatherer:
         state.have, state.last_read = max(state.have, count), now
         if state.claimed > state.have:
             state.rereads += 1
-            state.next_read = now + self._cfg.poll_interval * 2 ** min(state.rereads, 6)
+            state.next_read = now + self._cfg.fetch.poll_interval * 2 ** min(state.rereads, 6)
             if state.rereads >= MAX_REREADS:  # claims more than it stored: believe it again when it claims more
                 state.have = state.claimed
                 self._counters.fault(member[0], Counter({faults.MEMBER_OVERCLAIM: 1}))
@@ -391,7 +393,8 @@ class Gatherer:
         self._counters.add(source)
         cfg, now = self._cfg, get_dht_time()
         reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
-                                ttl=cfg.ttl, max_clock_skew=cfg.max_clock_skew, max_bytes=cfg.wire.max_bytes)
+                                ttl=cfg.records.ttl, max_clock_skew=cfg.records.max_clock_skew,
+                                max_bytes=cfg.wire.max_bytes)
         if reason not in (faults.FUTURE, faults.STALE):  # a pointer outside the TTL is no part of a round, and never forgotten
             self.rounds.note(pointer, now=now)
             self.changed.set()
@@ -410,7 +413,7 @@ class Gatherer:
 
     def _room(self, publisher: str) -> int:
         with self._lock:
-            return self._cfg.max_groups_per_peer_per_gather - self._inbox_by_peer[publisher]
+            return self._cfg.fetch.max_groups_per_peer_per_gather - self._inbox_by_peer[publisher]
 
     def _accept_body(self, pointer: GroupPointer, body: bytes) -> bool:
         try:
@@ -449,14 +452,16 @@ class Gatherer:
     def _forget(self, now: float) -> None:
         cfg = self._cfg
         self.table.expire(now)
-        oldest = self._members_from = window_of(now - cfg.ttl - 2 * cfg.max_clock_skew - cfg.window, cfg.window)
+        records = cfg.records
+        oldest = self._members_from = window_of(now - records.ttl - 2 * records.max_clock_skew - records.window,
+                                                records.window)
         for member in [m for m in self._members if m[1] < oldest]:
             del self._members[member]
         for member in [m for m in self._gossiped if m[1] < oldest]:
             del self._gossiped[member]
-        self.rounds.forget(now=now, ttl=cfg.ttl)
+        self.rounds.forget(now=now, ttl=cfg.records.ttl)
         for pointer in self._scheduler.pending():  # pending pointers that went stale while they waited
-            if now - pointer.created_at > cfg.ttl:
+            if now - pointer.created_at > cfg.records.ttl:
                 self._reject(pointer, faults.STALE, "went stale while pending")
         self._scheduler.forget_idle(now)
 

@@ -145,7 +145,7 @@ class HolderBook:
         self._holders[holder].failures = 0
 
     def busy(self, holder: str, now: float) -> None:
-        self._holders[holder].resume_at = now + self._cfg.poll_interval
+        self._holders[holder].resume_at = now + self._cfg.fetch.poll_interval
 
     def failed(self, holder: str, group_id: str, error: BaseException, now: float) -> None:
         """Charges the holder (its body_* reason, or what its bytes contradict) and suspends or forgets it."""
@@ -156,10 +156,11 @@ class HolderBook:
         self._counters.fault(holder, Counter({reason: 1}))
         state = self._holders[holder]
         state.failures += 1
-        state.resume_at = now + min(self._cfg.ttl / 4, self._cfg.poll_interval * 2 ** (state.failures - 1))
+        state.resume_at = now + min(self._cfg.records.ttl / 4,
+                                    self._cfg.fetch.poll_interval * 2 ** (state.failures - 1))
         if reason == faults.BODY_MISSING or isinstance(error, BodyRefused):
             self._drop(holder, group_id)
-        if isinstance(error, BodyRefused) or state.failures >= self._cfg.max_fetch_attempts:
+        if isinstance(error, BodyRefused) or state.failures >= self._cfg.fetch.max_fetch_attempts:
             for named in list(state.named.ends):
                 self._drop(holder, named)
         logger.debug("fetch of %s from holder %s failed (%s); another source next", group_id, holder, error)

@@ -23,7 +23,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers import faults
-from ftis_swarm.swarm import reach
+from ftis_swarm.swarm.peer import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.holders import HolderBook
 from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, key_of
@@ -66,7 +66,7 @@ class Outcomes:
             return self._from_holder(pointer, state, source, answer)
         if isinstance(answer, bytes) and self._on_body(pointer, answer):
             state.failures, state.proven = 0, True
-            state.allowance = min(cfg.max_fetches_per_peer, state.allowance + 1)
+            state.allowance = min(cfg.fetch.max_fetches_per_peer, state.allowance + 1)
         elif isinstance(answer, bytes):  # a body that does not match its pointer (rejected by `on_body`)
             state.allowance = max(1, state.allowance // 2)
             return True
@@ -110,7 +110,7 @@ class Outcomes:
         cfg, now = self._cfg, get_dht_time()
         if exc.reason == faults.BODY_BUSY:
             self._back(pointer)
-            state.resume_at = max(state.resume_at, now + cfg.poll_interval)
+            state.resume_at = max(state.resume_at, now + cfg.fetch.poll_interval)
             return
         self._counters.add("fetch_retries")
         if (exc.reason == faults.BODY_UNREACHABLE and reach.in_dial_backoff(exc)
@@ -123,13 +123,13 @@ class Outcomes:
         state.failures += 1
         state.failed_at = now
         state.allowance = max(1, state.allowance // 2)
-        state.resume_at = now + min(cfg.ttl / 4, cfg.poll_interval * 2 ** (state.failures - 1))
+        state.resume_at = now + min(cfg.records.ttl / 4, cfg.fetch.poll_interval * 2 ** (state.failures - 1))
         record = self._table.get(key_of(pointer))
-        attempts = self._table.attempt(record) if record is not None else cfg.max_fetch_attempts
+        attempts = self._table.attempt(record) if record is not None else cfg.fetch.max_fetch_attempts
         final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         has_holder = self._holders.has
-        if state.failures >= cfg.max_fetch_attempts:
-            if exc.reason == faults.BODY_UNREACHABLE and state.failures == cfg.max_fetch_attempts:  # once per series
+        if state.failures >= cfg.fetch.max_fetch_attempts:
+            if exc.reason == faults.BODY_UNREACHABLE and state.failures == cfg.fetch.max_fetch_attempts:  # once a series
                 self._counters.add("publishers_unreachable")
                 logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
                                "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
@@ -144,7 +144,7 @@ class Outcomes:
                 self._back(pointer)
             else:
                 self._on_reject(pointer, final, str(exc))
-        elif attempts >= cfg.max_fetch_attempts and not has_holder(pointer.group_id):
+        elif attempts >= cfg.fetch.max_fetch_attempts and not has_holder(pointer.group_id):
             self._on_reject(pointer, final, str(exc))
         else:
             self._back(pointer)

@@ -96,7 +96,7 @@ class FetchScheduler:
         every pointer's record (`pointers`: the pending ones are its CHOSEN records, those in a stream its
         FETCHING ones, with their attempts and leg times); `contain` is told of an error in settling one
         answer (the gatherer's `LoopErrors`; by default it is logged): the stream goes on with the next."""
-        self.table = table if table is not None else PointerTable(span=cfg.ttl + cfg.max_clock_skew)
+        self.table = table if table is not None else PointerTable(span=cfg.records.ttl + cfg.records.max_clock_skew)
         self._p2p, self._cfg, self._policy, self._counters = p2p, cfg, policy, counters
         self._seed = seed
         self._origin_of = origin_of
@@ -153,7 +153,7 @@ class FetchScheduler:
         """A pointer to fetch: its CHOSEN record (made here when the table has none: without a gatherer)."""
         if not self.table.known(key_of(pointer)):
             self.table.see(pointer, Phase.CHOSEN)
-        self._publishers.setdefault(pointer.publisher, PublisherState(allowance=self._cfg.max_fetches_per_peer))
+        self._publishers.setdefault(pointer.publisher, PublisherState(allowance=self._cfg.fetch.max_fetches_per_peer))
 
     def is_proven(self, publisher: str) -> bool:
         state = self._publishers.get(publisher)
@@ -166,12 +166,12 @@ class FetchScheduler:
     def schedule(self) -> None:
         """Starts streams while slots are free (see the module docstring for the order)."""
         cfg, now = self._cfg, get_dht_time()
-        half = cfg.max_concurrent_fetches // 2
+        half = cfg.fetch.max_concurrent_fetches // 2
         order = sorted((p for p in self.table.publishers(Phase.CHOSEN) if p in self._publishers),
                        key=lambda p: (-max(self._policy.score(p), 0.0), not self._publishers[p].proven,
                                       self._publishers[p].turn))
         started = True
-        while started and self._streams < cfg.max_concurrent_fetches:
+        while started and self._streams < cfg.fetch.max_concurrent_fetches:
             started = False
             for publisher in order:
                 state, pending = self._publishers[publisher], self._pending(publisher)
@@ -187,26 +187,26 @@ class FetchScheduler:
                 if stranger and self._stranger_streams >= half:
                     continue
                 origin = self._origin_of(publisher)
-                if origin is not None and self._origin_streams[origin] >= cfg.max_fetches_per_origin:
+                if origin is not None and self._origin_streams[origin] >= cfg.fetch.max_fetches_per_origin:
                     continue
-                batch, source = self._batch(publisher, state, now, min(room, cfg.max_bodies_per_stream))
+                batch, source = self._batch(publisher, state, now, min(room, cfg.fetch.max_bodies_per_stream))
                 if not batch:
                     continue
                 self._start(batch, state, stranger, origin, source)
                 started = True
-                if self._streams >= cfg.max_concurrent_fetches:
+                if self._streams >= cfg.fetch.max_concurrent_fetches:
                     return
 
     def forget_idle(self, now: float) -> None:
         """Drops unproven publishers with nothing pending or in flight and no suspension for a TTL."""
         for publisher, state in list(self._publishers.items()):
             if (not (self._pending(publisher) or state.streams or state.proven)
-                    and now > state.resume_at + self._cfg.ttl):
+                    and now > state.resume_at + self._cfg.records.ttl):
                 del self._publishers[publisher]
         self._holders.forget(now)
 
     def rewire(self, *, p2p: P2P, origin_of: Callable[[str], Optional[str]]) -> None:
-        """Fetches through this daemon from now on (the node switched mode: `runtime.reopen_peer`)."""
+        """Fetches through this daemon from now on (the node switched mode: `peer.switch.reopen_peer`)."""
         self._p2p, self._origin_of = p2p, origin_of
 
     def cancel(self) -> None:
@@ -240,8 +240,9 @@ class FetchScheduler:
         """One stream of `batch` from `source` (its slot taken at unix time `taken`): each answer settled as it
         comes, the unanswered back to pending."""
         cfg, started, left = self._cfg, time.monotonic(), list(batch)
-        answers = fetch_bodies(self._p2p, source, [(p.group_id, p.size) for p in batch], timeout=cfg.fetch_timeout,
-                               first_byte_timeout=cfg.first_byte_timeout, min_rate=cfg.min_body_rate)
+        answers = fetch_bodies(self._p2p, source, [(p.group_id, p.size) for p in batch],
+                               timeout=cfg.fetch.fetch_timeout,
+                               first_byte_timeout=cfg.fetch.first_byte_timeout, min_rate=cfg.fetch.min_body_rate)
         try:
             async with contextlib.aclosing(answers):
                 while left:

@@ -41,11 +41,11 @@ class HaveAnnouncer:
 
     async def run(self) -> None:
         """Announces until cancelled (see the module docstring); a failed announcement is logged and tried again."""
-        step, last, said = self._cfg.have_interval / 4, -math.inf, []
+        step, last, said = self._cfg.holders.have_interval / 4, -math.inf, []
         while True:
             await asyncio.sleep(step)
             held = self._held(MAX_HELD_ANNOUNCED)
-            if not held or (held == said and time.monotonic() - last < self._cfg.have_interval):
+            if not held or (held == said and time.monotonic() - last < self._cfg.holders.have_interval):
                 continue
             try:
                 if await self.announce(held):
@@ -56,11 +56,11 @@ class HaveAnnouncer:
     async def announce(self, held: list[str]) -> bool:
         """Gossips one have record of `held` (group ids); False when p2pd refused it."""
         cfg, now = self._cfg, get_dht_time()
-        window = window_of(now, cfg.window)
+        window = window_of(now, cfg.records.window)
         have = HaveRecord(v=RECORD_VERSION, holder=self._peer_id, run_id=cfg.run_id, window=window, created_at=now,
                           puzzle=self._puzzle, groups=[bytes.fromhex(gid) for gid in held])
         record = Record(pointer_key(cfg.run_id, self._peer_id, window), make_subkey(self._public_key, HAVE_SUBKEY_NAME),
-                        have.model_dump(), now + cfg.ttl)
+                        have.model_dump(), now + cfg.records.ttl)
         sent = await self._channel.publish(sign_records(self._node, [record])[0].signed)
         if sent:
             self._counters.add("haves_sent")

@@ -13,11 +13,11 @@ never one the asker names, so nobody can point it at a third party; it answers a
 `Reachability` is what the node knows of its own reach, for its metrics and status page:
 the mode it runs in (`reach.py`), how that was decided (configured, or `auto` by dial-back
 answers), and whether peers could dial its port at the last check. `watch_reachability`
-asks again every `SwarmConfig.reach_recheck_every` seconds while the node runs: a port
+asks again every `TransportConfig.reach_recheck_every` seconds while the node runs: a port
 that closed (or opened) later is said in a WARNING, in `dialable` and in `mismatch` (the
 check contradicts the mode). An `auto` node whose last `reach_switch_after` answered
 checks all contradicted its mode switches (`switch_due`; the switch itself is
-`runtime.reopen_peer`, called by `SwarmClient.switch_reach_if_due`): another mode means
+`switch.reopen_peer`, called by `SwarmClient.switch_reach_if_due`): another mode means
 other p2pd flags, so a new daemon, a new join and a new relay slot, a few seconds without
 serving, which one contradicting check (a peer busy or restarting) is not worth. A
 configured mode never switches: the operator said it.

@@ -5,7 +5,7 @@ preference: a direct connection where one exists (the peer dialed it, or hole pu
 succeeded), the reverse connection it opened itself (a public peer streams back over it),
 and a circuit through a relay. Hole punching (DCUtR) is on in every mode: hivemind's
 `-autonat` turns it on with the AutoNAT service; when it works is in docs/swarm.md, Reach.
-Modes (`SwarmConfig.reachability`):
+Modes (`TransportConfig.reachability`):
 
 - `public`   dialable directly: serves the DHT, and offers a bounded relay service
              (`relay_max_circuits`, `relay_max_reservations`, `relay_data_limit` bytes and

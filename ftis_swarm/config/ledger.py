@@ -1,0 +1,31 @@
+"""Which peers a node takes groups from, and how faults cost them: `LedgerConfig`."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ftis_swarm.config.base import Strict
+
+
+class LedgerConfig(Strict):
+    """Which peers a node takes groups from, and how faults cost them (ftis_swarm/peers/ledger.py)."""
+
+    allow_peers: list[str] = Field(default_factory=list)
+    """Peer ids (base58) whose groups are taken; empty: every peer not denied (a public swarm)."""
+    deny_peers: list[str] = Field(default_factory=list)
+    """Peer ids whose groups are never taken."""
+    ban_threshold: float = Field(20.0, gt=0)
+    """Fault points (costs in peers/ledger.py) that ban a peer; counted afresh after each ban."""
+    ban_seconds: float = Field(60.0, gt=0)
+    """Length of a peer's first ban; each further ban doubles it, up to `max_ban_seconds`."""
+    max_ban_seconds: float = Field(3600.0, gt=0)
+    """Longest ban."""
+    gossip_ban_seconds: float = Field(30.0, gt=0)
+    """Length of the gossip gate's first ban of a sender that floods the topic past its rate; each
+    further one doubles it, up to `max_ban_seconds` and a quarter of `swarm.records.ttl`."""
+    max_credit_per_update: float = Field(4.0, ge=0)
+    """Most credit one peer earns from one update (a group whose every sample carried signal at a
+    weight of 1 or more and passed every check earns 1; a sample earns in proportion to its weight)."""
+    credit_half_life: float = Field(50.0, ge=0)
+    """Rounds in which a peer's credit halves (it decays once a round); 0: credit never decays. A proven
+    fault (any charge that costs points) takes all of it at once."""
