@@ -320,9 +320,9 @@ class SwarmClient:
         expiration = min(group.created_at for group, _ in encoded) + cfg.records.ttl
         return [
             Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
-                   pointer.dict(), expiration),
+                   pointer.model_dump(), expiration),
             Record(member_key(cfg.run_id, window, member_shard(self.peer_id, cfg.records.member_shards)),
-                   make_subkey(public_key, MEMBER_SUBKEY_NAME), member.dict(), self._member_updated + cfg.records.ttl),
+                   make_subkey(public_key, MEMBER_SUBKEY_NAME), member.model_dump(), self._member_updated + cfg.records.ttl),
         ], window
 
     def set_budget(self, budget: Optional[Budget]) -> None:
