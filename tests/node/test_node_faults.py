@@ -80,6 +80,7 @@ class Scan(ast.NodeVisitor):
 RAISE_SITES = ["swarm/counters.py", "swarm/records.py", "swarm/gossip/gate.py", "swarm/gossip/channel.py",
                "swarm/dht/storage.py", "swarm/dht/guard.py", "swarm/dht/reading.py", "swarm/dht/validators.py",
                "swarm/fetch/outcomes.py", "swarm/fetch/holders.py", "swarm/fetch/streams.py", "swarm/fetch/gatherer.py",
+               "swarm/fetch/scheduler.py",
                "swarm/dht/origin_quota.py", "swarm/puzzle.py",
                "learner/learner.py", "node/scoring.py", "node/learning.py", "peers/intake.py", "peers/ledger.py",
                "peers/loopback.py"]
