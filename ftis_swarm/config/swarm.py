@@ -165,6 +165,11 @@ def _moved_keys() -> dict[str, str]:
             for name in model.model_fields}
 
 
+def _is_flat(key: str, value: Any) -> bool:
+    """Whether `key` with `value` is an old flat key of SwarmConfig (`gossip` was a bool; now it is a section)."""
+    return key in SwarmConfig.MOVED_KEYS and not (key in SWARM_SECTIONS and isinstance(value, (dict, BaseModel)))
+
+
 def moved_key_sentence(old: str, new: str) -> str:
     """The one WARNING sentence for a config key that moved (`swarm.ttl` -> `swarm.records.ttl`)."""
     return f"{old} is deprecated: it is now {new} (the old key still works, for now)"
@@ -218,10 +223,8 @@ class SwarmConfig(Strict):
     def sectioned(cls, data: dict, *, warn: bool = True) -> dict:
         """`data` (SwarmConfig's keys) with each old flat key moved into its section, and (`warn`) one WARNING
         sentence for them; ValueError for an old key whose new key is also set, to another value."""
-        data, flat = dict(data), {}
-        for key in [k for k in data if k in cls.MOVED_KEYS]:
-            if not (key in SWARM_SECTIONS and isinstance(data[key], (dict, BaseModel))):  # `gossip`: a bool, once
-                flat[key] = data.pop(key)
+        data = dict(data)
+        flat = {key: data.pop(key) for key in [k for k, v in data.items() if _is_flat(k, v)]}
         moved = []
         for old, value in flat.items():
             section, name = cls.MOVED_KEYS[old].split(".")
@@ -250,8 +253,7 @@ class SwarmConfig(Strict):
     def model_copy(self, *, update: Optional[Mapping[str, Any]] = None, deep: bool = False) -> "SwarmConfig":
         """pydantic's copy, which also takes an old flat key (`update={"ttl": 60}`) into its section, with one
         WARNING sentence."""
-        flat = {k: v for k, v in (update or {}).items()
-                if k in self.MOVED_KEYS and not (k in SWARM_SECTIONS and isinstance(v, (dict, BaseModel)))}
+        flat = {k: v for k, v in (update or {}).items() if _is_flat(k, v)}
         if not flat:
             return super().model_copy(update=update, deep=deep)
         logger.warning(_moved_keys_sentence([(f"swarm.{k}", f"swarm.{self.MOVED_KEYS[k]}") for k in flat]))

@@ -195,10 +195,7 @@ class ForgeryDetector:
         since = {} if legacy else state.get("standing_since", {})
         self._since = {peer: int(u) for peer, u in since.items()}
         for peer in set(self._blocks) | set(self._since):  # read again under this detector's tests
-            if self.has_standing(peer):
-                self._since.setdefault(peer, self.updates)
-            else:
-                self._since.pop(peer, None)
+            self._track(peer)
 
 
 def screen_batch(detector: ForgeryDetector, batch: Batch, logp_old: torch.Tensor, *, C: float,

@@ -99,6 +99,5 @@ def _loaded(name: str, what: str, watch: HubWatch, load: Callable[[str], T]) -> 
         cached = cached_folder(hub_id)
         if cached is None:
             raise watch.model_error(what, hub_id) from exc
-        logger.warning("the hub at %s sent nothing for %g s (hub_timeout); loading %s from the hub cache",
-                       constants.ENDPOINT, watch.seconds, hub_id)
+        logger.warning("%s; loading %s from the hub cache", watch.silence(), hub_id)
     return load(cached)

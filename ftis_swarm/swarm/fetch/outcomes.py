@@ -128,16 +128,16 @@ class Outcomes:
         attempts = self._table.attempt(record) if record is not None else cfg.fetch.max_fetch_attempts
         final = faults.STALLED if exc.reason == faults.BODY_STALLED else faults.FETCH_FAILED
         has_holder = self._holders.has
+        pending = self._table.of(pointer.publisher, Phase.CHOSEN)
         if state.failures >= cfg.fetch.max_fetch_attempts:
             if exc.reason == faults.BODY_UNREACHABLE and state.failures == cfg.fetch.max_fetch_attempts:  # once a series
                 self._counters.add("publishers_unreachable")
                 logger.warning("cannot fetch the groups of %s: no stream to it in %d tries (%s); it is behind NAT "
                                "without a relay slot, or gone. Dropping its %d pending groups", pointer.publisher,
-                               state.failures, exc, len(self._table.of(pointer.publisher, Phase.CHOSEN)) + 1)
+                               state.failures, exc, len(pending) + 1)
             else:
                 logger.info("%s failed %d fetches in a row (%s); dropping its %d pending groups", pointer.publisher,
-                            state.failures, exc, len(self._table.of(pointer.publisher, Phase.CHOSEN)) + 1)
-            pending = self._table.of(pointer.publisher, Phase.CHOSEN)
+                            state.failures, exc, len(pending) + 1)
             for other in [r.pointer for r in list(pending.values()) if not has_holder(r.pointer.group_id)]:
                 self._on_reject(other, final, f"its publisher failed {state.failures} fetches in a row")
             if has_holder(pointer.group_id):
