@@ -1,58 +1,23 @@
 """Gossiped pointers and haves: the message format, and the gate every message passes before anything acts on it.
 
-A gossip message is one DHT record, self-contained, exactly as a peer would store it:
+Owns: the gossip message's form (`msgpack [1, key id, subkey, signed value, expiry]`, one DHT
+record exactly as a peer would store it, checked by the same `RecordChecker`), and per sender
+its token bucket, drop count, bans, per-kind replay horizon and the bounded queue of records
+refused as `puzzle_busy`.
 
-    msgpack [1, key id (20 bytes), subkey (serialized, as in the DHT), signed value, expiry]
+Contract: `GossipGate.admit` takes one message from a sender (p2pd authenticated it) and names
+the first check that fails, cheapest first: `replayed` (before any rate is charged: a replay
+is never its signer's fault), `banned`, `denied`, `rate` (a ban with a disconnect past
+`burst` drops), `oversize`, `bad_message`, `not_pointer_form`, `not_pointer`, `not_sender`,
+then `RecordChecker.examine`'s reasons. `retry` checks the waiting `puzzle_busy` records again,
+oldest first, while the verifier has room.
 
-about 0.9 KB plus 76 bytes per group for a round pointer (2.1 KB for 16 groups; the
-owner's RSA public key in the subkey is 0.4 KB of it), or a holder's `HaveRecord` (0.9 KB
-plus 17 bytes per held group; `fetch.bodies`). The
-record is checked by the same `RecordChecker` as a record read from the DHT (signature,
-owner, size, expiry, key binding, schema), so a gossiped pointer is worth exactly what
-the DHT record is. `GossipGate.admit` takes one message from a sender (the peer that
-signed the gossipsub message, checked by p2pd), cheapest check first, and names the first
-that fails:
-
-0. `replayed`: a message of at most `MAX_MESSAGE_BYTES` that decodes to a record of the
-   sender's own that is old: expired, admitted before, or expiring at or before the
-   sender's horizon (below). It comes before any rate is charged, because **a replay is
-   never its signer's fault**: gossipsub keeps a message's first signer as its sender, so a
-   third party that relays an honest node's messages once p2pd's seen-cache (~2 min) has
-   forgotten them would otherwise spend that node's tokens and get it banned;
-1. `banned` (the sender went on flooding, below), `denied` (the node's policy refuses it);
-2. `rate`: each sender has a token bucket of `burst` messages refilled at `rate` a
-   second; a message without a token is dropped. A sender whose drops since its last ban
-   exceed `burst` is banned for `LedgerConfig.gossip_ban_seconds * 2^k` (k earlier bans;
-   at most `max_ban_seconds` and a quarter of the TTL) and disconnected, again at most every `DISCONNECT_EVERY` s while it sends;
-3. `oversize` (more than `MAX_MESSAGE_BYTES`), `bad_message` (not the form above);
-4. `not_pointer_form`, `not_pointer` (a membership record: only pointers and haves are gossiped),
-   `not_sender` (the record's owner is not the sender: nobody gossips another's pointer);
-5. every refusal of `RecordChecker.examine` under its own name (`bad_signature`,
-   `far_expiry`, ...).
-
-Memory is bounded: the digests of the last `MAX_REMEMBERED` admitted records, and per
-sender and kind (pointers, haves) a horizon, the latest expiry among its admitted records
-that this memory let go (at most `MAX_SENDERS` horizons, the least recently raised leaving
-first). A signer's records of one kind expire later as time passes (a pointer at its
-groups' creation + ttl, a have at its signing + ttl), so one expiring at or before its
-horizon is one of the forgotten, or older still; a pointer dropped so by mistake still
-arrives by the DHT.
-
-A record refused as `puzzle_busy` (the puzzle verifier's rate for new identities is spent;
-no one's fault) waits, at most `WAITING_PER_SENDER` of a sender (its newest) and
-`MAX_WAITING` in all (a full queue takes no more), unless its owner is a puzzle
-`suspect`. `retry` checks the waiting ones again, oldest first, while the verifier
-`has_room`; the channel calls it before each message it admits and every second, so a
-newcomer that only gossips is seen once a flood of new identities has passed, and those
-waiting go before new arrivals. One that meanwhile expired or was admitted, or whose
-sender is now banned or denied, is dropped.
-
-Each refusal is named `gossip_<reason>` (`peers/faults.py`), and the channel counts it
-against the sender for the node's ledger. What the sender signed costs what its DHT
-twin costs (`faults.gossip_twin`: a forged signature as much as in a store); `banned`,
-`denied`, `rate` and `replayed` cost nothing (the ban is this gate's own answer to a
-flood; the ledger never bans again for what a banned peer keeps sending). Runs on the
-swarm's event loop thread only.
+Invariants: memory is bounded (`MAX_REMEMBERED` digests, `MAX_SENDERS` horizons,
+`WAITING_PER_SENDER` and `MAX_WAITING` waiting records); a record expiring at or before its
+signer's horizon for its kind is a replay; `banned`, `denied`, `rate` and `replayed` cost the
+sender nothing in the ledger (`peers/faults.py`). Runs on the swarm's event loop thread only.
+Imports the DHT layer's checker and records, peers' policy and faults; nothing of fetch. Why each rule, and the measured
+figures: docs/swarm.md, "Gossip" and "Identity".
 """
 
 from __future__ import annotations
