@@ -11,4 +11,6 @@ if [ -n "${VIRTUAL_ENV:-}" ]; then py="$VIRTUAL_ENV/bin/python"; else py="$PWD/.
 echo "[test] stage 1: fast tests"
 "$py" -m pytest -m "not slow" --durations=5 "$@"
 echo "[test] stage 2: slow tests"
-"$py" -m pytest -m slow --durations=10 "$@"
+# `docker`: the compose testnet built and run for real (25-40 min, more than CI's budget allows):
+# bash deploy/compose_check.sh, or pytest -m docker tests/deploy (docs/deploy.md).
+"$py" -m pytest -m "slow and not docker" --durations=10 "$@"

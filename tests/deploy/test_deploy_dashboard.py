@@ -77,9 +77,17 @@ def test_compose_provisions_prometheus_and_grafana_for_every_node():
     services = COMPOSE["services"]
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     (job,) = prom["scrape_configs"]
+    # the nodes a plain `up` starts are listed (one that crashed shows as down); a node under a profile
+    # is found by its name on the compose network only while it runs (nothing down when never started)
     targets = {t for sc in job["static_configs"] for t in sc["targets"]}
+    looked_up = {n for sd in job["dns_sd_configs"] for n in sd["names"]}
+    assert all(sd["port"] == 9100 and sd["type"] == "A" for sd in job["dns_sd_configs"])
     nodes = {n for n, svc in services.items() if svc.get("command", [None])[0] == "join"}
-    assert targets == {f"{n}:9100" for n in nodes} and len(nodes) == 4
+    in_profile = {n for n in nodes if services[n].get("profiles")}
+    assert targets == {f"{n}:9100" for n in nodes - in_profile} and looked_up == in_profile == {"node-gpu"}
+    (relabel,) = job["relabel_configs"]  # a looked-up node's instance is its name too, as the panels show it
+    assert relabel["source_labels"] == ["__meta_dns_name"] and relabel["target_label"] == "instance"
+    assert re.sub(relabel["regex"], relabel["replacement"].replace("$1", r"\1"), "node-gpu") == "node-gpu:9100"
     assert all("--metrics-port" in services[n]["command"] for n in nodes)
     # the dashboard's memory panel picks the nodes by this job's name
     assert any(f'job="{job["job_name"]}"' in q for q in queries())
@@ -100,3 +108,44 @@ def test_compose_provisions_prometheus_and_grafana_for_every_node():
     for svc in ("prometheus", "grafana"):  # localhost only
         assert all(p.startswith("127.0.0.1:") for p in services[svc]["ports"])
     assert {r["gridPos"]["y"] for r in BOARD["panels"]} and len({p["id"] for p in BOARD["panels"]}) == len(BOARD["panels"])
+
+
+# What Grafana 12.1.0 (the compose file's pin) loads, read from its sources, since Grafana cannot run here:
+# - schemaVersion: the dashboard migrator upgrades versions from MIN_VERSION 9
+#   (apps/dashboard/pkg/migration/schemaversion/migrations.go) to 41, the DASHBOARD_SCHEMA_VERSION of
+#   Grafana 12.0-12.2 (public/app/features/dashboard/state/DashboardMigrator.ts; 42 came later). A board
+#   above the running Grafana's version is shown unmigrated, below 9 is refused.
+# - panel types: the core panel plugins of Grafana 12 (public/app/plugins/panel/*/plugin.json); the
+#   Angular ones 12 removed (graph, singlestat, table-old) are auto-migrated or fail, so none is allowed.
+GRAFANA_PIN = "grafana/grafana:12.1.0"
+SCHEMA_VERSIONS = range(9, 41 + 1)
+CORE_PANELS = {"alertlist", "annolist", "barchart", "bargauge", "candlestick", "canvas", "dashlist", "datagrid",
+               "debug", "flamegraph", "gauge", "geomap", "heatmap", "histogram", "logs", "news", "nodeGraph",
+               "piechart", "stat", "state-timeline", "status-history", "table", "text", "timeseries", "traces",
+               "trend", "xychart"}
+
+
+def test_the_dashboard_is_one_the_pinned_grafana_loads():
+    assert COMPOSE["services"]["grafana"]["image"] == GRAFANA_PIN  # the facts above are this version's
+    assert BOARD["schemaVersion"] in SCHEMA_VERSIONS
+    assert {p["type"] for p in BOARD["panels"]} <= CORE_PANELS
+    sources = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    (ds,) = sources["datasources"]
+    for panel in BOARD["panels"]:  # each panel and query names the provisioned source by uid and type
+        for ref in [panel["datasource"], *(t["datasource"] for t in panel["targets"])]:
+            assert ref == {"type": ds["type"], "uid": ds["uid"]}, panel["title"]
+        assert {"x", "y", "w", "h"} <= set(panel["gridPos"]) and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+        assert all(t.get("refId") for t in panel["targets"]), panel["title"]
+    assert BOARD["uid"] and len(BOARD["uid"]) <= 40  # Grafana refuses longer uids
+
+
+def test_each_panel_shows_something_no_other_panel_shows():
+    """The duplicate "Own reward and accuracy" series (one number for a binary reward) stays gone."""
+    seen: dict[str, str] = {}
+    for panel in BOARD["panels"]:
+        exprs = [" ".join(t["expr"].split()) for t in panel["targets"]]
+        assert len(set(exprs)) == len(exprs), panel["title"]
+        for e in exprs:
+            assert e not in seen, f"{e!r} in both {seen[e]!r} and {panel['title']!r}"
+            seen[e] = panel["title"]
+    assert len({p["title"] for p in BOARD["panels"]}) == len(BOARD["panels"])

@@ -1,8 +1,9 @@
 """deploy/: the compose file parses, every service runs a valid ftis-node command, images have their
 entry point and take torch from a CPU index, the documented `docker run` keeps its state on volumes.
 
-No Docker engine runs here, so the images are not built and no container starts; what can be
-checked without one is: the files parse, and every command they hold goes through the real CLI.
+These tests need no Docker engine: the files parse, and every command they hold goes through the
+real CLI. The images built and the testnet run for real: tests/deploy/test_compose_run.py
+(`docker` marker, deploy/compose_check.sh).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import re
 import shlex
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
@@ -105,10 +105,17 @@ def test_documented_docker_run_keeps_state_on_volumes_and_publishes_its_ports():
     assert cfg["swarm"]["transport"]["host"] == "0.0.0.0" and cfg["metrics_host"] == "0.0.0.0"
 
 
-def test_the_cpu_image_takes_torch_from_the_cpu_wheel_index():
+def test_the_cpu_image_takes_torch_from_the_cpu_wheel_index_or_a_local_wheel():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
     assert re.search(r'TORCH_INDEX_URL="\$TORCH_INDEX_URL" .*bash deploy/setup.sh --runtime', text)
+    # where the index is unreachable: a wheel in deploy/wheels/ (compose_check.py copies it there), found by
+    # the same pattern the Dockerfile tests
+    assert "PIP_FIND_LINKS=/wheels TORCH_INDEX_URL= bash deploy/setup.sh --runtime" in text
+    assert "ls /wheels/torch-2.13.0+cpu-*.whl" in text and "COPY deploy/wheels/ /wheels/" in text
+    for folder in ("wheels", "certs"):  # what compose_check.py puts there stays out of git
+        assert (ROOT / "deploy" / folder / ".gitignore").read_text().splitlines()[-2:] == ["*", "!.gitignore"]
+    assert "endswith('+cpu')" in text  # the build fails rather than ship a CUDA torch
     setup = (ROOT / "deploy" / "setup.sh").read_text()
     assert "pip install 'torch==2.13.0' --index-url \"$TORCH_INDEX_URL\"" in setup
     assert subprocess.run(["bash", "-n", str(ROOT / "deploy" / "setup.sh")]).returncode == 0
@@ -135,7 +142,7 @@ def test_images_entry_point_is_the_installed_script(dockerfile):
     entry = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", text, re.M).group(1))
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert entry == ["ftis-node"] and scripts["ftis-node"] == "ftis_swarm.cli.main:main"
-    for src in re.findall(r"^COPY (\S+)", text, re.M):
+    for src in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
         assert (ROOT / src).exists(), src
     assert "deploy/setup.sh" in text and (ROOT / "deploy" / "setup.sh").is_file()
 
@@ -159,3 +166,63 @@ def test_gpu_recipe_dry_run_plans_both_learners_and_prints_the_harness_command(t
     command = proc.stderr.splitlines()[-1]
     assert command.startswith("+ ftis-node experiment ") and "--eval-task math500" in command
     assert "--rounds 10 " in command and "--arms solo,vertical-ftis " in command
+
+
+def test_the_base_image_is_a_build_arg_and_the_compiler_stays_in_the_build_stage():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert text.count("FROM ${BASE_IMAGE}") == 2 and "ARG BASE_IMAGE=python:3.11-slim" in text
+    build, runtime = text.split("\nFROM ${BASE_IMAGE}\n")
+    assert "gcc" in build and "gcc" not in runtime and "COPY --from=build /opt/venv /opt/venv" in runtime
+    args = COMPOSE["services"]["node-full"]["build"]["args"]
+    assert args["BASE_IMAGE"] == "${TESTNET_BASE_IMAGE:-python:3.11-slim}"
+    assert COMPOSE["services"]["bootstrap"]["build"] == COMPOSE["services"]["node-full"]["build"]
+
+
+def test_the_dockerignore_lets_in_what_the_dockerfiles_copy_and_keeps_the_venv_out():
+    """The build context is the repository: without the allow-list it would send .venv (GBs) and runs/."""
+    patterns = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
+    assert patterns[0] == "*"
+    allowed = {p[1:] for p in patterns if p.startswith("!")}
+    for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
+        for src in re.findall(r"^COPY (?!--from)(\S+)", (ROOT / "deploy" / dockerfile).read_text(), re.M):
+            src = src.rstrip("/")
+            assert any(src == a or src.startswith(a + "/") for a in allowed), (dockerfile, src)
+    assert not any(a in (".venv", "runs", "tests") or a.startswith(".venv") for a in allowed)
+
+
+def test_without_the_hub_the_debian_override_builds_prometheus_and_leaves_grafana_out():
+    override = yaml.safe_load((ROOT / "deploy" / "docker-compose.debian.yml").read_text())["services"]
+    assert set(override) == {"prometheus", "grafana"} and override["grafana"]["profiles"] == ["grafana"]
+    assert override["prometheus"]["build"]["dockerfile"] == "deploy/Dockerfile.prometheus"
+    prom = (ROOT / "deploy" / "Dockerfile.prometheus").read_text()
+    # the compose command's flags go to Debian's binary as they go to prom/prometheus's entry point
+    assert json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", prom, re.M).group(1)) == ["/usr/bin/prometheus"]
+    assert re.search(r"install -y --no-install-recommends prometheus wget", prom)
+    assert COMPOSE["services"]["prometheus"]["healthcheck"]["test"][:2] == ["CMD", "wget"]  # busybox's and Debian's
+    for script in ("build_base.sh", "compose_check.sh", "setup.sh", "test.sh"):
+        assert subprocess.run(["bash", "-n", str(ROOT / "deploy" / script)]).returncode == 0, script
+    base = (ROOT / "deploy" / "build_base.sh").read_text()
+    assert "debootstrap --variant=minbase --include=python3,python3-venv" in base and '"$suite" "$root"' in base
+    assert "suite=bookworm" in base  # Debian 12: Python 3.11, python:3.11-slim's major.minor
+
+
+def test_ci_leaves_the_docker_run_out_and_the_check_override_keeps_each_node_command_valid():
+    test_sh = (ROOT / "deploy" / "test.sh").read_text()
+    assert '-m "not slow"' in test_sh and '-m "slow and not docker"' in test_sh
+    sys.path.insert(0, str(ROOT / "deploy"))
+    try:
+        import compose_check
+    finally:
+        sys.path.pop(0)
+    nodes = {n: COMPOSE["services"][n] for n in NODES[:3]}
+    path = Path(compose_check.check_override(nodes, 2))
+    try:
+        services = yaml.safe_load(path.read_text())["services"]
+    finally:
+        path.unlink()
+    assert set(services) == set(nodes)
+    for name, svc in services.items():
+        result = CliRunner().invoke(app, svc["command"] + ["--print-config"])
+        assert result.exit_code == 0, result.output
+        cfg = json.loads(result.output)
+        assert cfg["checkpoint_every"] == 2 and cfg["run_dir"] == f"/runs/{name}"
