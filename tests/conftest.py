@@ -6,10 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from record_peers import PUZZLE
 
 from ftis_swarm.tasks.dataset import BUNDLED_DATA, HUB
-
-from record_peers import PUZZLE
 
 # Every node, bootstrap peer and bench these tests start solves and checks the tests' trivial
 # identity puzzle (environment variables reach the subprocesses); the default's cost is

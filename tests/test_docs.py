@@ -47,12 +47,12 @@ import ast
 import re
 import shlex
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "proto").glob("*.md"))]

@@ -1,15 +1,16 @@
 """The layering of STYLE.md, held by the import-linter contracts in pyproject.toml (which name
 every package of the product and of the lab), who imports hivemind (as docs/architecture.md
-says), and no import circle inside a package of the product or the lab."""
+says), no import circle inside a package of the product or the lab, and imports in order
+(ruff's isort rule, `[tool.ruff]` in pyproject.toml)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import grimp
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT_PACKAGES = ("cli", "ops", "node", "rollout", "learner", "swarm", "peers", "wire", "tasks", "metrics",
@@ -39,6 +40,14 @@ def test_import_contracts_hold():
                           text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Contracts: 8 kept, 0 broken." in proc.stdout
+
+
+def test_imports_are_in_order():
+    ruff = Path(sys.executable).parent / "ruff"
+    proc = subprocess.run([str(ruff), "check", "--no-cache", "ftis_swarm", "tests", "deploy"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout[-3000:] + proc.stderr[-2000:]
+                                  + "\nrun: .venv/bin/ruff check --fix ftis_swarm tests deploy")
 
 
 def test_every_package_of_the_product_and_the_lab_is_a_layer_of_a_contract():

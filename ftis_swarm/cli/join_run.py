@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ftis_swarm.cli.live import round_line, rounds_table
 from ftis_swarm.cli.app import setup_logging
+from ftis_swarm.cli.live import round_line, rounds_table
 from ftis_swarm.cli.progress import console, status
 from ftis_swarm.config import NodeConfig
 

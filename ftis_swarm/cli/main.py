@@ -19,7 +19,7 @@ __all__ = ["app", "main"]
 
 @app.command()
 def inspect(
-    file: Path = typer.Argument(..., help="An encoded group (wire v1), e.g. proto/examples/group_v1_example.msgpack."),
+    file: Path = typer.Argument(..., help="An encoded group (wire v2), e.g. proto/examples/group_v2_example.msgpack."),
     vocab_size: Optional[int] = typer.Option(None, help="Also check token ids against this vocabulary size."),
 ) -> None:
     """Print a group file's header and per-sample lengths and log-prob statistics."""

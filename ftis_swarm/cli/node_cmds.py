@@ -67,7 +67,7 @@ def join(
     peers: Optional[list[str]] = typer.Option(None, help="Multiaddr of a peer in the swarm, e.g. a bootstrap peer (repeatable). [swarm.transport.peers]"),
     peers_file: Optional[Path] = typer.Option(None, help="A file of multiaddrs, one per line, e.g. written by `bootstrap --maddrs-file`. [swarm.transport.peers_file]"),
     config: Optional[Path] = typer.Option(None, help="A TOML config file; the environment, flags and --set override its values."),
-    task: Optional[str] = typer.Option(None, help="Task of this node's own prompts: arith, gsm_symbolic, gsm8k, math500, champ. [task]"),
+    task: Optional[str] = typer.Option(None, help="Task of this node's own prompts: arith, arith_mix, gsm_symbolic, gsm8k, ..., jsonl:PATH (details in [task_options]) or rg:NAME (docs/tasks.md). [task]"),
     lora_rank: Optional[int] = typer.Option(None, help="Train a LoRA adapter of this rank instead of the full model (lr then defaults to 1e-5). [learner.lora.rank]"),
     run_dir: Optional[Path] = typer.Option(None, help="Run directory: metrics, config, checkpoints, log. [run_dir]"),
     rounds: Optional[int] = typer.Option(None, help="Rounds to run. [rounds]"),

@@ -38,6 +38,16 @@ def heldout_line(heldout: Optional[dict[str, Any]]) -> str:
     return f"held-out accuracy (greedy pass@1{items}): " + "; ".join(parts)
 
 
+def digests_line(tasks: Optional[dict[str, Any]]) -> str:
+    """`task digest <own>; peers: <digest> (n peers), ...` (a digest other than the own is refused)."""
+    if not tasks:
+        return "task digest: not reported"
+    own = tasks["own"].get("digest") or "-"
+    peers = "; ".join(f"{d} ({len(p)} peer{'s' if len(p) != 1 else ''}{'' if d == own else ', refused'})"
+                      for d, p in tasks.get("peers", {}).items())
+    return f"task digest {own}; peers' digests: {peers or 'none seen yet'}"
+
+
 def _used(r: dict[str, Any]) -> str:
     fetched = r.get("peer_samples_fetched")
     return f"{r.get('peer_samples_used') or 0:.0f} / {fetched:.0f}" if fetched else "-"
@@ -49,7 +59,7 @@ def _zero(r: dict[str, Any]) -> str:
 
 
 def status_tables(doc: dict[str, Any]) -> list[Any]:
-    """The document as a heading line and tables (node, rounds newest first, peers, disk)."""
+    """The document as a heading line and tables (node, rounds newest first, peers, origins when any, disk)."""
     from rich.table import Table  # here, not at import: `ftis-node --help` stays quick
 
     n, reach, disk = doc["node"], doc["reachability"], doc["disk"]
@@ -59,7 +69,7 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
             f"reachability: mode {reach['mode']} ({reach.get('configured', '?')}, decided by "
             f"{reach.get('decided_by', '?')}, switched {reach.get('switches', 0)} time(s)), can peers dial me: "
             f"{reach['dialable']} ({reach.get('note', '')})" + _paths(reach.get("peers")) + "\n"
-            + heldout_line(doc.get("heldout")))
+            + heldout_line(doc.get("heldout")) + "\n" + digests_line(doc.get("tasks")))
     same = all(r.get("accuracy") is None or (r.get("reward") is not None and abs(r["accuracy"] - r["reward"]) < 1e-9)
                for r in doc["rounds"])  # a binary reward is the accuracy: one column
     rounds = Table("round", "reward=acc" if same else "reward", *([] if same else ["accuracy"]), "held-out", "filtered",
@@ -76,12 +86,16 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
         refused = f"yes, {p['banned_for']:.0f} s more" if p["refused"] else "no"
         peers.add_row(p["short"], _f(p["score"], 1), _f(p["credit"], 0), _f(p["cost"], 1), _f(p["share"], 2), faults,
                       str(p["bans"]), refused, p["why"] or "-")
+    origins = Table("origin", "identities", "tokens", "share of peer tokens", "groups",
+                    title="origins (the kept rounds' updates)")
+    for o in doc.get("origins") or []:  # a document of an older node has none
+        origins.add_row(o["origin"], str(o["identities"]), str(o["tokens"]), _f(o["share"], 2), str(o["groups"]))
     space = Table("what", "size", title="disk")
     space.add_row("run directory", _mb(disk["run_dir_bytes"]))
     space.add_row("checkpoints", _mb(disk["checkpoints_bytes"]))
     for c in disk["checkpoints"]:
         space.add_row(f"{c['name']} (round {c['round']})", _mb(c["bytes"]))
-    return [head, rounds, peers, space]
+    return [head, rounds, peers, *([origins] if doc.get("origins") else []), space]
 
 
 @app.command()

@@ -16,8 +16,8 @@ from typing import Optional
 
 import typer
 
-from ftis_swarm.cli.live import nodes_table, round_line
 from ftis_swarm.cli.app import log_level
+from ftis_swarm.cli.live import nodes_table, round_line
 from ftis_swarm.cli.progress import status
 from ftis_swarm.ops.summary import format_summary, summarize_run
 from ftis_swarm.ops.testnet import NodeProc, preset, run_testnet

@@ -18,6 +18,7 @@ and also its `Field.description`.
                 fetch, holders, gossip); an old flat key (`swarm.ttl`) still loads into its section
                 (`swarm.records.ttl`) with one WARNING sentence (`SwarmConfig.MOVED_KEYS`)
 - ledger.py     LedgerConfig
+- task_options.py TaskOptionsConfig (`[task_options]`: a `jsonl:` or `rg:` task's columns, split and verifier)
 - node.py       NodeConfig, load_node_config, dump_node_config
 
 Inside: node imports the others; swarm imports transport and wire; rollout imports wire; each
@@ -25,20 +26,37 @@ imports base. Everything is importable from here (`from ftis_swarm.config import
 """
 
 from ftis_swarm.config.base import ConfigError, Strict, format_validation_error
-from ftis_swarm.config.learner import (FULL_LR, LORA_LR, LOSS_MODES, FTISConfig, LearnerConfig, LoRAConfig, LossMode,
-                                       ModeSpec)
+from ftis_swarm.config.learner import (
+                                       FULL_LR,
+                                       LORA_LR,
+                                       LOSS_MODES,
+                                       FTISConfig,
+                                       LearnerConfig,
+                                       LoRAConfig,
+                                       LossMode,
+                                       ModeSpec,
+)
 from ftis_swarm.config.ledger import LedgerConfig
 from ftis_swarm.config.node import NodeConfig, dump_node_config, load_node_config, tomllib
 from ftis_swarm.config.rollout import SamplingConfig
-from ftis_swarm.config.swarm import (SWARM_SECTIONS, FetchConfig, GossipConfig, HoldersConfig, PuzzleConfig,
-                                     RecordsConfig, SwarmConfig, moved_key_sentence)
+from ftis_swarm.config.swarm import (
+                                       SWARM_SECTIONS,
+                                       FetchConfig,
+                                       GossipConfig,
+                                       HoldersConfig,
+                                       PuzzleConfig,
+                                       RecordsConfig,
+                                       SwarmConfig,
+                                       moved_key_sentence,
+)
+from ftis_swarm.config.task_options import VERIFIERS, TaskOptionsConfig
 from ftis_swarm.config.transport import TransportConfig, check_multiaddr
 from ftis_swarm.config.wire import T_MIN, WireConfig
 
 __all__ = [
     "FULL_LR", "LORA_LR", "LOSS_MODES", "SWARM_SECTIONS", "T_MIN", "ConfigError", "FTISConfig", "FetchConfig",
     "GossipConfig", "HoldersConfig", "LearnerConfig", "LedgerConfig", "LoRAConfig", "LossMode", "ModeSpec",
-    "NodeConfig", "PuzzleConfig", "RecordsConfig", "SamplingConfig", "Strict", "SwarmConfig", "TransportConfig",
+    "NodeConfig", "PuzzleConfig", "RecordsConfig", "SamplingConfig", "Strict", "SwarmConfig", "TaskOptionsConfig", "TransportConfig", "VERIFIERS",
     "WireConfig", "check_multiaddr", "dump_node_config", "format_validation_error", "load_node_config",
     "moved_key_sentence", "tomllib",
 ]

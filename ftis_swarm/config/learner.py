@@ -141,6 +141,15 @@ class LearnerConfig(Strict):
     max_recent_excess_share: float = Field(0.1, ge=0, le=1)
     """The most of an update's gradient weight that the weight above 1 of peers with recent standing
     may make up together; their `w - 1` is scaled down by one factor so that it holds (1: no cap)."""
+    truncated_completions: Literal["no_positive", "mask", "keep"] = "no_positive"
+    """A completion that ends without EOS (it hit the token cap): `no_positive` keeps its reward in the group's
+    mean and std but zeroes a positive advantage (a cut-off tail never trains upward); `mask` zeroes its
+    advantage whatever its sign (TRL's `mask_truncated_completions`); `keep` trains it as any other
+    (docs/method.md, "Known tricks")."""
+    cross_tokenizer: bool = True
+    """Learn from peers with another tokenizer whose groups carry alignment data, weighted per character-aligned
+    chunk (docs/method.md, "Peers with another tokenizer"); false: refuse them (`tokenizer`), as any group of
+    another fingerprint without alignment data is."""
     ftis: FTISConfig = Field(default_factory=FTISConfig)
 
     @model_validator(mode="before")

@@ -29,3 +29,14 @@ class LedgerConfig(Strict):
     credit_half_life: float = Field(50.0, ge=0)
     """Rounds in which a peer's credit halves (it decays once a round); 0: credit never decays. A proven
     fault (any charge that costs points) takes all of it at once."""
+    max_origin_share: float = Field(0.5, gt=0, le=1)
+    """The most of the peers' token and group budget of one update that the identities of one network
+    origin (a /24 or /48, `relayed`: swarm/origins.py) may take together, earned or not, in the swarm's
+    selection and the intake alike; 1: no cap by origin (docs/method.md, "Shares")."""
+    recent_earned_share: float = Field(0.25, ge=0, le=1)
+    """The most of the peers' token and group budget that identities whose credit is recent (began
+    within `recent_credit_rounds`) may take together in the earned part; past it they are strangers
+    (docs/method.md, "Shares"). 1: no such bound."""
+    recent_credit_rounds: int = Field(50, ge=0)
+    """A peer's credit is recent for this many rounds after it began (its score turned positive; a proven
+    fault starts it afresh), as `learner.recent_standing_updates` is for standing. 0: never recent."""

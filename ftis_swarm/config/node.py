@@ -15,6 +15,7 @@ from ftis_swarm.config.learner import LearnerConfig
 from ftis_swarm.config.ledger import LedgerConfig
 from ftis_swarm.config.rollout import SamplingConfig
 from ftis_swarm.config.swarm import SwarmConfig, moved_key_sentence
+from ftis_swarm.config.task_options import TaskOptionsConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,8 +26,12 @@ logger = logging.getLogger(__name__)
 
 
 def _plain_task_name(v: str) -> str:
+    """A task name (`arith`, a package's entry point), or a spec: `jsonl:PATH`, `rg:NAME` (docs/tasks.md)."""
+    kind, sep, rest = v.partition(":")
+    if sep and kind in ("jsonl", "rg") and rest.strip():
+        return v
     if not v or not v.replace("_", "").isalnum():
-        raise ValueError(f"task name {v!r} is not a plain name like 'arith' or 'gsm8k'")
+        raise ValueError(f"task name {v!r} is not a plain name like 'arith' or 'gsm8k', nor jsonl:PATH or rg:NAME")
     return v
 
 
@@ -40,7 +45,9 @@ class NodeConfig(Strict):
     a download) before the node stops with one sentence, or loads the hub cache's copy; a download that
     keeps arriving is never cut (models/hub.py `hub_deadline`)."""
     task: str = "arith"
-    """Task the node draws its own prompts from (`arith`, `gsm_symbolic`, `gsm8k`, `math500`, `champ`)."""
+    """Task the node draws its own prompts from (`arith`, `gsm_symbolic`, `gsm8k`, `math500`, `champ`, ...), a
+    dataset file `jsonl:PATH`, a reasoning-gym family `rg:NAME`, or a package's task (docs/tasks.md)."""
+    task_options: TaskOptionsConfig = Field(default_factory=TaskOptionsConfig)
     run_dir: Path = Path("runs/node")
     """Where metrics.jsonl, config.json, checkpoints/ and the node's log go."""
     rounds: int = Field(50, ge=1)
@@ -112,6 +119,11 @@ class NodeConfig(Strict):
     out-of-distribution check)."""
     eval_max_new_tokens: Optional[int] = Field(None, ge=1, le=32768)
     """Most tokens of a held-out answer; None: `sampling.max_new_tokens`."""
+    publish_alignment: bool = True
+    """Publish each group with its alignment data (tokenizer family, each completion's UTF-8 text, each token's
+    byte length), so learners with another tokenizer can weigh it (docs/method.md, "Peers with another
+    tokenizer"); about 32% more bytes per token on the wire (8.3 -> 10.9). False: groups only this tokenizer's
+    learners read."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)

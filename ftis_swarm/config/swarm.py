@@ -68,6 +68,13 @@ class RecordsConfig(Strict):
     max_records_per_origin: int = Field(4096, ge=16)
     """Most records this node stores that peers of one network origin sent, all together; the peers
     reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
+    storage_reserve: float = Field(0.25, ge=0.0, lt=1.0)
+    """Share of `max_stored_records` and `max_stored_bytes` that only known publishers' records may take
+    (peers the policy scores, and owners that stored their own records here `known_publisher_after` s
+    before): a fill by new identities cannot take it (`swarm/dht/storage.py`)."""
+    known_publisher_after: float = Field(60.0, ge=0.0)
+    """Seconds after an owner's first own record is stored here that it counts as a known publisher
+    (rank 2: new identities never evict its records; it may use the reserve)."""
 
 
 class FetchConfig(Strict):
@@ -103,6 +110,10 @@ class FetchConfig(Strict):
     """Seconds from asking for a body to its header (and between two reads of it): longer is a stall."""
     min_body_rate: int = Field(256 * 1024, ge=1024)
     """Bytes per second a body must at least arrive at; slower is a stall (`fetch_timeout` bounds it too)."""
+    other_tokenizers: bool = True
+    """Fetch groups of peers with another tokenizer: their pointers pass the screen, and a body passes only
+    with alignment data (docs/method.md, "Peers with another tokenizer"; the node trains on them when
+    `learner.cross_tokenizer` is on). False: such pointers are refused unfetched as `tokenizer`."""
 
     @model_validator(mode="after")
     def _fetch_slots(self) -> "FetchConfig":

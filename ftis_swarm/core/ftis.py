@@ -138,13 +138,19 @@ def sample_terms(
     unproven: torch.Tensor | None = None,
     recent: torch.Tensor | None = None,
     recent_share: float = 1.0,
+    chunks: torch.Tensor | None = None,
 ) -> SampleTerms:
     """The weights, the filter and the non-finite rule of docs/method.md, decided once for a batch.
 
     `logp_old, logp_gen, mask: [N, T]`; `advantages: [N]`; `filterable: [N]` bool (peers' samples);
     `unproven: [N]` bool (samples of identities without standing: weight capped at 1; None: none);
     `recent: [N]` bool (samples of identities whose standing is recent: their weight above 1 makes up at
-    most `recent_share` of the update's gradient weight, module docstring; None: none).
+    most `recent_share` of the update's gradient weight, module docstring; None: none);
+    `chunks: [N, T]` long (samples of a peer with another tokenizer, docs/method.md "Peers with another
+    tokenizer": each token's chunk, -1 on padding and on every token of the other samples; None: none).
+    A chunked sample's tokens all get their chunk's `x_k = sum (logp_old - logp_gen)` over the chunk
+    (`core/chunks.py:chunk_gen_logp` puts the peer's chunk sum on the chunk's last token), and its KL
+    counts each chunk once; the other samples are computed exactly as without `chunks`.
     """
     m = mask.bool()  # (N, T)
     nonfinite = nonfinite_samples(logp_old, logp_gen, m)  # (N,)
@@ -153,12 +159,16 @@ def sample_terms(
     gen = torch.where(unused, 0.0, logp_gen.detach())  # (N, T)
     x = clamped_log_ratio(old, gen)  # (N, T)
     w = torch.where(nonfinite[:, None], 0.0, truncated_weights(x, cfg))  # (N, T)
+    if chunks is not None:
+        x, w, chunked_rows, chunked_kl = _chunked(old, gen, m, chunks, nonfinite, x, w, cfg)
     if unproven is None:
         capped = torch.zeros_like(m)  # (N, T)
     else:
         capped = unproven.to(torch.bool)[:, None] & m & (w > 1.0)  # (N, T)
         w = torch.where(capped, 1.0, w)  # (N, T)
     kl = sample_kl(old, gen, m, cfg.kl_estimator)  # (N,)
+    if chunks is not None:
+        kl = torch.where(chunked_rows, chunked_kl.to(kl.dtype), kl)  # (N,)
     adv = advantages.detach().to(old.dtype)  # (N,)
     filtered = filtered_samples(adv, kl, filterable.to(torch.bool), cfg) | nonfinite  # (N,)
     adv_kept = torch.where(filtered, 0.0, adv)  # (N,)
@@ -167,6 +177,28 @@ def sample_terms(
         w, scaled = recent_excess_capped(w, m, adv_kept != 0, recent.to(torch.bool), recent_share)
     return SampleTerms(x=x, w=w, kl=kl, nonfinite=nonfinite, filtered=filtered, adv=adv, adv_kept=adv_kept,
                        capped=capped, scaled=scaled)
+
+
+def _chunked(old: torch.Tensor, gen: torch.Tensor, m: torch.Tensor, chunks: torch.Tensor, nonfinite: torch.Tensor,
+             x: torch.Tensor, w: torch.Tensor, cfg: FTISConfig) -> tuple[torch.Tensor, ...]:
+    """`x` and `w` with the chunked samples' values replaced by their chunks' (`sample_terms`'s `chunks`); which
+    samples are chunked (`[N]` bool) and their KL, each chunk's term counted once (`[N]`)."""
+    n, t = old.shape
+    tok = m & (chunks >= 0)  # (N, T)
+    rows = tok.any(dim=-1)  # (N,)
+    flat = torch.arange(n)[:, None] * t + chunks.clamp(min=0)  # (N, T) one slot per (sample, chunk)
+    d = (old - gen).to(torch.float64)  # (N, T)
+    sums = torch.zeros(n * t, dtype=torch.float64).index_add_(0, flat[tok], d[tok])  # (N*T,)
+    xk = sums[flat].clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).to(x.dtype)  # (N, T)
+    x = torch.where(tok, xk, torch.where(rows[:, None], 0.0, x))  # (N, T)
+    wk = torch.where(nonfinite[:, None], 0.0, truncated_weights(xk, cfg))  # (N, T)
+    w = torch.where(tok, wk, torch.where(rows[:, None], 0.0, w))  # (N, T)
+    last = tok.clone()  # (N, T) the last token of each chunk carries its KL term
+    last[:, :-1] &= chunks[:, 1:] != chunks[:, :-1]
+    r = torch.exp(xk)  # (N, T)
+    term = r * xk - r + 1.0 if cfg.kl_estimator == "rlogr" else r - 1.0 - xk  # (N, T)
+    kl_chunked = (term.clamp(min=0.0) * last.to(term.dtype)).sum(dim=-1)  # (N,)
+    return x, w, rows, kl_chunked
 
 
 def recent_excess_capped(w: torch.Tensor, m: torch.Tensor, live: torch.Tensor, recent: torch.Tensor,
@@ -223,6 +255,7 @@ def ftis_loss(
     unproven: torch.Tensor | None = None,
     recent: torch.Tensor | None = None,
     recent_share: float = 1.0,
+    chunks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of docs/method.md and its metrics.
 
@@ -231,11 +264,12 @@ def ftis_loss(
     `filterable: [N]` bool (default: `offpolicy`), `source: [N]` ints (optional) adds
     `key@source` metrics, `unproven: [N]` bool (optional) caps those samples' weights at 1, `recent: [N]`
     bool (optional) bounds those samples' weight above 1 to `recent_share` of the update's (`sample_terms`).
+    `chunks: [N, T]` long (optional) weighs samples of a peer with another tokenizer by chunk (`sample_terms`).
     Returns a scalar loss and floats.
     """
     offpolicy = offpolicy.to(torch.bool)  # (N,)
     terms = sample_terms(logp_old, logp_gen, advantages, mask, offpolicy if filterable is None else filterable, cfg,
-                         unproven=unproven, recent=recent, recent_share=recent_share)
+                         unproven=unproven, recent=recent, recent_share=recent_share, chunks=chunks)
     loss = policy_loss(logp, logp_old, mask, terms, cfg)
     return loss, ftis_metrics(terms, mask, offpolicy, cfg, source=source)
 

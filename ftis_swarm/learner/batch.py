@@ -3,7 +3,9 @@
 A learner batch is a list of `ScoredGroup`s: a wire group, the rewards this node's own
 verifier gave its completions, and per sample whether it is off-policy (weighted), whether
 it is a peer's (filterable) and which source it came from. Each sequence is the prompt ids from the wire followed by one completion, right
-padded. The completion positions are read back from the model's `[B, L-1]` next-token
+padded. A completion that did not end with EOS (`ScoredGroup.ended`: it hit the token cap) gets
+no positive advantage, or none at all (`truncated`; docs/method.md, "Known tricks"), after its
+group's mean and std are taken. The completion positions are read back from the model's `[B, L-1]` next-token
 log-probs with a gather, so the loss sees `[N, T]` completion-aligned tensors.
 """
 
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 
 from ftis_swarm.core.groups import group_advantages
+from ftis_swarm.learner.aligned import Aligned
 from ftis_swarm.wire import Group
 
 
@@ -39,10 +42,15 @@ class ScoredGroup:
     source: np.ndarray  # (G,) int
     generators: tuple[str, ...]
     filterable: np.ndarray | None = None  # (G,) bool
+    ended: np.ndarray | None = None  # (G,) bool: the completion ends with EOS; None: every one does
+    aligned: Aligned | None = None
+    """A peer group of another tokenizer on this learner's tokens (`learner/aligned.py`): its prompt, ids,
+    mapped log-probs and chunks replace the group's own; None: the group's tokenizer is this learner's."""
 
     @classmethod
     def vertical(cls, group: Group, rewards: Sequence[float], *, offpolicy: bool, source: int,
-                 filterable: bool | None = None) -> "ScoredGroup":
+                 filterable: bool | None = None, ended: Sequence[bool] | None = None,
+                 aligned: Aligned | None = None) -> "ScoredGroup":
         gen = f"{group.sender}@{group.policy_version}"
         return cls(
             group=group,
@@ -51,6 +59,8 @@ class ScoredGroup:
             source=np.full(group.G, source, dtype=np.int64),
             generators=(gen,) * group.G,
             filterable=None if filterable is None else np.full(group.G, filterable, dtype=bool),
+            ended=None if ended is None else np.asarray(ended, dtype=bool),
+            aligned=aligned,
         )
 
     @property
@@ -89,6 +99,7 @@ class Batch:
     temps: list[float]
     pad_id: int
     micro_batch: int
+    chunks: torch.Tensor | None = None  # (N, T) long: each token's chunk in a group of another tokenizer, else -1
 
     @property
     def num_sequences(self) -> int:
@@ -109,6 +120,7 @@ class Batch:
             groups=[self.groups[g] for g in kept],
             micro=_micro_batches(seqs, temps, T, pad_id=self.pad_id, size=self.micro_batch),
             seqs=seqs, temps=temps, pad_id=self.pad_id, micro_batch=self.micro_batch,
+            chunks=None if self.chunks is None else self.chunks[idx],
         )
 
     def micro_for(self, rows: list[int]) -> list[MicroBatch]:
@@ -117,18 +129,33 @@ class Batch:
         return _micro_batches(self.seqs, self.temps, T, pad_id=self.pad_id, size=self.micro_batch, rows=rows)
 
 
+def truncated_advantages(adv: torch.Tensor, ended: np.ndarray | None, rule: str) -> torch.Tensor:
+    """`adv` `[G]` with the rule `rule` (`LearnerConfig.truncated_completions`) applied to the completions
+    that did not end (`ended` false): `no_positive` zeroes their positive advantages, `mask` all of theirs."""
+    if ended is None or rule == "keep" or bool(ended.all()):
+        return adv
+    cut = ~torch.from_numpy(np.asarray(ended, dtype=bool))  # (G,)
+    if rule == "no_positive":
+        cut &= adv > 0  # (G,)
+    return torch.where(cut, torch.zeros_like(adv), adv)  # (G,)
+
+
 def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
-                allow_mixed: bool = False) -> Batch:
-    """Advantages per group (over the whole group), then padding and micro-batching."""
+                allow_mixed: bool = False, truncated: str = "keep") -> Batch:
+    """Advantages per group (over the whole group, then `truncated_advantages`), padding, micro-batching."""
     if not items:
         raise ValueError("an update needs at least one group")
     seqs, logp_gen, adv, off, peer, src, rew, temps, group_of = [], [], [], [], [], [], [], [], []
+    chunk_rows: list[np.ndarray | None] = []
     for k, it in enumerate(items):
         if not allow_mixed and len(set(it.generators)) > 1:
             raise MixedGroupError(f"group {it.group.group_id} mixes generators {sorted(set(it.generators))}")
-        a = group_advantages(torch.as_tensor(it.rewards, dtype=torch.float32))  # (G,)
-        for i, (comp, lp) in enumerate(zip(it.group.completion_ids, it.group.logp_gen)):
-            seqs.append((it.group.prompt_ids, comp))
+        a = truncated_advantages(group_advantages(torch.as_tensor(it.rewards, dtype=torch.float32)), it.ended,
+                                 truncated)  # (G,)
+        body = it.aligned or it.group  # another tokenizer's group: its re-encoding on this learner's tokens
+        for i, (comp, lp) in enumerate(zip(body.completion_ids, body.logp_gen)):
+            seqs.append((body.prompt_ids, comp))
+            chunk_rows.append(None if it.aligned is None else it.aligned.chunks[i])
             logp_gen.append(torch.from_numpy(lp.astype(np.float32)))
             temps.append(it.group.temperature)
             group_of.append(k)
@@ -143,6 +170,12 @@ def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
     for i, x in enumerate(logp_gen):
         lp[i, : x.shape[0]] = x
         mask[i, : x.shape[0]] = 1.0
+    chunks = None  # (N, T) long, only when a group of another tokenizer is in the batch
+    if any(c is not None for c in chunk_rows):
+        chunks = torch.full((len(seqs), T), -1, dtype=torch.long)  # (N, T)
+        for i, c in enumerate(chunk_rows):
+            if c is not None:
+                chunks[i, : c.shape[0]] = torch.from_numpy(c.astype(np.int64))
     return Batch(
         logp_gen=lp,
         mask=mask,
@@ -158,6 +191,7 @@ def build_batch(items: Sequence[ScoredGroup], *, pad_id: int, micro_batch: int,
         temps=temps,
         pad_id=pad_id,
         micro_batch=micro_batch,
+        chunks=chunks,
     )
 
 

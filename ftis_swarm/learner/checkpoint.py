@@ -38,7 +38,6 @@ import torch
 
 from ftis_swarm.learner.state import CheckpointError
 
-
 log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"

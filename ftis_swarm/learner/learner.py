@@ -65,7 +65,8 @@ def apply_lora(model: Any, cfg: LearnerConfig) -> Any:
 class Learner:
     """Owns the trainable model and its optimiser; `update` is one F-TIS step (or `epochs`).
 
-    `tokenizer_fp`: groups with another fingerprint are refused (None: not checked).
+    `tokenizer_fp`: groups with another fingerprint are refused unless aligned onto this learner's tokens
+    (`ScoredGroup.aligned`, docs/method.md "Peers with another tokenizer"; None: not checked).
     `vocab_size`: groups with a token id at or above it are refused (default: the embedding count).
     """
 
@@ -144,14 +145,15 @@ class Learner:
 
     def _refusal(self, it: ScoredGroup) -> str:
         g = it.group
-        if self.tokenizer_fp is not None and g.tokenizer_fp != self.tokenizer_fp:
+        if self.tokenizer_fp is not None and g.tokenizer_fp != self.tokenizer_fp and it.aligned is None:
             return faults.TOKENIZER
         if not (math.isfinite(g.temperature) and g.temperature >= T_MIN):
             return faults.TEMPERATURE
         if g.G < 2 or len(g.logp_gen) != g.G or any(c.shape != lp.shape or c.size < 1
                                                    for c, lp in zip(g.completion_ids, g.logp_gen)):
             return faults.GROUP_MALFORMED
-        if max(int(g.prompt_ids.max(initial=0)), max(int(c.max()) for c in g.completion_ids)) >= self.vocab_size:
+        body = it.aligned or g  # another tokenizer's group: its re-encoding is what this model embeds
+        if max(int(body.prompt_ids.max(initial=0)), max(int(c.max()) for c in body.completion_ids)) >= self.vocab_size:
             return faults.OUT_OF_VOCAB
         return ""
 
@@ -161,7 +163,8 @@ class Learner:
         kept = self.admit(items)
         if not kept:
             return {"sequences": 0.0, "sequences_with_gradient": 0.0}
-        batch = build_batch(kept, pad_id=self.pad_id, micro_batch=self.cfg.micro_batch, allow_mixed=allow_mixed)
+        batch = build_batch(kept, pad_id=self.pad_id, micro_batch=self.cfg.micro_batch, allow_mixed=allow_mixed,
+                            truncated=self.cfg.truncated_completions)
         return self._update(batch)
 
     def update_batch(self, batch: Batch) -> dict[str, float]:
@@ -193,7 +196,8 @@ class Learner:
         unproven = torch.tensor([peer and s not in standing for peer, s in peer_rows], dtype=torch.bool)  # (N,)
         recent_rows = torch.tensor([peer and s in recent for peer, s in peer_rows], dtype=torch.bool)  # (N,)
         terms = sample_terms(logp_old, batch.logp_gen, batch.advantages, batch.mask, batch.filterable, fcfg,
-                             unproven=unproven, recent=recent_rows, recent_share=self.cfg.max_recent_excess_share)
+                             unproven=unproven, recent=recent_rows, recent_share=self.cfg.max_recent_excess_share,
+                             chunks=batch.chunks)
         metrics = ftis_metrics(terms, batch.mask, batch.offpolicy, fcfg, source=batch.source)
         self._report(batch, terms)
         t_old = time.perf_counter()

@@ -78,3 +78,50 @@ def build_tiny_qwen2(
         model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def build_tiny_smollm2(
+    out_dir: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 1,
+    num_heads: int = 2,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+    init_std: float = 0.02,
+) -> Path:
+    """Saves a seeded random LlamaForCausalLM on SmolLM2's vocabulary (49,152) with SmolLM2-135M-Instruct's
+    tokenizer and chat template (from the converted SmolLM2 in the cache: `models/smollm2.py`) to `out_dir`:
+    a learner whose tokenizer is not the Qwen one, for tests and benches of peers with another tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from ftis_swarm.models.smollm2 import converted_smollm2
+
+    out = Path(out_dir)
+    tok = AutoTokenizer.from_pretrained(str(converted_smollm2()))
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        initializer_range=init_std,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    out.mkdir(parents=True, exist_ok=True)
+    with no_progress_bars():
+        model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

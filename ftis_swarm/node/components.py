@@ -26,16 +26,16 @@ from ftis_swarm.config import NodeConfig, dump_node_config
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.distributed import Ranks, ShardedLearner
 from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.node.scoring import Admission, TaskCache
 from ftis_swarm.learner.sharding import base_dtype
 from ftis_swarm.metrics import JsonlSink, MetricsSink, MultiSink
 from ftis_swarm.models import load_model
 from ftis_swarm.node.learning import node_admission
-from ftis_swarm.peers.ledger import PeerLedger
-from ftis_swarm.peers.protocol import Swarm, SwarmFactory
 from ftis_swarm.node.preflight import with_peers_file
 from ftis_swarm.node.rollouts import group_header
+from ftis_swarm.node.scoring import Admission, TaskCache
 from ftis_swarm.node.serving import Serving
+from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.peers.protocol import Swarm, SwarmFactory
 from ftis_swarm.rollout import RolloutBackend, TransformersBackend, make_backend
 from ftis_swarm.rollout.factory import pick_kind
 from ftis_swarm.swarm import SwarmClient
@@ -136,7 +136,7 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     device = str(ranks.device) if ranks is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     model, tokenizer, learner = build_learner(cfg, device=device, ranks=ranks)
     fingerprint = tokenizer_fingerprint(tokenizer)
-    task = get_task(cfg.task)
+    task = get_task(cfg.task, options=cfg.task_options)
     token_bound = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     per_gather = min(cfg.swarm.fetch.max_groups_per_peer_per_gather, max(1, cfg.learner.max_groups_per_peer))
     identity = cfg.swarm.identity or cfg.run_dir / "identity.key"  # kept across restarts: standing survives them
@@ -146,7 +146,8 @@ def build_components(cfg: NodeConfig, *, checkpoints: Optional[CheckpointManager
     # the hivemind swarm's gossip gate reads its ban lengths from the ledger's config
     start_swarm: SwarmFactory = swarm or functools.partial(SwarmClient.start, bans=peer_ledger.cfg)
     joined = start_swarm(swarm_cfg, tokenizer_fp=fingerprint, vocab_size=token_bound, policy=peer_ledger)
-    header = group_header(cfg, joined.peer_id)
+    learner.detector.origin_of = joined.origin_of  # the forgery evidence pooled per origin (learner/forgery.py)
+    header = group_header(cfg, joined.peer_id, task.digest)
     kind = pick_kind(cfg.backend)
     shares = kind == "transformers" and not isinstance(learner, ShardedLearner)
     if shares:  # one model object for learning and sampling, on whichever device it lives

@@ -6,15 +6,16 @@ This is the one place where rollout, learner and swarm meet. A round:
    draws what it would have drawn) and render them with this node's chat template;
 2. generate one vertical group per prompt with the policy version being served (1 and 2:
    `rollouts.generate_own`);
-3. publish each group; a publish that did not replicate is counted, not retried;
+3. publish each group, with its count of correct answers by this node's verifier (the hint a
+   reader checks: `hints.py`); a publish that did not replicate is counted, not retried;
 4. gather peers' groups until every live peer's round is in or the round's deadline
    passes, whichever comes first; drop those of refused peers and those already consumed by
    a persisted update, cap them per peer and in total, in groups and in completion tokens
    (`intake.py`);
 5. learn (`learning.learn_round`, the one copy, which the experiment runs too): admit and
    score every group with this node's verifier, label own / stale / peer, one F-TIS update
-   on own + peers', charge each peer's faults to the ledger (`ledger.py`) and credit the
-   groups it used;
+   on own + peers', charge each peer's faults to the ledger (`ledger.py`; a signed hint its
+   own scores contradict too: `hints.py`) and credit the groups it used;
 6. serve the new weights (`serving.py`: the backend's version follows the learner's, which
    advances only when an optimiser step was taken);
 7. log one JSON line, with what the swarm gave (`peer_yield.py`) and, every `eval_every` rounds and
@@ -64,14 +65,15 @@ from ftis_swarm.models import portable_model_name
 from ftis_swarm.node.components import build_components
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.node.heldout import HeldoutEval
-from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.node.hints import check_hints, own_hints
 from ftis_swarm.node.learning import Learning, RoundLearning, learn_round
 from ftis_swarm.node.peer_yield import peer_yield
 from ftis_swarm.node.pipeline import Pipeline
-from ftis_swarm.peers.ledger import short_peer
-from ftis_swarm.peers.protocol import SwarmFactory
 from ftis_swarm.node.rollouts import generate_own
 from ftis_swarm.node.status import open_status, reach_metrics
+from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
+from ftis_swarm.peers.ledger import short_peer
+from ftis_swarm.peers.protocol import SwarmFactory
 from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
@@ -155,6 +157,7 @@ class Node:
                                   accounts=p.peer_ledger.snapshot(), reach=p.swarm.counters().get("reach"),
                                   heldout=self.heldout.curve)
         """status.json each round, and the status page when `status_port` is set (status.py)."""
+        self.status.task_digest = getattr(p.task, "digest", "")
 
     # -- lifecycle -------------------------------------------------------------------------
     def _resume(self, latest: Path) -> None:
@@ -253,8 +256,10 @@ class Node:
         publishable = [g for g in own if within_vocab(g, p.token_bound)]  # peers would refuse the rest
         counts["publish_out_of_vocab"] += len(own) - len(publishable)
         counts["publish_failed"] += len(own) - len(publishable)
+        if getattr(p.task, "local_only", False):  # a verifier without source: no digest peers could agree on
+            publishable = []
         if publishable:
-            ok = p.swarm.publish_round(publishable, round=r).ok
+            ok = p.swarm.publish_round(publishable, round=r, correct=own_hints(self.learning, publishable)).ok
             counts["published" if ok else "publish_failed"] += len(publishable)
         return Published(r, own, counts, started=t0, generated=t_gen, published=time.perf_counter())
 
@@ -264,6 +269,7 @@ class Node:
         r, own, counts = published.round, published.own, published.counts
         t_half = time.perf_counter()  # other nodes of this process may have run since the publish half ended
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
+        self.status.saw_groups(gathered)  # which task digests the peers have (status.json's `tasks`)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
         peers, dropped = self._take_peer_groups(r, gathered, counts)
         t_gather = time.perf_counter()
@@ -271,6 +277,9 @@ class Node:
         learned = learn_round(self.learning, r, own, peers)
         self.last_learning = learned
         counts.update(learned.counts)
+        lied, checked = check_hints(learned.scored, p.swarm.hints([g.group_id for g in peers]), me=p.swarm.peer_id)
+        p.peer_ledger.charge_counts(lied, me=p.swarm.peer_id)
+        counts.update(checked)
         self.state.consume([g.group_id for g in peers])
         p.consumed.log({"round": r, "policy_version": p.learner.policy_version,
                       "peer_groups": [g.group_id for g in peers]})
@@ -331,7 +340,8 @@ class Node:
         p = self.parts
         taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
                                  standing=p.learner.detector.has_standing, rank=p.peer_ledger.score,
-                                 origin=p.swarm.origin_of, draw=r)
+                                 origin=p.swarm.origin_of, draw=r, recent=p.peer_ledger.recent)
+        self.status.observe_origins(taken.by_origin)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)
         self.parts.peer_ledger.charge_counts(taken.by_peer, me=self.parts.swarm.peer_id)

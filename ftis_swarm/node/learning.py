@@ -27,26 +27,30 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ftis_swarm.config import NodeConfig
+from ftis_swarm.learner.aligned import Aligned
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.learner import Learner
-from ftis_swarm.node.scoring import Admission, ScoredBatch, TaskCache, score_groups
 from ftis_swarm.node.health import UpdateHealth, update_failure
-from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.node.scoring import Admission, ScoredBatch, TaskCache, ended, score_groups
 from ftis_swarm.node.serving import Serving
-from ftis_swarm.wire import Group
 from ftis_swarm.peers import faults
+from ftis_swarm.peers.ledger import PeerLedger
+from ftis_swarm.rollout.base import eos_token_ids
+from ftis_swarm.tasks import wire_name
+from ftis_swarm.wire import Group
 
 log = logging.getLogger(__name__)
 
 
 def node_admission(cfg: NodeConfig, tokenizer_fp: str) -> Admission:
     """What a node with `cfg` and this tokenizer accepts from a group before it scores it."""
-    return Admission(tokenizer_fp=tokenizer_fp, accept_tasks=frozenset(cfg.accepted_tasks),
-                     max_prompt_overhead=cfg.learner.max_prompt_overhead)
+    return Admission(tokenizer_fp=tokenizer_fp, accept_tasks=frozenset(wire_name(t) for t in cfg.accepted_tasks),
+                     max_prompt_overhead=cfg.learner.max_prompt_overhead,
+                     align_limit=cfg.swarm.wire.max_completion_tokens if cfg.learner.cross_tokenizer else None)
 
 
 @dataclass
@@ -64,6 +68,27 @@ class Learning:
     health: UpdateHealth
     sources: dict[str, int] = field(default_factory=dict)
     """Peer id -> the source index of its samples in the loss's per-source metrics (this node is 0)."""
+
+    eos_ids: frozenset[int] | None = None
+    """The ids that end a completion, as this node's sampler stops on them; None: read from the tokenizer and
+    the learner's model on first use (`eos`)."""
+
+    def eos(self) -> frozenset[int]:
+        """`eos_ids`, read once (empty when the model names no EOS: then no EOS rule applies)."""
+        if self.eos_ids is None:
+            model = self.learner.model
+            try:
+                self.eos_ids = frozenset(eos_token_ids(self.tokenizer, getattr(model, "config", None),
+                                                       getattr(model, "generation_config", None)))
+            except ValueError:
+                self.eos_ids = frozenset()
+        return self.eos_ids
+
+    def align_eos(self) -> int | None:
+        """The EOS a peer's stop maps to in a group of another tokenizer: the tokenizer's own, else the
+        lowest of `eos`; None when the model names none (such groups are then refused)."""
+        own = getattr(self.tokenizer, "eos_token_id", None)
+        return int(own) if isinstance(own, int) else min(self.eos(), default=None)
 
     def source(self, sender: str) -> int:
         return 0 if sender == self.me else self.sources.setdefault(sender, len(self.sources) + 1)
@@ -87,31 +112,39 @@ class RoundLearning:
     own_correct: list[bool] = field(default_factory=list)
     peer_rewards: list[float] = field(default_factory=list)
     own_in_batch: int = 0
+    scored: ScoredBatch = field(default_factory=ScoredBatch)
+    """Every group's scores by this node's verifier (a peer's signed hint is checked against them: `hints.py`)."""
 
 
 def score(learning: Learning, groups: Sequence[Group], counts: Counter) -> ScoredBatch:
     """Admits and scores `groups` with this node's verifier; refusals counted and charged to their senders."""
-    scored = score_groups(groups, learning.tokenizer, learning.tasks, admission=learning.admission)
+    scored = score_groups(groups, learning.tokenizer, learning.tasks,
+                          admission=replace(learning.admission, eos_ids=learning.eos() or None,
+                                            align_eos=learning.align_eos()))
     counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
     learning.peer_ledger.charge_counts(scored.rejected_by_peer, me=learning.me)
     return scored
 
 
-def label(learning: Learning, group: Group, rewards: Sequence[float]) -> ScoredGroup:
-    """A vertical group labelled own (on-policy), stale (own, older version: off-policy) or peer (filterable)."""
+def label(learning: Learning, group: Group, rewards: Sequence[float], aligned: Aligned | None = None) -> ScoredGroup:
+    """A vertical group labelled own (on-policy), stale (own, older version: off-policy) or peer (filterable);
+    `aligned`: a peer group of another tokenizer on this learner's tokens (`ScoredBatch.aligned`)."""
     mine = group.sender == learning.me
     current = group.policy_version == learning.learner.policy_version
+    stopped = aligned.ended if aligned is not None else ended(group, learning.eos()) if learning.eos() else None
     return ScoredGroup.vertical(group, rewards, offpolicy=not (mine and current), filterable=not mine,
-                                source=learning.source(group.sender))
+                                source=learning.source(group.sender), ended=stopped, aligned=aligned)
 
 
 def learn_round(learning: Learning, r: int, own: Sequence[Group], peers: Sequence[Group]) -> RoundLearning:
     """Round `r`'s learning on `own` (from any policy version of this node) plus `peers` (module docstring)."""
     counts: Counter = Counter()
     scored = score(learning, list(own) + list(peers), counts)
-    out = RoundLearning(items=[], metrics={}, health={}, counts=counts, rejected_by_peer=scored.rejected_by_peer)
+    out = RoundLearning(items=[], metrics={}, health={}, counts=counts, rejected_by_peer=scored.rejected_by_peer,
+                        scored=scored)
     for g, rewards, correct in zip(scored.groups, scored.rewards, scored.correct):
-        item = label(learning, g, rewards)
+        item = label(learning, g, rewards, scored.aligned.get(g.group_id))
+        _count_capped(item, counts)
         out.items.append(item)
         mine = g.sender == learning.me
         (out.own_rewards if mine else out.peer_rewards).extend(rewards.tolist())
@@ -150,3 +183,13 @@ def update_and_serve(learning: Learning, r: int, items: list[ScoredGroup], *, ow
         metrics["time_weight_refresh"] = refreshed
     return metrics, health
 
+
+def _count_capped(item: ScoredGroup, counts: Counter) -> None:
+    """`capped_completions`: completions that stopped at the token cap without EOS; `capped_no_positive`:
+    those of them above their group's mean reward, whose positive advantage the learner zeroes
+    (`learner.truncated_completions`, docs/method.md "Known tricks")."""
+    if item.ended is None or bool(item.ended.all()):
+        return
+    capped = ~item.ended  # (G,)
+    counts["capped_completions"] += int(capped.sum())
+    counts["capped_no_positive"] += int((capped & (item.rewards > item.rewards.mean())).sum())

@@ -37,7 +37,7 @@ def with_task_defaults(cfg: NodeConfig) -> NodeConfig:
 
 def check_config(cfg: NodeConfig) -> None:
     """Task, model name and sinks, as far as they can be checked without loading anything."""
-    get_task(cfg.task)  # UnknownTaskError, or TaskSourceError when a dataset's rows are nowhere
+    get_task(cfg.task, options=cfg.task_options)  # UnknownTaskError, or TaskSourceError (rows nowhere, bad rows)
     for name in cfg.eval_tasks:
         if "test" not in get_task(name).splits:
             raise ConfigError(f"eval_tasks: task {name} has no test split to evaluate on")

@@ -38,10 +38,12 @@ def render_prompts(task: Task, tokenizer: Any, items: Sequence[TaskItem]) -> lis
             for it in items]
 
 
-def group_header(cfg: NodeConfig, sender: str) -> GroupHeader:
-    """What the backend stamps on this node's groups: run id, sender, model (and adapter rank)."""
+def group_header(cfg: NodeConfig, sender: str, task_digest: str = "") -> GroupHeader:
+    """What the backend stamps on this node's groups: run id, sender, model (and adapter rank), task digest, and
+    whether they carry alignment data (`publish_alignment`)."""
     model_id = cfg.model + (f"+lora-r{cfg.learner.lora.rank}" if cfg.learner.lora else "")
-    return GroupHeader(run_id=cfg.swarm.run_id, sender=sender, model_id=model_id[:256])
+    return GroupHeader(run_id=cfg.swarm.run_id, sender=sender, model_id=model_id[:256], task_digest=task_digest,
+                       alignment=cfg.publish_alignment)
 
 
 def node_sampling(cfg: NodeConfig) -> SamplingConfig:

@@ -31,6 +31,15 @@ round); it keeps the last `KEPT_ROUNDS` rounds' headline numbers and writes the 
   earned in them, one a group, against all groups, this node's own included), its faults by
   reason, bans, whether it is refused now and why: the fault that tipped its last ban
   (the ledger's `ban_reason`), else the costliest reason charged to it;
+- `tasks`: this node's task and its digest (`own`: `{"task", "digest"}`), and per task digest
+  seen on a peer's gathered group, the short ids of the peers that last sent it (`peers`:
+  `{digest: [peer, ...]}`; a digest other than the node's own is refused as `task_digest`,
+  docs/tasks.md);
+- `origins`: per network origin whose identities' groups the kept rounds' updates took
+  (`observe_origins`, from the intake's `Intake.by_origin`; `peer:<id>` for a peer of no known
+  origin), its `tokens` (completion tokens taken), `share` of all the peers' tokens taken,
+  `groups`, and `identities` (distinct peer ids seen from it), most tokens first: what one
+  origin's crowd takes is capped (`ledger.max_origin_share`, docs/method.md "Shares");
 - `disk`: bytes under the run directory and its checkpoints, and each complete checkpoint's
   round and bytes (marker present; hashes are checked on resume, not here).
 
@@ -183,9 +192,15 @@ class StatusBoard:
                                                        if p.get("heldout_items")), None),
                                         "curve": [dict(p) for p in heldout]}
         """The held-out curve (`HeldoutEval.curve`, a resumed node's from its checkpoint)."""
+        self.task_digest = ""
+        """This node's task digest (`Task.digest`), set by the node once its task is built."""
+        self.peer_digests: dict[str, str] = {}
+        """Peer id -> the task digest of its last gathered group."""
         self.server: Optional[Any] = None
         self.last: dict[str, Any] = {}
         """The document last written (what the status page serves)."""
+        self.origins: deque[dict[str, dict[str, Any]]] = deque(maxlen=KEPT_ROUNDS)
+        """Per kept round, the intake's take by origin (`observe_origins`)."""
 
     def observe(self, record: dict[str, Any], accounts: dict[str, dict[str, Any]],
                 reach: Optional[dict[str, Any]] = None) -> None:
@@ -201,6 +216,36 @@ class StatusBoard:
         self.node.update(state="running", round=int(record["round"]) + 1)
         self._heldout(record)
         self.write()
+
+    def observe_origins(self, by_origin: dict[str, dict[str, Any]]) -> None:
+        """A round's take by origin (`Intake.by_origin`): shown in `origins` from the next write on."""
+        self.origins.append({o: dict(v) for o, v in by_origin.items()})
+
+    def origins_section(self) -> list[dict[str, Any]]:
+        """`origins`: per origin over the kept rounds (module docstring), most tokens first."""
+        rows: dict[str, dict[str, Any]] = {}
+        for by_origin in self.origins:
+            for origin, v in by_origin.items():
+                row = rows.setdefault(origin, {"origin": origin, "tokens": 0, "groups": 0, "peers": set()})
+                row["tokens"] += int(v.get("tokens", 0))
+                row["groups"] += int(v.get("groups", 0))
+                row["peers"].update(v.get("peers", ()))
+        total = sum(r["tokens"] for r in rows.values())
+        return sorted(({"origin": r["origin"], "tokens": r["tokens"], "groups": r["groups"],
+                        "share": r["tokens"] / total if total else 0.0, "identities": len(r["peers"])}
+                       for r in rows.values()), key=lambda r: (-r["tokens"], r["origin"]))
+
+    def saw_groups(self, groups: Sequence[Any]) -> None:
+        """Peers' gathered groups: each sender's task digest (`tdg`) is remembered for `tasks`."""
+        for g in groups:
+            self.peer_digests[g.sender] = g.task_digest
+
+    def tasks_section(self) -> dict[str, Any]:
+        """`tasks`: this node's task and digest, and the peers (short ids) seen with each digest."""
+        by_digest: dict[str, list[str]] = {}
+        for peer, digest in sorted(self.peer_digests.items()):
+            by_digest.setdefault(digest or "(none)", []).append(short_peer(peer))
+        return {"own": {"task": self.node["task"], "digest": self.task_digest}, "peers": by_digest}
 
     def observe_heldout(self, record: dict[str, Any]) -> None:
         """An evaluation outside a round (round 0's, before any update): the curve's point, no round row."""
@@ -233,6 +278,8 @@ class StatusBoard:
             "rounds": [{k: v for k, v in r.items() if k != "credited"} for r in rounds],
             "peers": peer_rows(self.accounts, rounds, now=now),
             "heldout": {**self.heldout, "curve": list(self.heldout["curve"])},
+            "tasks": self.tasks_section(),
+            "origins": self.origins_section(),
             "disk": {"run_dir_bytes": tree_bytes(self.run_dir),
                      "checkpoints_bytes": tree_bytes(self.run_dir / "checkpoints"), "checkpoints": ckpts},
         }

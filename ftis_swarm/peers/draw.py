@@ -20,6 +20,13 @@ another. The order is a pure function of the seed (the node's peer id: two nodes
 differently), the draw's number (the node's round: a fresh order each update, the same in
 the swarm at gather and in the intake at take, and the same after a resume) and the names:
 it does not depend on which other groups are on offer, only their interleaving does.
+
+**The earned tier too** (`earned_in_turns`): peers whose credit ranks them first are taken
+origin by origin as well, so that 20 identities with credit on one origin have one turn a
+pass, as one honest peer has. Origins go in the order of their best identity's score (ties:
+the draw), identities within one in score order, one group each in turn. What an origin, and
+what identities of recent credit together, may take of the budget is the callers' cap
+(`peers/intake.py`, `swarm/fetch/selection.py`): the order here only says who goes first.
 """
 
 from __future__ import annotations
@@ -57,6 +64,23 @@ def strangers_in_turns(offers: Sequence[T], *, sender: Callable[[T], str], origi
     turns = []
     for origin in sorted(by_origin, key=lambda o: draw_key(seed, draw, o)):
         identities = sorted(by_origin[origin], key=lambda p: draw_key(seed, draw, f"identity:{p}"))
+        turns.append(interleave([by_sender[p] for p in identities]))
+    return interleave(turns)
+
+
+def earned_in_turns(offers: Sequence[T], *, sender: Callable[[T], str], origin_of: Optional[OriginOf],
+                    score: Callable[[str], float], seed: int | str, draw: int) -> list[T]:
+    """`offers` of earned peers in turns by origin (module docstring): origins by their best identity's
+    score, identities by score within their origin, each identity's offers in the order given."""
+    by_sender: dict[str, list[T]] = {}
+    for offer in offers:
+        by_sender.setdefault(sender(offer), []).append(offer)
+    by_origin: dict[str, list[str]] = {}
+    for peer in by_sender:
+        by_origin.setdefault(origin_key(peer, origin_of), []).append(peer)
+    turns, best = [], {o: max(score(p) for p in peers) for o, peers in by_origin.items()}
+    for origin in sorted(by_origin, key=lambda o: (-best[o], draw_key(seed, draw, o))):
+        identities = sorted(by_origin[origin], key=lambda p: (-score(p), draw_key(seed, draw, f"identity:{p}")))
         turns.append(interleave([by_sender[p] for p in identities]))
     return interleave(turns)
 

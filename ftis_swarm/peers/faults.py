@@ -97,9 +97,18 @@ PROMPT_TOO_LONG = _node("prompt_too_long", SCHEMA)
 DECODE_ERROR = _node("decode_error", SCHEMA)
 ITEM_ERROR = _node("item_error")  # the task's lookup raised: our code
 SCORE_ERROR = _node("score_error")  # the verifier raised: our code
+EOS_TAIL = _node("eos_tail")  # tokens after an EOS: an honest sampler stops there, but its EOS set may differ
 UNKNOWN_ITEM = _node("unknown_item")  # another dataset version
 UNKNOWN_TASK = _node("unknown_task")  # a task this version does not know
 TASK_NOT_ACCEPTED = _node("task_not_accepted")  # an honest peer on another task
+HINT_CONTRADICTED = _node("hint_contradicted", CONTRADICTS)
+"""The hint its signed pointer gave (its count of a group's correct answers) differs from this node's verifier
+by more than an honest verifier can (`node.hints.contradicts`): a lie to be fetched first."""
+TASK_DIGEST = _node("task_digest")  # the same task name with other content (data, generator, verifier): a mismatch
+# --- a group of another tokenizer (node/scoring.py, learner/aligned.py; docs/method.md) -------------
+ALIGN_BYTES = _node("align_bytes", CONTRADICTS)  # its signed byte lengths do not sum to its signed text
+ALIGN_UTF8 = _node("align_utf8", CONTRADICTS)  # its signed text is not UTF-8
+ALIGN_TOO_LONG = _node("align_too_long")  # re-encodes past this learner's limit: honest, a mismatch
 # --- the intake (peers/intake.py): what this node takes, never a fault ----------------------------
 PEER_TOO_LONG = _node("peer_too_long")
 PEER_OVER_BUDGET = _node("peer_over_budget")
@@ -109,7 +118,9 @@ PEER_DEFERRED = _node("peer_deferred")
 PEER_REFUSED = _node("peer_refused")
 PEER_DUPLICATE = _node("peer_duplicate")  # the same sender's content again, under a new id
 PEER_OVER_SHARE = _node("peer_over_share")  # past the strangers' share of the budget (lost the draw)
-COPIED_GROUP = _node("copied_group", SCHEMA)  # another sender's content, re-signed: a copy (the first keeps it)
+COPIED_GROUP = _node("copied_group")  # another sender's content with the first's log-probs: not trained, free
+SAME_CONTENT = _node("same_content")  # another sender's content with other log-probs (a coincidence): free
+CONTESTED_GROUP = _node("contested_group")  # kept, but another sender offered its content in the same take: no credit
 
 # --- the swarm's: pointers screened before download (swarm/records.py, fetch/gatherer.py) ---------
 RUN_ID = _swarm("run_id")

@@ -16,15 +16,27 @@ turn, then identities in turn within an origin, in an order drawn afresh each up
 the node's seed and round), the same order the swarm fetched them in. Per-peer caps hold
 in both parts.
 
+**Shares, in tokens** (docs/method.md, "Shares"). The peers with standing are taken origin by
+origin too (`draw.earned_in_turns`); one origin's identities take at most
+`max_tokens_per_origin` / `max_groups_per_origin` together over both parts
+(`ledger.max_origin_share`); those whose credit is recent (`recent`, the ledger's) take at
+most `Budget.recent_part` of the earned part together, and their groups past it join the
+strangers' draw. `Intake.by_origin` says what each origin's identities got, for the status.
+
 A group over what is left of its part waits for the next round (`peer_deferred`), taken
 first then, and is dropped if it does not fit then either (`peer_over_budget`; for a peer
 without standing `peer_over_share`, which costs nothing: losing the draw is no fault); a
 group over the whole budget is dropped at once (`peer_over_budget`).
 
-**Copies.** A group is also known by a digest of its content (item, prompt ids,
-completions, log-probs; not its sender or time, which the group id hashes). The first sender seen with a
-content keeps it; the same content from another sender is refused as `copied_group`,
-which costs that sender, and from the same sender under a new id as `peer_duplicate`.
+**Copies.** A group is also known by its content key (`copies.py`: task, item and the
+completions' token ids as a multiset; not log-probs, prompt ids, sender or time). The first
+group of a key this node sees trains; a later one never does, and costs no one (the race for
+"first" is decided by fetch order, which a fast copier can win, and honest peers meet on a key
+by chance): from the same sender under a new id `peer_duplicate`, from another sender with
+the first's log-probs `copied_group`, with other log-probs `same_content`. When another
+sender offers the key in the same take as the first, the first still trains once but earns
+no credit (`contested_group`, counted against the first's sender: the ledger withholds one
+group's worth of its credit that update), so a copy that wins the race earns nothing.
 
 The deferred groups, the digests and the draw's counter (the draw's number when the
 node gives none) are part of a checkpoint
@@ -36,16 +48,17 @@ swarm) is taken once (`peer_duplicate`).
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
+import math
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Optional
 
 from ftis_swarm.config import NodeConfig, WireConfig
-from ftis_swarm.wire import Group, decode_group, encode_group
 from ftis_swarm.peers import faults
-from ftis_swarm.peers.draw import OriginOf, interleave, strangers_in_turns
+from ftis_swarm.peers.copies import content_key, logp_key
+from ftis_swarm.peers.draw import OriginOf, earned_in_turns, origin_key, strangers_in_turns
+from ftis_swarm.wire import Group, decode_group, encode_group
 
 log = logging.getLogger(__name__)
 
@@ -73,20 +86,42 @@ class Budget:
     """This model's context: a group whose prompt and longest completion exceed it is dropped."""
     strangers_share: float = 0.25
     """The part of `max_tokens` and `max_groups` reserved for, and capped to, peers without standing."""
+    max_tokens_per_origin: Optional[int] = None
+    """Most completion tokens the identities of one network origin take together (None: no cap by origin)."""
+    max_groups_per_origin: Optional[int] = None
+    """Most groups the identities of one network origin take together (None: no cap by origin)."""
+    recent_share: float = 1.0
+    """The part of `max_tokens` and `max_groups` that peers of recent credit may take together in the
+    earned part (`ledger.recent_earned_share`); past it they are strangers. 1: no such bound."""
 
     @classmethod
     def of(cls, cfg: NodeConfig, *, context: int) -> "Budget":
         lc = cfg.learner
         own = cfg.prompts_per_round * cfg.sampling.group_size * cfg.sampling.max_new_tokens
-        return cls(max_groups=lc.max_peer_groups, max_groups_per_peer=lc.max_groups_per_peer,
-                   max_tokens=lc.max_peer_tokens or 4 * own, max_tokens_per_peer=lc.max_peer_tokens_per_peer or 2 * own,
-                   context=context, strangers_share=lc.strangers_share)
+        tokens, groups, origin = lc.max_peer_tokens or 4 * own, lc.max_peer_groups, cfg.ledger.max_origin_share
+        return cls(max_groups=groups, max_groups_per_peer=lc.max_groups_per_peer,
+                   max_tokens=tokens, max_tokens_per_peer=lc.max_peer_tokens_per_peer or 2 * own,
+                   context=context, strangers_share=lc.strangers_share,
+                   max_tokens_per_origin=None if origin >= 1 else int(tokens * origin),
+                   max_groups_per_origin=None if origin >= 1 else max(1, int(groups * origin)),
+                   recent_share=cfg.ledger.recent_earned_share)
 
     def parts(self) -> tuple["_Part", "_Part"]:
         """(peers with standing, peers without): the tokens and groups each part may take."""
         tokens, groups = int(self.max_tokens * self.strangers_share), int(self.max_groups * self.strangers_share)
         return (_Part(self.max_tokens - tokens, self.max_groups - groups, faults.PEER_OVER_BUDGET),
                 _Part(tokens, groups, faults.PEER_OVER_SHARE))
+
+    def recent_part(self) -> "_Part":
+        """What peers of recent credit may take together of the earned part (`recent_share`)."""
+        earned = self.parts()[0]
+        return _Part(min(earned.tokens, int(self.max_tokens * self.recent_share)),
+                     min(earned.groups, int(self.max_groups * self.recent_share)), faults.PEER_OVER_SHARE)
+
+    def origin_caps(self) -> tuple[float, float]:
+        """(tokens, groups) one origin's identities may take together (inf: no cap)."""
+        return (math.inf if self.max_tokens_per_origin is None else self.max_tokens_per_origin,
+                math.inf if self.max_groups_per_origin is None else self.max_groups_per_origin)
 
 
 @dataclass
@@ -107,32 +142,41 @@ class Intake:
     by_peer: Counter
     dropped: list[Group] = field(default_factory=list)
     """The groups left out for good (every reason but `peer_deferred`): with `kept`, what this take settled."""
+    by_origin: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per origin (`draw.origin_key`) of the kept groups: `tokens`, `groups`, `identities` and their `peers`
+    (the node's status shows them: node/status.py, `observe_origins`)."""
 
 
-def content_digest(group: Group) -> str:
-    """Hex digest of a group's item (task and item id), prompt ids, completions and log-probs (not
-    sender, time or version): the item keeps a group relabelled for another item the scorer's to refuse."""
-    h = hashlib.sha256(f"{group.task_id}\n{group.item_id}\n".encode())
-    h.update(group.prompt_ids.astype("<u4").tobytes())
-    for ids, lp in zip(group.completion_ids, group.logp_gen):
-        h.update(len(ids).to_bytes(4, "little"))
-        h.update(ids.astype("<u4").tobytes())
-        h.update(lp.astype("<f4").tobytes())
-    return h.hexdigest()[:32]
+@dataclass
+class _Taken:
+    """What one take gave each peer and each origin so far, over both parts (the caps hold over both)."""
+
+    origin_of: Optional[OriginOf]
+    groups_of: Counter = field(default_factory=Counter)
+    tokens_of: Counter = field(default_factory=Counter)
+    origin_groups: Counter = field(default_factory=Counter)
+    origin_tokens: Counter = field(default_factory=Counter)
+    identities: dict[str, set] = field(default_factory=dict)
+
+    def origin(self, peer: str) -> str:
+        return origin_key(peer, self.origin_of)
+
+    def add(self, g: Group) -> None:
+        n, origin = g.num_completion_tokens, self.origin(g.sender)
+        self.groups_of[g.sender] += 1
+        self.tokens_of[g.sender] += n
+        self.origin_groups[origin] += 1
+        self.origin_tokens[origin] += n
+        self.identities.setdefault(origin, set()).add(g.sender)
+
+    def by_origin(self) -> dict[str, dict[str, int]]:
+        return {o: {"tokens": self.origin_tokens[o], "groups": self.origin_groups[o], "identities": len(ids),
+                    "peers": sorted(ids)} for o, ids in sorted(self.identities.items())}
 
 
-def fair_order(senders: list[str], key: Callable[[str], Any]) -> list[str]:
-    """`senders` without repeats, sorted by `key` (ties: first appearance)."""
-    first = list(dict.fromkeys(senders))
-    return sorted(first, key=lambda s: (key(s), first.index(s)))
-
-
-def in_turns(offers: list[tuple[Group, bool]], order: list[str]) -> list[tuple[Group, bool]]:
-    """One group of each sender in `order` in turn, then the second of each, ...; each sender's in offer order."""
-    queues: dict[str, list[tuple[Group, bool]]] = {s: [] for s in order}
-    for offer in offers:
-        queues[offer[0].sender].append(offer)
-    return interleave(list(queues.values()))
+content_digest = content_key
+"""A group's content key (`copies.content_key`): the item keeps a group relabelled for another item
+the scorer's to refuse."""
 
 
 class PeerIntake:
@@ -144,23 +188,27 @@ class PeerIntake:
         self.seed = seed
         self._deferred: list[Group] = []
         self._takes = 0
-        self._first: OrderedDict[str, tuple[str, str]] = OrderedDict()  # digest -> (sender, group id)
+        self._first: OrderedDict[str, tuple[str, str, str]] = OrderedDict()  # key -> (sender, group id, logp key)
+        self._this_take: dict[str, str] = {}  # key -> group id, first seen in the present take
 
     def take(self, groups: list[Group], consumed: Container[str], allows: Any, *,
              standing: Optional[Callable[[str], bool]] = None,
              rank: Optional[Callable[[str], float]] = None, origin: Optional[OriginOf] = None,
-             draw: Optional[int] = None) -> Intake:
+             draw: Optional[int] = None, recent: Optional[Callable[[str], bool]] = None) -> Intake:
         """The groups this update takes from last round's deferred ones and `groups` (module docstring).
 
         `allows(peer_id) -> bool` (the ledger's) refuses a banned or denied peer's groups;
         `standing(peer_id) -> bool` (the learner's detector; None: no peer has it) splits the
         budget; `rank(peer_id) -> float` (the ledger's score; None: all equal) orders the peers
-        with standing, highest first; `origin(peer_id) -> str | None` (the transport's
-        `origin_of`; None: each peer an origin of its own) groups the strangers' draw by
-        origin; `draw` is the draw's number (the node's round, as its swarm's; None: this
-        intake's count of takes).
+        with standing, highest first, origin by origin; `origin(peer_id) -> str | None` (the
+        transport's `origin_of`; None: each peer an origin of its own) groups both draws and
+        the caps by origin; `draw` is the draw's number (the node's round, as its swarm's; None:
+        this intake's count of takes); `recent(peer_id) -> bool` (the ledger's `recent`; None:
+        no peer's credit is recent) marks the peers whose part of the earned share is bounded
+        together (`Budget.recent_part`).
         """
         out = Intake([], Counter(), Counter())
+        self._this_take = {}
         deferred, self._deferred = self._deferred, []
         offers = [(g, True) for g in deferred] + [(g, False) for g in groups]
         fit = self._admissible(offers, consumed, allows, out)
@@ -170,11 +218,16 @@ class PeerIntake:
         score = rank or (lambda peer: 0.0)
         draw = self._takes if draw is None else draw
         self._takes += 1
-        earned = in_turns(earned, fair_order([g.sender for g, _ in earned], lambda s: -score(s)))
-        strangers = strangers_in_turns(strangers, sender=lambda o: o[0].sender, origin_of=origin, seed=self.seed,
-                                       draw=draw)
-        for part, chosen in zip(self.budget.parts(), (earned, strangers)):
-            self._fill(part, chosen, out)
+        taken = _Taken(origin)
+        earned = earned_in_turns(earned, sender=lambda o: o[0].sender, origin_of=origin, score=score, seed=self.seed,
+                                 draw=draw)
+        first, rest = self.budget.parts()
+        spilled = self._fill(first, earned, out, taken, recent_part=self.budget.recent_part(),
+                             recent=recent or (lambda peer: False))
+        strangers = strangers_in_turns(strangers + spilled, sender=lambda o: o[0].sender, origin_of=origin,
+                                       seed=self.seed, draw=draw)
+        self._fill(rest, strangers, out, taken)
+        out.by_origin = taken.by_origin()
         return out
 
     def _admissible(self, offers: list[tuple[Group, bool]], consumed: Container[str], allows: Any,
@@ -196,60 +249,79 @@ class PeerIntake:
             elif n > b.max_tokens_per_peer or n > b.max_tokens:
                 reason = faults.PEER_OVER_BUDGET
             else:
-                reason = self._copy(g)
+                reason = self._copy(g, out)
             if reason:
                 _count(out, g, reason)
             else:
                 fit.append((g, waited))
         return fit
 
-    def _copy(self, g: Group) -> str:
-        """"copied_group" or "peer_duplicate" when another group had this content first; else ""."""
+    def _copy(self, g: Group, out: Intake) -> str:
+        """"peer_duplicate", "copied_group" or "same_content" when another group had this content first
+        (module docstring, "Copies"; a contest in this take counted in `out`); else ""."""
         digest = content_digest(g)
         first = self._first.get(digest)
         if first is None:
-            self._first[digest] = (g.sender, g.group_id)
+            self._first[digest] = (g.sender, g.group_id, logp_key(g))
+            self._this_take[digest] = g.group_id
             while len(self._first) > MAX_REMEMBERED_CONTENTS:
                 self._first.popitem(last=False)
             return ""
-        sender, group_id = first
+        sender, group_id, lp = first
         if group_id == g.group_id:
             return ""
-        return faults.PEER_DUPLICATE if sender == g.sender else faults.COPIED_GROUP
+        if sender == g.sender:
+            return faults.PEER_DUPLICATE
+        if self._this_take.get(digest) == group_id:  # the first's credit: withheld once per take
+            self._this_take[digest] = ""
+            out.counts[faults.CONTESTED_GROUP] += 1
+            out.by_peer[(sender, faults.CONTESTED_GROUP)] += 1
+        return faults.COPIED_GROUP if lp == logp_key(g) else faults.SAME_CONTENT
 
-    def _fill(self, part: _Part, offers: list[tuple[Group, bool]], out: Intake) -> None:
-        """Takes `offers` in order while `part` and the per-peer caps allow."""
-        b = self.budget
-        groups_of: Counter = Counter()
-        tokens_of: Counter = Counter()
+    def _fill(self, part: _Part, offers: list[tuple[Group, bool]], out: Intake, taken: _Taken, *,
+              recent_part: Optional[_Part] = None,
+              recent: Callable[[str], bool] = lambda peer: False) -> list[tuple[Group, bool]]:
+        """Takes `offers` in order while `part`, the per-peer and per-origin caps (and for a peer of `recent`
+        credit, `recent_part`) allow; returns the recent peers' offers that did not fit `recent_part`
+        (they join the strangers' draw)."""
+        b, spilled = self.budget, []
+        origin_tokens, origin_groups = b.origin_caps()
         for g, waited in offers:
-            n = g.num_completion_tokens
-            if part.groups < 1 or groups_of[g.sender] >= b.max_groups_per_peer:
+            n, origin, is_recent = g.num_completion_tokens, taken.origin(g.sender), recent(g.sender)
+            if is_recent and recent_part is not None and (recent_part.groups < 1 or n > recent_part.tokens):
+                spilled.append((g, waited))
+                continue
+            if (part.groups < 1 or taken.groups_of[g.sender] >= b.max_groups_per_peer
+                    or taken.origin_groups[origin] >= origin_groups):
                 reason = faults.PEER_OVER_CAP
-            elif n > part.tokens or tokens_of[g.sender] + n > b.max_tokens_per_peer:
+            elif (n > part.tokens or taken.tokens_of[g.sender] + n > b.max_tokens_per_peer
+                  or taken.origin_tokens[origin] + n > origin_tokens):
                 reason = part.dropped if waited else faults.PEER_DEFERRED
             else:
                 out.kept.append(g)
-                groups_of[g.sender] += 1
-                tokens_of[g.sender] += n
+                taken.add(g)
                 part.groups -= 1
                 part.tokens -= n
+                if is_recent and recent_part is not None:
+                    recent_part.groups -= 1
+                    recent_part.tokens -= n
                 continue
             _count(out, g, reason)
             if reason == faults.PEER_DEFERRED:
                 self._deferred.append(g)
+        return spilled
 
     def state(self) -> dict[str, Any]:
         """For a checkpoint's `state.json`: the deferred groups (wire-encoded, base64), the content
         digests with their first senders, and the draw's counter."""
         return {"deferred": [base64.b64encode(encode_group(g)).decode("ascii") for g in self._deferred],
-                "contents": [[d, s, i] for d, (s, i) in self._first.items()], "takes": self._takes}
+                "contents": [[d, *first] for d, first in self._first.items()], "takes": self._takes}
 
     def load_state(self, state: dict[str, Any] | list[str], *, limits: Optional[WireConfig] = None) -> None:
         """What `state()` wrote (or a list of deferred groups alone); the next `take` goes on as it would have."""
         saved = {"deferred": state} if isinstance(state, list) else state
         self._deferred = [decode_group(base64.b64decode(text), limits=limits) for text in saved.get("deferred", [])]
-        self._first = OrderedDict((d, (s, i)) for d, s, i in saved.get("contents", []))
+        self._first = OrderedDict((d, (s, i, rest[0] if rest else "")) for d, s, i, *rest in saved.get("contents", []))
         self._takes = int(saved.get("takes", 0))
 
 

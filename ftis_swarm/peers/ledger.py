@@ -13,7 +13,10 @@ at most `max_credit_per_update` an update, so samples whose log-probs claim cert
 (weights near 0) earn near 0 (docs/method.md, "Credit"). Credit decays, halving every
 `credit_half_life` rounds (`take_round`), and a proven fault (a charge that costs points)
 takes all of it at once. `score` is credit minus cost: above 0 for a peer whose groups
-carried signal, below 0 once its faults outweigh them.
+carried signal, below 0 once its faults outweigh them. A peer's credit is `recent` for
+`recent_credit_rounds` rounds after it began (from none, or after a fault took it): the swarm's
+selection and the intake bound what such peers take together (`recent_earned_share`), so
+credit bought quickly by a crowd buys it a bounded share (docs/method.md, "Shares").
 
 A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
 back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ftis_swarm.config import LedgerConfig
-from ftis_swarm.peers.faults import SWARM_PREFIX, cost_of
+from ftis_swarm.peers.faults import CONTESTED_GROUP, SWARM_PREFIX, cost_of
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +71,12 @@ class PeerRecord:
     banned_until: float = 0.0  # wall-clock seconds
     banned_at: float = 0.0  # when the last ban began (wall clock; 0: never banned)
     ban_reason: str = ""  # the fault that tipped the last ban, for the operator
+    credit_rounds: int = 0  # rounds since its present credit began (`recent`)
 
     def as_dict(self) -> dict[str, Any]:
         return {"counts": dict(self.counts), "cost": self.cost, "credit": self.credit, "debt": self.debt,
                 "bans": self.bans, "banned_until": self.banned_until, "banned_at": self.banned_at,
-                "ban_reason": self.ban_reason}
+                "ban_reason": self.ban_reason, "credit_rounds": self.credit_rounds}
 
 
 class PeerLedger:
@@ -83,6 +87,7 @@ class PeerLedger:
         self._clock = clock
         self._peers: dict[str, PeerRecord] = {}
         self._round: Counter = Counter()  # reason -> charges since the last `take_round`
+        self._withheld: Counter = Counter()  # peer -> groups' worth of credit the next update withholds
         self._allow = frozenset(self.cfg.allow_peers)
         self._deny = frozenset(self.cfg.deny_peers)
 
@@ -98,6 +103,12 @@ class PeerLedger:
         rec = self._peers.get(peer_id)
         return 0.0 if rec is None else rec.credit - rec.cost
 
+    def recent(self, peer_id: str) -> bool:
+        """Whether the peer has a score above 0 and its credit began within `recent_credit_rounds` rounds."""
+        rec = self._peers.get(peer_id)
+        return (rec is not None and rec.credit - rec.cost > 0
+                and rec.credit_rounds < self.cfg.recent_credit_rounds)
+
     def charge(self, peer_id: str, reason: str, n: int = 1) -> None:
         """Counts `n` faults of `reason` against the peer; bans it when its debt reaches the threshold.
 
@@ -108,6 +119,8 @@ class PeerLedger:
         rec = self._peers.setdefault(peer_id, PeerRecord())
         rec.counts[reason] += n
         self._round[reason] += n
+        if reason == CONTESTED_GROUP:  # its content was offered by another sender too: that group earns nothing
+            self._withheld[peer_id] += n
         cost = cost_of(reason) * n
         rec.cost += cost
         now = self._clock()
@@ -135,6 +148,8 @@ class PeerLedger:
         """`n` groups' worth of the peer's samples earned credit: as much credit, and paid off its debt."""
         if n > 0:
             rec = self._peers.setdefault(peer_id, PeerRecord())
+            if rec.credit <= 0:  # credit begins (afresh after a fault took it): recent again
+                rec.credit_rounds = 0
             rec.credit += CREDIT_PER_GROUP * n
             rec.debt = max(0.0, rec.debt - CREDIT_PER_GROUP * n)
 
@@ -147,10 +162,12 @@ class PeerLedger:
     def settle_update(self, report: dict[str, Counter], *, me: str = "",
                       earned: dict[str, float] | None = None) -> None:
         """The learner's `peer_report` (charges for each peer's faults) and `peer_earned` (its credit,
-        at most `max_credit_per_update`)."""
+        at most `max_credit_per_update`), less one group's worth for each of its groups whose content another
+        sender offered in the same take (`contested_group`: the intake cannot tell who was first)."""
+        withheld, self._withheld = self._withheld, Counter()
         for peer, amount in (earned or {}).items():
             if peer != me:
-                self.credit(peer, min(amount, self.cfg.max_credit_per_update))
+                self.credit(peer, min(amount, self.cfg.max_credit_per_update) - CREDIT_PER_GROUP * withheld[peer])
         for peer, counts in report.items():
             if peer == me:
                 continue
@@ -170,6 +187,8 @@ class PeerLedger:
             keep = 0.5 ** (1.0 / self.cfg.credit_half_life)
             for rec in self._peers.values():
                 rec.credit *= keep
+        for rec in self._peers.values():
+            rec.credit_rounds += rec.credit > 0
         banned = self.banned()
         out: dict[str, Any] = {"banned_peers": [short_peer(p) for p in banned], "peers_banned": len(banned)}
         out.update({f"charged_{reason}": n for reason, n in sorted(self._round.items())})
@@ -188,6 +207,7 @@ class PeerLedger:
         self._peers = {
             p: PeerRecord(counts=Counter(r["counts"]), cost=float(r["cost"]), credit=float(r["credit"]),
                           debt=float(r["debt"]), bans=int(r["bans"]), banned_until=float(r["banned_until"]),
-                          banned_at=float(r.get("banned_at", 0.0)), ban_reason=str(r.get("ban_reason", "")))
+                          banned_at=float(r.get("banned_at", 0.0)), ban_reason=str(r.get("ban_reason", "")),
+                          credit_rounds=int(r.get("credit_rounds", 0)))
             for p, r in state.items()
         }

@@ -39,7 +39,7 @@ from ftis_swarm.peers import faults
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, SwarmFactory, publish_refusal
-from ftis_swarm.wire import Group, WireError, content_id, decode_group, encode_group
+from ftis_swarm.wire import Group, WireError, WireVersionError, content_id, decode_group, encode_group
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ class LoopbackSwarm:
         self._closed = False
         self._budget: Optional[Budget] = None
 
-    def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
+    def publish_round(self, groups: list[Group], *, round: int = 0,
+                      correct: Optional[list[Optional[int]]] = None) -> PublishResult:
         """Posts the round's bytes to every other member, in order; refused whole (a result with a reason)
         as the hivemind swarm refuses a round with any bad group."""
         started = time.monotonic()
@@ -147,6 +148,10 @@ class LoopbackSwarm:
         self._counts["published"] += len(bodies)
         return PublishResult(ok=True, reason="", group_ids=tuple(content_id(b) for b in bodies),
                              size=sum(map(len, bodies)), seconds=time.monotonic() - started)
+
+    def hints(self, group_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """None: the hub carries bodies without pointers, so `publish_round`'s `correct` is not sent."""
+        return {}
 
     def set_budget(self, budget: Optional[Budget]) -> None:
         """Kept, not used: a hub member reads every body at no cost, and the node's intake applies the budget."""
@@ -183,7 +188,10 @@ class LoopbackSwarm:
         self._counts["fetched_bytes"] += len(body)
         self._hub.served(publisher, len(body))
         try:
-            group = decode_group(body, vocab_size=self._vocab_size, limits=cfg.wire)
+            group = decode_group(body, vocab_size=self._vocab_size, limits=cfg.wire, tokenizer_fp=self._tokenizer_fp)
+        except WireVersionError as exc:  # another release: not a fault
+            log.debug("group from %s: %s", publisher, exc)
+            return self._reject(publisher, faults.OLD_VERSION)
         except WireError as exc:
             log.debug("malformed group from %s: %s", publisher, exc)
             return self._reject(publisher, faults.BODY_MALFORMED)
@@ -192,7 +200,7 @@ class LoopbackSwarm:
             return self._reject(publisher, faults.SENDER_MISMATCH)
         if group.run_id != cfg.run_id:
             return self._reject(publisher, faults.RUN_ID)
-        if group.tokenizer_fp != self._tokenizer_fp:
+        if group.tokenizer_fp != self._tokenizer_fp and not (cfg.fetch.other_tokenizers and group.aligned):
             return self._reject(publisher, faults.POINTER_TOKENIZER)
         if group.created_at > now + cfg.records.max_clock_skew:
             return self._reject(publisher, faults.FUTURE)

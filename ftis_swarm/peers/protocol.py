@@ -58,9 +58,16 @@ class Swarm(Protocol):
     visible_maddrs: list[str]
     """Addresses other peers can join through (empty for a transport without addresses)."""
 
-    def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
+    def publish_round(self, groups: list[Group], *, round: int = 0,
+                      correct: Optional[list[Optional[int]]] = None) -> PublishResult:
         """Makes this node's round `round`, `groups`, available to every peer; never raises for what the
-        transport does (a result with a reason)."""
+        transport does (a result with a reason). `correct`: this node's own count of each group's correct
+        answers (the hint a transport with pointers signs; None: no hint)."""
+        ...
+
+    def hints(self, group_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """{group id: (correct, samples)}: the hint each accepted group's publisher signed, for those that had
+        one (a transport without pointers: none)."""
         ...
 
     def set_budget(self, budget: Optional[Budget]) -> None:

@@ -17,6 +17,9 @@ from typing import Any, Callable, Optional, Sequence
 
 from ftis_swarm.config import SamplingConfig
 from ftis_swarm.wire import Group
+from ftis_swarm.wire.codec import FAMILY_CHARS
+from ftis_swarm.wire.fingerprint import token_bytes
+from ftis_swarm.wire.group import MAX_TOKEN_BYTES
 
 
 class RolloutInputError(ValueError):
@@ -39,6 +42,11 @@ class GroupHeader:
     run_id: str
     sender: str
     model_id: str
+    task_digest: str = ""
+    """The node's task digest (`Task.digest`), stamped on every group as `tdg`."""
+    alignment: bool = False
+    """Whether groups carry alignment data (tokenizer family, texts, token byte lengths) for learners with
+    another tokenizer (docs/method.md, "Peers with another tokenizer"; the node's `publish_alignment`)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ class RolloutBackend(abc.ABC):
     def __init__(self, *, header: GroupHeader, tokenizer_fp: str) -> None:
         self.header = header
         self.tokenizer_fp = tokenizer_fp
+        self.aligner: Optional[Aligner] = None
+        """Fills each group's alignment data; a backend that knows its tokenizer sets it when the header asks."""
         self._version = 0
         self._calls = 0
 
@@ -165,9 +175,54 @@ class RolloutBackend(abc.ABC):
                 temperature=sampling.temperature,
                 completion_ids=[c.token_ids for c in group],
                 logp_gen=[c.logprobs for c in group],
+                task_digest=self.header.task_digest,
+                **(self.aligner.fields(group) if self.aligner is not None else {}),
             )
             for p, group in zip(prompts, completions)
         ]
+
+
+@dataclass(frozen=True)
+class Aligner:
+    """What a group of this backend's tokenizer carries for learners with another tokenizer: each completion's
+    UTF-8 text and each token's byte length in it, a stop (`stop_ids`, as the last token) 0 bytes.
+
+    A group it cannot describe within the wire's rules (a tokenizer that is not byte-level BPE, a token over
+    255 bytes, a completion cut inside a character so its text is not UTF-8) goes without alignment data:
+    learners of this tokenizer read it as ever; others refuse it (`tokenizer`), never charge it.
+    """
+
+    tokenizer: Any
+    family: str
+    stop_ids: frozenset[int]
+
+    def fields(self, group: Sequence[Completion]) -> dict[str, Any]:
+        """`Group.build`'s `tokenizer_family`, `texts`, `token_bytes` for one group's completions; {} when none fit."""
+        texts, sizes = [], []
+        for c in group:
+            last = {int(c.token_ids[-1])} & self.stop_ids if c.token_ids else set()
+            try:
+                pieces = token_bytes(self.tokenizer, c.token_ids, stop_ids=last)
+            except ValueError:
+                return {}
+            text = b"".join(pieces)
+            if any(p == b"" for p in pieces[:-1]) or any(len(p) > MAX_TOKEN_BYTES for p in pieces):
+                return {}
+            try:
+                text.decode("utf-8", errors="strict")
+            except UnicodeDecodeError:
+                return {}
+            texts.append(text)
+            sizes.append([len(p) for p in pieces])
+        return {"tokenizer_family": self.family[:FAMILY_CHARS], "texts": texts, "token_bytes": sizes}
+
+
+def aligner_for(header: GroupHeader, tokenizer: Any, model_config: Any, eos_ids: Sequence[int]) -> Optional[Aligner]:
+    """The backend's `aligner` when `header.alignment` asks for one: the family is the model's type."""
+    if not header.alignment:
+        return None
+    family = str(getattr(model_config, "model_type", "") or type(tokenizer).__name__)
+    return Aligner(tokenizer=tokenizer, family=family, stop_ids=frozenset(int(i) for i in eos_ids))
 
 
 def eos_token_ids(tokenizer: object, *configs: object) -> list[int]:

@@ -21,6 +21,7 @@ from ftis_swarm.rollout.base import (
     GroupHeader,
     PromptRequest,
     RolloutBackend,
+    aligner_for,
     check_prompts,
     completion_budget,
     eos_token_ids,
@@ -81,6 +82,7 @@ class TransformersBackend(RolloutBackend):
         self.static_cache = static_cache
         self.max_batch_rows = max_batch_rows
         self.eos_ids = eos_token_ids(tokenizer, model.config, getattr(model, "generation_config", None))
+        self.aligner = aligner_for(header, tokenizer, model.config, self.eos_ids)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
 

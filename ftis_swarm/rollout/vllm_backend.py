@@ -36,6 +36,7 @@ from ftis_swarm.rollout.base import (
     GroupHeader,
     PromptRequest,
     RolloutBackend,
+    aligner_for,
     check_prompts,
     completion_budget,
     eos_token_ids,
@@ -106,6 +107,7 @@ class VLLMBackend(RolloutBackend):
         except OSError:
             gen_config = None
         self.eos_ids = eos_token_ids(tokenizer, config, gen_config)
+        self.aligner = aligner_for(header, tokenizer, config, self.eos_ids)
         options: dict[str, Any] = dict(
             model=path,
             dtype=_dtype_name(dtype),

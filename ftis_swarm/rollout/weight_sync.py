@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
+
 import torch
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ import-linter contract). The peer policy (`peers.policy`) is the node's ledger a
 swarm sees it.
 """
 
+from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult
 from ftis_swarm.swarm.client import GatherFill, SwarmClient
 from ftis_swarm.swarm.errors import SwarmError
-from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 
 __all__ = ["ALLOW_ALL", "GatherFill", "PeerPolicy", "PublishResult", "SwarmClient", "SwarmError"]

@@ -6,10 +6,11 @@ topic (`channel`) and the background gatherer (`gatherer`). All calls are synchr
 safe from the node's main thread:
 
     client = SwarmClient.start(cfg, tokenizer_fp=fp, vocab_size=V, policy=ledger)  # blocks until joined
-    result = client.publish_round(groups, round=r)  # one signed pointer: gossiped, then stored
+    result = client.publish_round(groups, round=r, correct=hints)  # one signed pointer: gossiped, then stored
     client.set_budget(budget)                # optional: fetch only what the next update takes (peers.intake.Budget)
     groups = client.gather(deadline=10.0, round=r)  # as soon as every live peer's round is in, or at the deadline
     client.drain_peer_faults()              # {peer id: Counter(reason)} since the last call, for the ledger
+    client.hints(group_ids)                 # {group id: (correct, samples)} its publisher signed, to check
     client.counters(); client.shutdown()
 """
 
@@ -20,37 +21,54 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Optional
 
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import LedgerConfig, SwarmConfig
-from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
-from ftis_swarm.swarm.fetch.streams import serve_bodies
-from ftis_swarm.swarm.gossip.channel import GossipChannel
-from ftis_swarm.swarm.counters import LoopErrors, SwarmCounters
-from ftis_swarm.swarm.fetch.gatherer import Gatherer
-from ftis_swarm.swarm.fetch.legs import Legs
-from ftis_swarm.swarm.gossip.gate import GossipGate
-from ftis_swarm.swarm.gossip.haves import HaveAnnouncer
-from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.peers.policy import ALLOW_ALL, PeerPolicy
 from ftis_swarm.peers.protocol import PublishResult, publish_refusal
-from ftis_swarm.swarm.dht.publishing import (NearestPeers, Record, Replication, ReplicationLog, StoreOutcome,
-                                             sign_records, store_records)
+from ftis_swarm.swarm.counters import LoopErrors, SwarmCounters
+from ftis_swarm.swarm.dht.publishing import (
+    NearestPeers,
+    Record,
+    Replication,
+    ReplicationLog,
+    StoreOutcome,
+    sign_records,
+    store_records,
+)
 from ftis_swarm.swarm.dht.reading import KeyReader
-from ftis_swarm.swarm.records import (MAX_GROUPS_PER_ROUND, MAX_ROUND, RECORD_VERSION, GroupPointer, MemberRecord,
-                                      make_round_pointer, make_subkey, round_name)
+from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
+from ftis_swarm.swarm.fetch.gatherer import Gatherer
+from ftis_swarm.swarm.fetch.legs import Legs
+from ftis_swarm.swarm.fetch.streams import serve_bodies
+from ftis_swarm.swarm.gossip.channel import GossipChannel
+from ftis_swarm.swarm.gossip.gate import GossipGate
+from ftis_swarm.swarm.gossip.haves import HaveAnnouncer
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, gossip_topic, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.swarm.peer.handle import PeerHandle
 from ftis_swarm.swarm.peer.start import open_peer
 from ftis_swarm.swarm.peer.switch import switch_if_due
+from ftis_swarm.swarm.records import (
+    MAX_GROUPS_PER_ROUND,
+    MAX_ROUND,
+    RECORD_VERSION,
+    GroupPointer,
+    MemberRecord,
+    make_round_pointer,
+    make_subkey,
+    round_name,
+)
 from ftis_swarm.wire import Group, content_id, encode_group
 
 logger = logging.getLogger(__name__)
 
 RECHECK_EVERY = 0.25
+KEPT_HINTS = 4096
+"""Accepted groups whose signed hint the client keeps for `hints` (the latest; a gather takes far fewer)."""
 """Seconds between two looks at who is live while a gather of a round waits (liveness ends without an event)."""
 
 
@@ -89,6 +107,8 @@ class SwarmClient:
                                   counters=self._counters, policy=policy, origins=peer.origins,
                                   on_accepted=self._hold)
         self._legs: dict[str, Legs] = {}
+        self._hints: OrderedDict[str, tuple[int, int]] = OrderedDict()  # group id -> signed (correct, samples)
+        self._hints_lock = threading.Lock()
         self._window_groups: Counter[int] = Counter()  # pointers stored per window, for the membership record
         self._window_groups.update(self._earlier_claims())
         self._member_updated = 0.0
@@ -166,6 +186,11 @@ class SwarmClient:
 
     def _hold(self, pointer: GroupPointer, body: bytes) -> None:
         """Keeps an accepted body to serve to others until its pointer can no longer be alive (`fetch.bodies`)."""
+        if pointer.correct is not None and pointer.samples is not None:
+            with self._hints_lock:
+                self._hints[pointer.group_id] = (pointer.correct, pointer.samples)
+                while len(self._hints) > KEPT_HINTS:
+                    self._hints.popitem(last=False)
         if self._bodies.hold(pointer.group_id, body, until=self._kept_until(pointer.created_at)):
             self._counters.add("held_bodies")
 
@@ -226,11 +251,13 @@ class SwarmClient:
                     peer.mode, " ".join(client.visible_maddrs) or "no listening address", len(cfg.transport.peers))
         return client
 
-    def publish_round(self, groups: list[Group], *, round: int = 0) -> PublishResult:
+    def publish_round(self, groups: list[Group], *, round: int = 0,
+                      correct: Optional[list[Optional[int]]] = None) -> PublishResult:
         """Makes this node's round `round`, `groups`, available to every peer: one signed pointer.
 
         Signs one `RoundPointer` naming every group (body hash, size, creation time,
-        completion tokens), gossips it on the run's topic, then stores it under this node's
+        completion tokens, samples and, from `correct`, the hint: this node's own count of
+        each group's correct answers, None for none), gossips it on the run's topic, then stores it under this node's
         key of the current window together with this node's membership record of the
         window (the count of its round pointers). The call waits for: the signatures, the
         hand-over to gossip, one lookup of the peers nearest both keys, and `min_replicas`
@@ -243,6 +270,9 @@ class SwarmClient:
         """
         if not 0 <= round < MAX_ROUND or not groups:
             raise ValueError("round must be in 0..2^40-1 and a round must have at least one group")
+        if correct is not None and (len(correct) != len(groups) or any(
+                c is not None and not 0 <= c <= g.G for c, g in zip(correct, groups))):
+            raise ValueError("correct must give one count in 0..G (or None) per group")
         self.switch_reach_if_due()
         started = time.monotonic()
         if len(groups) > MAX_GROUPS_PER_ROUND:
@@ -263,7 +293,7 @@ class SwarmClient:
         for (group, body), group_id in zip(encoded, group_ids):
             self._bodies.put(group_id, body, until=self._kept_until(group.created_at))
         size = sum(len(body) for _, body in encoded)
-        records, window = self._records(encoded, round=round)
+        records, window = self._records(encoded, round=round, correct=correct)
         gossiped: list[bool] = []
         try:
             pointer, member = self._loop.run(self._publish_records(records, gossiped),
@@ -303,7 +333,8 @@ class SwarmClient:
         return await store_records(self._node, signed, self._counters, enough=self._cfg.records.min_replicas,
                                    nearest_peers=self._nearest)
 
-    def _records(self, encoded: list[tuple[Group, bytes]], *, round: int) -> tuple[list[Record], int]:
+    def _records(self, encoded: list[tuple[Group, bytes]], *, round: int,
+                 correct: Optional[list[Optional[int]]] = None) -> tuple[list[Record], int]:
         """The round's pointer and this node's membership record of the current window, unsigned."""
         cfg, now = self._cfg, get_dht_time()
         window = window_of(now, cfg.records.window)
@@ -316,7 +347,7 @@ class SwarmClient:
         public_key = self._peer.identity.identity.public_key
         pointer = make_round_pointer(encoded, publisher=self.peer_id, run_id=cfg.run_id,
                                      tokenizer_fp=self._tokenizer_fp, window=window, round=round,
-                                     puzzle=self._peer.puzzle)
+                                     puzzle=self._peer.puzzle, correct=correct)
         expiration = min(group.created_at for group, _ in encoded) + cfg.records.ttl
         return [
             Record(pointer_key(cfg.run_id, self.peer_id, window), make_subkey(public_key, round_name(round)),
@@ -462,6 +493,12 @@ class SwarmClient:
         """{peer id: the remote multiaddr of each connection p2pd holds to it} (a `/p2p-circuit` one goes
         through a relay), as of the same read as `connection_paths`. Safe from any thread."""
         return self._peer.origins.connections()
+
+    def hints(self, group_ids: list[str]) -> dict[str, tuple[int, int]]:
+        """{group id: (correct, samples)}: the hint its publisher signed in the pointer of each accepted group
+        of `group_ids` that had one (a group of a publisher without hints is left out). Safe from any thread."""
+        with self._hints_lock:
+            return {gid: self._hints[gid] for gid in group_ids if gid in self._hints}
 
     def drain_peer_faults(self) -> dict[str, Counter[str]]:
         """{peer id: Counter(reason)}: the rejections and faults each peer caused since the last call.

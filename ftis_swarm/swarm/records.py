@@ -4,8 +4,11 @@
   `[owner:<ssh-rsa public key>]/r<round>`: one record for all the groups of one round of
   the publisher: its peer id (the peer id of the owner key), run id, tokenizer
   fingerprint, the window it was published in and its round number, then for each group
-  the body's sha256 and size, the signed creation time and its completion tokens (these
-  let a receiver choose or drop a group without downloading it). The same signed record
+  the body's sha256 and size, the signed creation time, its completion tokens and the hint
+  `[correct, samples]`: the publisher's own count of correct answers of its G (these let a
+  receiver choose or drop a group without downloading it, and spend its budget on groups
+  that can carry gradient; a hint the receiver's own verifier contradicts is a signed
+  fault, `hint_contradicted`). The same signed record
   is stored in the DHT and gossiped on the run's topic (`gossip`). `RoundPointer.views`
   gives one `GroupPointer` per group: the per-group view the fetch wing works with,
   never itself stored or sent. It carries the publisher's puzzle nonce (what its identity
@@ -30,22 +33,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Optional
-
-from typing import Annotated
+from typing import Annotated, Optional
 
 import pydantic
 from pydantic import BeforeValidator, Field, StrictBytes, StrictFloat, StrictInt, StrictStr, field_validator
 
 from ftis_swarm.config import WireConfig
-from ftis_swarm.swarm.puzzle import NONCE_PATTERN
-from ftis_swarm.wire import Group, WireError, decode_group
 from ftis_swarm.peers import faults
+from ftis_swarm.swarm.puzzle import NONCE_PATTERN
+from ftis_swarm.wire import Group, WireError, WireVersionError, decode_group
 
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 """Version of both record schemas (1 was the shared window key of the first layout; 2 had no round;
-3 had no puzzle; 4 had one pointer per group, under subkeys of another form). A record of an older
-version is refused as `old_version`."""
+3 had no puzzle; 4 had one pointer per group, under subkeys of another form; 5 had no samples and no
+hint per group). A record of an older version is refused as `old_version`."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
@@ -53,8 +54,11 @@ MAX_ROUND = 1 << 40
 """Rounds a pointer may name are below this (13 digits in the subkey): 35,000 years of a round a second,
 and no 2^63 in a reader's arithmetic."""
 MAX_GROUPS_PER_ROUND = 32
-"""Groups one round pointer names: 32 sign into a value of 2.9 KB, under `max_record_bytes` (4 KiB)."""
+"""Groups one round pointer names: 32 sign into a value of 3.8 KB with hints and 100 kB bodies of 6,400 tokens
+each, under `max_record_bytes` (4 KiB)."""
 MAX_TOKENS_PER_GROUP = 1 << 24
+MAX_SAMPLES_PER_GROUP = 4096
+"""Completions one pointed group may have: `WireConfig.max_group_size`'s bound."""
 
 _SUBKEY_RE = re.compile(rb"^\[owner:(ssh-rsa [A-Za-z0-9+/=]{64,1024})\]/(r[0-9]{1,13}|member|have)$")
 HAVE_SUBKEY_NAME = "have"
@@ -95,7 +99,7 @@ class _StrictRecord(pydantic.BaseModel):
         if not isinstance(obj, dict):
             raise ValueError(f"a record is a map, got {type(obj).__name__}")
         record = cls.model_validate(obj)  # pydantic.ValidationError is a ValueError
-        if record.model_dump() != obj:
+        if record.model_dump(exclude_unset=True) != obj:  # a field with a default may be left out, never converted
             raise ValueError("record needed a type conversion to match the schema")
         return record
 
@@ -130,7 +134,18 @@ class GroupPointer(_StrictRecord):
     """Completion tokens the publisher signed for the body (None: not said); a body with others is refused."""
     puzzle: _str(pattern=NONCE_PATTERN)
     """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
+    samples: Optional[_int(ge=1, le=MAX_SAMPLES_PER_GROUP)] = None
+    """Completions the publisher signed for the body (None: not said); a body with others is refused."""
+    correct: Optional[_int(ge=0, le=MAX_SAMPLES_PER_GROUP)] = None
+    """The hint: the publisher's own count of correct answers among them (None: no hint)."""
 
+    @property
+    def carries_signal(self) -> Optional[bool]:
+        """Whether the hint says the group's rewards differ (some answers right, some wrong): only such a
+        group has a non-zero advantage, in every loss mode; None without a hint."""
+        if self.correct is None or self.samples is None:
+            return None
+        return 0 < self.correct < self.samples
 
 
 # -- the round pointer: one signed record for all the groups of one round -------------------------
@@ -146,6 +161,18 @@ class PointedGroup(_StrictRecord):
     """The group's creation time (unix seconds); equal to the body's."""
     tokens: _int(ge=0, le=MAX_TOKENS_PER_GROUP)
     """The body's completion tokens, all completions together: what the group costs a reader's budget."""
+    hint: Optional[Annotated[list[_int(ge=0, le=MAX_SAMPLES_PER_GROUP)], Field(min_length=2, max_length=2)]] = None
+    """`[correct, samples]`: how many of the body's completions the publisher's own verifier scored correct,
+    of how many (its G: a body with another count is refused as `pointer_mismatch`); None or absent: no hint.
+    Signed with the pointer; a reader's verifier that contradicts it beyond `node.hints`' tolerance charges
+    the publisher `hint_contradicted`. One short pair: 32 hinted groups still sign into one 4 KiB record."""
+
+    @field_validator("hint")
+    @classmethod
+    def _correct_within(cls, hint: Optional[list[int]]) -> Optional[list[int]]:
+        if hint is not None and not (hint[1] >= 1 and hint[0] <= hint[1]):
+            raise ValueError("a hint counts at most its samples' correct answers, of at least one sample")
+        return hint
 
 
 
@@ -181,7 +208,9 @@ class RoundPointer(_StrictRecord):
         return [GroupPointer(v=self.v, group_id=g.sha256.hex()[:32], size=g.size, sha256=g.sha256.hex(),
                              publisher=self.publisher, created_at=g.created_at, run_id=self.run_id,
                              tokenizer_fp=self.tokenizer_fp, window=self.window, round=self.round,
-                             round_groups=len(self.groups), tokens=g.tokens, puzzle=self.puzzle) for g in self.groups]
+                             round_groups=len(self.groups), tokens=g.tokens, puzzle=self.puzzle,
+                             samples=g.hint[1] if g.hint else None, correct=g.hint[0] if g.hint else None)
+                for g in self.groups]
 
 
 def round_name(round: int) -> str:
@@ -190,15 +219,20 @@ def round_name(round: int) -> str:
 
 
 def make_round_pointer(groups: list[tuple[Group, bytes]], *, publisher: str, run_id: str, tokenizer_fp: str,
-                       window: int, round: int, puzzle: str) -> RoundPointer:
+                       window: int, round: int, puzzle: str,
+                       correct: Optional[list[Optional[int]]] = None) -> RoundPointer:
     """The pointer this node stores for its round `round`: (group, encoded body) each; `puzzle` is this
-    identity's nonce."""
+    identity's nonce; `correct`, one hint per group (its own count of correct answers, None: no hint)."""
+    hints = list(correct) if correct is not None else [None] * len(groups)
+    if len(hints) != len(groups):
+        raise ValueError(f"{len(hints)} hints for {len(groups)} groups")
     return RoundPointer(
         v=RECORD_VERSION, publisher=publisher, run_id=run_id, tokenizer_fp=tokenizer_fp, window=window,
         round=round, puzzle=puzzle,
         groups=[PointedGroup(sha256=hashlib.sha256(body).digest(), size=len(body),
-                             created_at=float(group.created_at), tokens=group.num_completion_tokens)
-                for group, body in groups],
+                             created_at=float(group.created_at), tokens=group.num_completion_tokens,
+                             **({"hint": [hint, group.G]} if hint is not None else {}))
+                for (group, body), hint in zip(groups, hints)],
     )
 
 # -- end of the round pointer ---------------------------------------------------------------------
@@ -269,11 +303,12 @@ def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
 
 
 def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_fp: str,
-                   ttl: float, max_clock_skew: float, max_bytes: int) -> str:
-    """Why a pointer is not worth fetching ("" when it is); needs no download."""
+                   ttl: float, max_clock_skew: float, max_bytes: int, other_tokenizers: bool = False) -> str:
+    """Why a pointer is not worth fetching ("" when it is); needs no download. `other_tokenizers`: a pointer of
+    another tokenizer passes (its body must then carry alignment data: `check_body`)."""
     if pointer.run_id != run_id:
         return faults.RUN_ID
-    if pointer.tokenizer_fp != tokenizer_fp:
+    if pointer.tokenizer_fp != tokenizer_fp and not other_tokenizers:
         return faults.POINTER_TOKENIZER
     if pointer.created_at > now + max_clock_skew:
         return faults.FUTURE
@@ -285,18 +320,22 @@ def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_
 
 
 def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
-               limits: WireConfig) -> tuple[Optional[Group], str, str]:
+               limits: WireConfig, tokenizer_fp: Optional[str] = None) -> tuple[Optional[Group], str, str]:
     """(group, "", "") for a body that matches its signed pointer, else (None, reason, detail).
 
     The hash ties the body to the pointer, the pointer's signature ties it to the owner key,
     and the key's peer id must be the group's sender: a body is trusted no further than that.
+    `tokenizer_fp` (the receiver's): a group of another tokenizer passes only with alignment data, and its ids
+    are then not bounded by `vocab_size` (the receiver re-encodes its text).
     """
     if len(body) != pointer.size:
         return None, faults.SIZE_MISMATCH, f"{len(body)} bytes, pointer says {pointer.size}"
     if hashlib.sha256(body).hexdigest() != pointer.sha256:
         return None, faults.HASH_MISMATCH, "body sha256 differs from the signed pointer"
     try:
-        group = decode_group(body, vocab_size=vocab_size, limits=limits)
+        group = decode_group(body, vocab_size=vocab_size, limits=limits, tokenizer_fp=tokenizer_fp)
+    except WireVersionError as exc:  # an older (or newer) release: another protocol, not a fault
+        return None, faults.OLD_VERSION, str(exc)
     except WireError as exc:
         return None, faults.BODY_MALFORMED, str(exc)
     if group.sender != pointer.publisher:
@@ -305,6 +344,10 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
         return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
+    if tokenizer_fp is not None and group.tokenizer_fp != tokenizer_fp and not group.aligned:
+        return None, faults.POINTER_TOKENIZER, "another tokenizer's group without alignment data"
     if pointer.tokens is not None and group.num_completion_tokens != pointer.tokens:
         return None, faults.POINTER_MISMATCH, f"{group.num_completion_tokens} completion tokens, pointer says {pointer.tokens}"
+    if pointer.samples is not None and group.G != pointer.samples:
+        return None, faults.POINTER_MISMATCH, f"{group.G} completions, pointer says {pointer.samples}"
     return group, "", ""

@@ -13,8 +13,8 @@ Files (one file a task, each holding its source, prompt, answer extraction and r
 
 - evaluation.py    `items_digest`, `evaluation_summary`: what a greedy evaluation reports (`ftis-node eval`
                    and the experiment's held-out accuracy), item by item
-- registry.py      `get_task`, `list_tasks`, `task_class`, `has_train_split`, `check_trainable`: names to task classes,
-                   imported on demand
+- registry.py      `get_task`, `list_tasks`, `task_class`, `has_train_split`, `check_trainable`, `wire_name`: names
+                   (and `jsonl:PATH`, `rg:NAME`, the `ftis_swarm.tasks` entry points) to task classes, on demand
 - base.py          `TaskItem`, `Score`, reasons, errors, and the `Task` base: prompts, batched scoring
 - generated.py     tasks generated from (seed, index): the id scheme, content-disjoint splits
 - dataset.py       tasks over fixed rows: local JSONL (FTIS_DATA_DIR) or the HF hub, ids, sampling
@@ -28,6 +28,8 @@ Files (one file a task, each holding its source, prompt, answer extraction and r
 - gsm8k.py         GSM8K (local JSONL or hub); `\\boxed{}` or `#### N`
 - math500.py       MATH-500 (local JSONL or hub), evaluation only; `\\boxed{}`
 - champ.py         CHAMP (offline package), out-of-distribution evaluation only; `\\boxed{}`
+- jsonl.py         `jsonl:PATH`: an operator's dataset file, with a verifier of the project's or a `module:function`
+- rg.py            `rg:NAME`: a reasoning-gym family, scored by its own `score_answer`
 
 Imports below it: `ftis_swarm.config` and `ftis_swarm.errors` only (today just errors), and
 neither torch nor transformers (`render_prompt` takes any tokenizer with `apply_chat_template`
@@ -48,9 +50,18 @@ from ftis_swarm.tasks.base import (
     reason_counts,
 )
 from ftis_swarm.tasks.evaluation import evaluation_summary, items_digest
-from ftis_swarm.tasks.registry import check_trainable, get_task, has_train_split, list_tasks, task_class
+from ftis_swarm.tasks.registry import (
+    ENTRY_POINT_GROUP,
+    check_trainable,
+    get_task,
+    has_train_split,
+    list_tasks,
+    task_class,
+    wire_name,
+)
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "REASONS",
     "EvaluationTaskError",
     "ItemOutOfRangeError",
@@ -69,4 +80,5 @@ __all__ = [
     "list_tasks",
     "reason_counts",
     "task_class",
+    "wire_name",
 ]

@@ -52,6 +52,7 @@ def _dataset(gen_seed: int) -> Any:
 class ArithTask(GeneratedTask):
     name = "arith"
     version = 1
+    generator_packages = ("reasoning-gym",)
     answer_form = "the last number in the reply"
     max_new_tokens = 64
 

@@ -55,10 +55,13 @@ def _split_key(op: str, a: int, b: int) -> str:
 class ArithMixTask(ArithTask):
     name = "arith_mix"
     version = 1
+    generator_packages = ()  # Python's `random`: no package
+    operations: tuple[str, ...] = OPERATIONS
+    """The operations drawn (uniformly); the per-operation tasks below draw one."""
 
     def generate(self, gen_seed: int, index: int) -> Generated:
         rng = random.Random(f"{gen_seed}/{index}")
-        op, a, b = rng.choice(OPERATIONS), rng.choice(TERMS), rng.choice(TERMS)
+        op, a, b = rng.choice(self.operations), rng.choice(TERMS), rng.choice(TERMS)
         return Generated(question=f"What is {a} {op} {b}?", answer=str(_answer(op, a, b)),
                          split_key=_split_key(op, a, b))
 
@@ -66,9 +69,9 @@ class ArithMixTask(ArithTask):
     def _test_keys(self) -> frozenset[str]:
         """The held-out split keys: of each operation's keys, the `TEST_SHARE` with the lowest hash."""
         held: set[str] = set()
-        for op in OPERATIONS:
+        for op in self.operations:  # hashed under arith_mix's name: a per-operation task holds out its questions
             keys = sorted({_split_key(op, a, b) for a in TERMS for b in TERMS},
-                          key=lambda k: hash_int(f"{self.name}/split/{k}"))
+                          key=lambda k: hash_int(f"arith_mix/split/{k}"))
             held.update(keys[: round(TEST_SHARE * len(keys))])
         return frozenset(held)
 
@@ -79,7 +82,7 @@ class ArithMixTask(ArithTask):
     def _counts(self) -> dict[str, int]:
         """Distinct questions per split, counted over the whole catalogue (243 questions)."""
         counts = {split: 0 for split in self.splits}
-        for op in OPERATIONS:
+        for op in self.operations:
             for a in TERMS:
                 for b in TERMS:
                     counts[self.split_of(_split_key(op, a, b))] += 1
@@ -109,6 +112,27 @@ class ArithMixTask(ArithTask):
         if len(items) == n:
             return items
         raise RuntimeError(f"task {self.name} found only {len(items)} of {n} {split} items for seed {seed}")
+
+
+class ArithAddTask(ArithMixTask):
+    """`arith_mix`'s `+` questions alone (81: 48 train, 33 test, the same split as in arith_mix)."""
+
+    name = "arith_add"
+    operations = ("+",)
+
+
+class ArithSubTask(ArithMixTask):
+    """`arith_mix`'s `-` questions alone (81: 49 train, 32 test)."""
+
+    name = "arith_sub"
+    operations = ("-",)
+
+
+class ArithMulTask(ArithMixTask):
+    """`arith_mix`'s `*` questions alone (81: 51 train, 30 test)."""
+
+    name = "arith_mul"
+    operations = ("*",)
 
 
 def heldout_items(seed: int = 0) -> list[TaskItem]:

@@ -11,6 +11,8 @@ node can count why samples failed.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import json
 import logging
 import math
 from abc import ABC, abstractmethod
@@ -90,6 +92,14 @@ class Score:
     reason: str
 
 
+def package_version(dist: str) -> str:
+    """The installed version of distribution `dist`, or "none"."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
 def content_tag(text: str) -> str:
     """8 hex digits of the item's text, appended to ids: a peer's id resolves only to the same problem."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
@@ -119,6 +129,32 @@ class Task(ABC):
             raise ValueError(f"verify_timeout must be positive, got {verify_timeout}")
         self.data_dir = data_dir
         self.verify_timeout = verify_timeout
+
+    generator_packages: ClassVar[tuple[str, ...]] = ()
+    """Distributions whose version is part of the task's definition (reasoning-gym for its generators)."""
+    local_only: bool = False
+    """True when the task's definition cannot be digested (a verifier without source): this node
+    trains on its own groups and never publishes them (docs/tasks.md, Agreement by content)."""
+
+    def definition(self) -> dict[str, Any]:
+        """What defines the task, as JSON-able data: the digest hashes it. Here: name, version,
+        class, and the versions of `generator_packages`; a task over data adds the data's hash."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "class": f"{type(self).__module__}:{type(self).__qualname__}",
+            "packages": {p: package_version(p) for p in self.generator_packages},
+        }
+
+    @property
+    def digest(self) -> str:
+        """32 hex digits of sha256 over `definition()` (canonical JSON): the task's identity on the
+        wire (a group's `tdg`). Two nodes with the same data, generator and verifier get the same one."""
+        cached = self.__dict__.get("_digest")
+        if cached is None:
+            text = json.dumps(self.definition(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+            cached = self.__dict__["_digest"] = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+        return cached
 
     @abstractmethod
     def sample(self, n: int, *, seed: int, split: str = "train") -> list[TaskItem]:

@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ftis_swarm.errors import UserError
-from ftis_swarm.tasks.base import ItemOutOfRangeError, MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
+from ftis_swarm.tasks.base import (
+    ItemOutOfRangeError,
+    MalformedItemIdError,
+    Task,
+    TaskItem,
+    UnknownItemError,
+    content_tag,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +84,16 @@ class DatasetTask(Task):
         self._rows: dict[str, list[Row]] = {}
         self._by_key: dict[str, dict[str, Row]] = {}
         self._check_source()
+
+    def definition(self) -> dict[str, Any]:
+        """The base's, plus the sha256 of each split file read from a folder (the hub: its id)."""
+        out = super().definition()
+        if self.data_dir is not None:
+            out["data"] = {split: hashlib.sha256((Path(self.data_dir) / rel).read_bytes()).hexdigest()
+                           for split, rel in sorted(self.local_files.items())}
+        elif self.hub_id is not None:
+            out["data"] = {"hub": f"{self.hub_id}/{self.hub_config}"}
+        return out
 
     @abstractmethod
     def row_of(self, raw: dict[str, Any], position: int) -> Row | None:

@@ -21,7 +21,14 @@ import re
 from abc import abstractmethod
 from dataclasses import dataclass
 
-from ftis_swarm.tasks.base import ItemOutOfRangeError, MalformedItemIdError, Task, TaskItem, UnknownItemError, content_tag
+from ftis_swarm.tasks.base import (
+    ItemOutOfRangeError,
+    MalformedItemIdError,
+    Task,
+    TaskItem,
+    UnknownItemError,
+    content_tag,
+)
 
 TEST_ONE_IN = 5
 """One split key in this many is held out for `test`."""

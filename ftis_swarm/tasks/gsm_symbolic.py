@@ -32,6 +32,7 @@ def _dataset(gen_seed: int, size: int) -> Any:
 class GSMSymbolicTask(GeneratedTask):
     name = "gsm_symbolic"
     version = 1
+    generator_packages = ("reasoning-gym",)
     answer_form = "the content of the last \\boxed{...} of the reply"
 
     def generate(self, gen_seed: int, index: int) -> Generated:

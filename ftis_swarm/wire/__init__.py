@@ -1,4 +1,4 @@
-"""How rollouts travel between peers: wire format v1 (no torch, no hivemind here).
+"""How rollouts travel between peers: wire format v2 (no torch, no hivemind here).
 
 - group.py        Group: one prompt's G completions with their fp32 generation log-probs;
                   encode_group (its one canonical msgpack encoding), content_id, WireError
@@ -12,7 +12,7 @@ Imports below it: config only; msgpack and numpy, never torch, transformers, hiv
 from ftis_swarm.config import T_MIN
 from ftis_swarm.wire.codec import T_MAX, decode_group
 from ftis_swarm.wire.fingerprint import tokenizer_fingerprint
-from ftis_swarm.wire.group import WIRE_VERSION, Group, WireError, content_id, encode_group
+from ftis_swarm.wire.group import WIRE_VERSION, Group, WireError, WireVersionError, content_id, encode_group
 
 __all__ = [
     "Group",
@@ -20,6 +20,7 @@ __all__ = [
     "T_MIN",
     "WIRE_VERSION",
     "WireError",
+    "WireVersionError",
     "content_id",
     "decode_group",
     "encode_group",

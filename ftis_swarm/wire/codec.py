@@ -1,4 +1,4 @@
-"""Wire format v1, read: `decode_group` (proto/group_v1.md is the specification).
+"""Wire format v2, read: `decode_group` (proto/group_v2.md is the specification).
 
 The decoder is the only gate between a peer's bytes and this node: every way a buffer can
 be wrong raises `WireError`, and nothing else. msgpack runs with limits on every length, no
@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 
 from ftis_swarm.config import T_MIN, WireConfig
-from ftis_swarm.wire.group import WIRE_VERSION, Group, WireError, content_id
+from ftis_swarm.wire.group import WIRE_VERSION, Group, WireError, WireVersionError, content_id
 
 _U32 = np.dtype("<u4")
 _F32 = np.dtype("<f4")
@@ -29,17 +29,25 @@ _STR_FIELDS = {
     "task": ("task_id", 64),
     "item": ("item_id", 256),
 }
-_KEYS = ("v", "run", "snd", "mdl", "pv", "ts", "tfp", "task", "item", "T", "p", "n", "tok", "lp")
+_KEYS = ("v", "run", "snd", "mdl", "pv", "ts", "tfp", "task", "tdg", "item", "T", "p", "n", "tok", "lp",
+         "fam", "txt", "tb")
+FAMILY_CHARS = 64
+"""Most characters of `fam`, the tokenizer family (empty: the group carries no alignment data)."""
+TASK_DIGEST_CHARS = 64
+"""Most characters of `tdg`, the task digest (empty: the builder named none; it is then not checked)."""
 _MAX_POLICY_VERSION = 2**63 - 1
 T_MAX = 10.0
 """Highest temperature a group may carry; the lowest is `ftis_swarm.config.T_MIN` (0.05)."""
 
 
 def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None = None,
-                 limits: WireConfig | None = None) -> Group:
+                 limits: WireConfig | None = None, tokenizer_fp: str | None = None) -> Group:
     """Parses and validates one encoded group; raises `WireError` for any fault.
 
-    `vocab_size`, when given, bounds every token id (the receiver's vocabulary).
+    `vocab_size`, when given, bounds every token id (the receiver's vocabulary), except, when the receiver's
+    `tokenizer_fp` is given, in a group of another tokenizer (with alignment data the receiver re-encodes its text,
+    without it the group is refused as another tokenizer's, no one's fault: either way its ids are never
+    embedded here).
     """
     limits = limits or WireConfig()
     data = bytes(data)
@@ -47,11 +55,16 @@ def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None
         raise WireError(f"group is {len(data)} bytes, over the limit of {limits.max_bytes}")
     rec = _unpack(data, limits)
     version = rec.get("v")
+    if type(version) is int and version != WIRE_VERSION and 0 < version < 2**16:
+        raise WireVersionError(f"wire version {version} (another release); this node reads version {WIRE_VERSION}")
     if version != WIRE_VERSION or type(version) is not int:
         raise WireError(f"unknown wire version {version!r}; this node reads version {WIRE_VERSION}")
     if tuple(rec) != _KEYS:
-        raise WireError(f"fields {sorted(rec)} are not the v1 fields in canonical order {list(_KEYS)}")
+        raise WireError(f"fields {sorted(rec)} are not the v{WIRE_VERSION} fields in canonical order {list(_KEYS)}")
     strings = {attr: _string(rec, key, cap) for key, (attr, cap) in _STR_FIELDS.items()}
+    task_digest = rec["tdg"]
+    if type(task_digest) is not str or len(task_digest) > TASK_DIGEST_CHARS:
+        raise WireError(f"field 'tdg' must be a string of at most {TASK_DIGEST_CHARS} characters")
     pv = rec["pv"]
     if type(pv) is not int or not 0 <= pv <= _MAX_POLICY_VERSION:
         raise WireError(f"policy version {pv!r} is not a non-negative integer")
@@ -66,7 +79,9 @@ def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None
     tok = _array(rec, "tok", _U32)
     lp = _array(rec, "lp", _F32)
     _check_sizes(prompt, lengths, tok, lp, limits)
-    if vocab_size is not None:
+    texts, token_bytes = _alignment(rec, lengths)
+    foreign = tokenizer_fp is not None and strings["tokenizer_fp"] != tokenizer_fp  # re-encoded or refused, never embedded
+    if vocab_size is not None and not foreign:
         for name, ids in (("prompt", prompt), ("completion", tok)):
             if ids.size and int(ids.max()) >= vocab_size:
                 raise WireError(f"a {name} token id {int(ids.max())} is outside the vocabulary of {vocab_size}")
@@ -87,10 +102,46 @@ def decode_group(data: bytes | bytearray | memoryview, *, vocab_size: int | None
         temperature=temperature,
         completion_ids=tuple(tok[a:b] for a, b in zip(starts, ends)),
         logp_gen=tuple(lp[a:b] for a, b in zip(starts, ends)),
+        task_digest=task_digest,
+        tokenizer_family=rec["fam"],
+        texts=texts,
+        token_bytes=token_bytes,
         version=version,
     )
     group._id.append(content_id(data))
     return group
+
+
+def _alignment(rec: dict, lengths: np.ndarray) -> tuple[tuple[bytes, ...], tuple[np.ndarray, ...]]:
+    """The `fam`, `txt` and `tb` fields checked (docs/method.md, "Peers with another tokenizer"): each
+    completion's text and token byte lengths, or `((), ())` when the group carries no alignment data."""
+    family, txt, tb = rec["fam"], rec["txt"], rec["tb"]
+    if type(family) is not str or len(family) > FAMILY_CHARS:
+        raise WireError(f"field 'fam' must be a string of at most {FAMILY_CHARS} characters")
+    if type(txt) is not bytes or type(tb) is not bytes:
+        raise WireError("fields 'txt' and 'tb' must be binary fields")
+    if not family:
+        if txt or tb:
+            raise WireError("a group without a tokenizer family carries no text or token byte lengths")
+        return (), ()
+    sizes = np.frombuffer(tb, dtype=np.uint8)
+    total = int(lengths.astype(np.int64).sum())
+    if sizes.size != total:
+        raise WireError(f"{sizes.size} token byte lengths for {total} completion tokens")
+    if int(sizes.astype(np.int64).sum()) != len(txt):
+        raise WireError(f"token byte lengths sum to {int(sizes.astype(np.int64).sum())} but the text has {len(txt)} bytes")
+    ends = np.cumsum(lengths, dtype=np.int64)
+    if np.count_nonzero(sizes == 0) and np.any(np.delete(sizes, ends - 1) == 0):
+        raise WireError("a token other than a completion's last (its stop) has no bytes")
+    per = tuple(sizes[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist()))
+    cuts = np.cumsum([int(p.astype(np.int64).sum()) for p in per]).tolist()
+    texts = tuple(txt[a:b] for a, b in zip([0, *cuts[:-1]], cuts))
+    for i, text in enumerate(texts):
+        try:
+            text.decode("utf-8", errors="strict")
+        except UnicodeDecodeError:
+            raise WireError(f"completion {i}'s text is not valid UTF-8") from None
+    return texts, per
 
 
 def _unpack(data: bytes, limits: WireConfig) -> dict:

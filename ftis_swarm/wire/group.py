@@ -3,7 +3,7 @@ its one encoding.
 
 Token ids are uint32 and log-probs float32 numpy arrays (no torch here: the wire layer is
 imported by peers that may not train). A group is immutable once built. Encoding is
-canonical (fixed key order, fixed types; proto/group_v1.md), so one group has exactly one
+canonical (fixed key order, fixed types; proto/group_v2.md), so one group has exactly one
 encoding, and its id, the hash of those bytes, is a hash of the content. Reading bytes
 back is `ftis_swarm.wire.codec.decode_group`, which imports this module (never the reverse).
 """
@@ -17,14 +17,16 @@ from typing import Sequence
 import msgpack
 import numpy as np
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+MAX_TOKEN_BYTES = 255
+"""The longest token, in bytes, a group with alignment data may carry (`tb` is uint8)."""
 _U32 = np.dtype("<u4")
 _F32 = np.dtype("<f4")
 
 
 @dataclass(frozen=True, eq=False)
 class Group:
-    """A vertical group (docs/method.md, Wire). Field meanings: proto/group_v1.md."""
+    """A vertical group (docs/method.md, Wire). Field meanings: proto/group_v2.md."""
 
     run_id: str
     sender: str
@@ -38,6 +40,15 @@ class Group:
     temperature: float
     completion_ids: tuple[np.ndarray, ...]
     logp_gen: tuple[np.ndarray, ...]
+    task_digest: str = ""
+    """The sender's task digest (`Task.digest`, docs/tasks.md): a receiver whose task differs refuses the group."""
+    tokenizer_family: str = ""
+    """The sender's tokenizer family (e.g. its model family's name), with the alignment data below; "" without."""
+    texts: tuple[bytes, ...] = ()
+    """Each completion's UTF-8 text (a stop token contributes nothing), for learners with another tokenizer; ()
+    without alignment data (docs/method.md, "Peers with another tokenizer")."""
+    token_bytes: tuple[np.ndarray, ...] = ()
+    """Each completion token's byte length in its text (uint8; 0 only for a final stop token); () without."""
     version: int = WIRE_VERSION
     _id: list = field(default_factory=list, init=False, repr=False, compare=False)
 
@@ -57,6 +68,10 @@ class Group:
         temperature: float,
         completion_ids: Sequence[Sequence[int] | np.ndarray],
         logp_gen: Sequence[Sequence[float] | np.ndarray],
+        task_digest: str = "",
+        tokenizer_family: str = "",
+        texts: Sequence[bytes] = (),
+        token_bytes: Sequence[Sequence[int] | np.ndarray] = (),
     ) -> "Group":
         """Builds a group from lists or arrays, converting to the wire dtypes."""
         return cls(
@@ -72,7 +87,16 @@ class Group:
             temperature=float(temperature),
             completion_ids=tuple(np.asarray(c, dtype=np.uint32) for c in completion_ids),
             logp_gen=tuple(np.asarray(lp, dtype=np.float32) for lp in logp_gen),
+            task_digest=task_digest,
+            tokenizer_family=tokenizer_family,
+            texts=tuple(bytes(t) for t in texts),
+            token_bytes=tuple(_token_byte_array(b) for b in token_bytes),
         )
+
+    @property
+    def aligned(self) -> bool:
+        """Whether the group carries alignment data (a tokenizer family, each completion's text and token bytes)."""
+        return bool(self.tokenizer_family)
 
     @property
     def G(self) -> int:
@@ -95,7 +119,32 @@ class Group:
 
 
 class WireError(ValueError):
-    """A buffer that is not a valid v1 group; the message says why in one sentence."""
+    """A buffer that is not a valid group; the message says why in one sentence."""
+
+
+class WireVersionError(WireError):
+    """A group of another wire version (an older or newer release): another protocol, not a fault."""
+
+
+def _token_byte_array(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(lengths, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > MAX_TOKEN_BYTES):
+        raise WireError(f"a token's byte length must be 0 to {MAX_TOKEN_BYTES}")
+    return arr.astype(np.uint8)
+
+
+def _alignment_bytes(group: Group) -> np.ndarray:
+    """The `tb` field: every completion token's byte length, uint8; empty without alignment data."""
+    if not group.tokenizer_family:
+        if group.texts or group.token_bytes:
+            raise WireError("texts and token byte lengths travel only with a tokenizer family")
+        return np.zeros(0, np.uint8)
+    if len(group.texts) != group.G or len(group.token_bytes) != group.G:
+        raise WireError(f"{group.G} completions but {len(group.texts)} texts and {len(group.token_bytes)} byte-length arrays")
+    for c, tb, text in zip(group.completion_ids, group.token_bytes, group.texts):
+        if tb.shape != c.shape or int(tb.astype(np.int64).sum()) != len(text):
+            raise WireError("each completion needs one byte length per token, summing to its text's bytes")
+    return np.concatenate(group.token_bytes).astype(np.uint8)
 
 
 def content_id(data: bytes) -> str:
@@ -122,11 +171,15 @@ def encode_group(group: Group) -> bytes:
         "ts": float(group.created_at),
         "tfp": group.tokenizer_fp,
         "task": group.task_id,
+        "tdg": group.task_digest,
         "item": group.item_id,
         "T": float(group.temperature),
         "p": memoryview(np.ascontiguousarray(group.prompt_ids, dtype=_U32)).cast("B"),
         "n": memoryview(lengths).cast("B"),
         "tok": memoryview(tok).cast("B"),
         "lp": memoryview(lp).cast("B"),
+        "fam": group.tokenizer_family,
+        "txt": b"".join(group.texts),
+        "tb": memoryview(_alignment_bytes(group)).cast("B"),
     }
     return msgpack.packb(record, use_bin_type=True, use_single_float=False, strict_types=False)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from ftis_swarm.cli.app import LAB_PANEL
 from ftis_swarm.cli.main import app
 from ftis_swarm.cli.overrides import env_overrides, parse_value, set_overrides
-from ftis_swarm.config import LOSS_MODES, LORA_LR, ConfigError, LearnerConfig, NodeConfig, SwarmConfig
+from ftis_swarm.config import LORA_LR, LOSS_MODES, ConfigError, LearnerConfig, NodeConfig, SwarmConfig
 
 runner = CliRunner()
 

@@ -6,8 +6,15 @@ import logging
 
 import pytest
 
-from ftis_swarm.config import (SWARM_SECTIONS, ConfigError, FTISConfig, NodeConfig, SwarmConfig, dump_node_config,
-                               load_node_config)
+from ftis_swarm.config import (
+    SWARM_SECTIONS,
+    ConfigError,
+    FTISConfig,
+    NodeConfig,
+    SwarmConfig,
+    dump_node_config,
+    load_node_config,
+)
 
 
 def test_defaults_are_the_method_defaults():

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
 from ftis_swarm.core.logprobs import token_logprobs
+from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
 
 
 def tiny_model(vocab=1000, tie=False):

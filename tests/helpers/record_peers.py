@@ -11,11 +11,11 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis_swarm.config import PuzzleConfig
-from ftis_swarm.swarm.identity import peer_id_from_public_key
-from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
-from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
-from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 from ftis_swarm.swarm.dht.validators import RecordChecker
+from ftis_swarm.swarm.identity import peer_id_from_public_key
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key
+from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
+from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 
 SER = DHTProtocol.serializer
 TTL, SKEW, RUN, W = 600.0, 30.0, "run", 7

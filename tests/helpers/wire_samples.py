@@ -6,11 +6,13 @@ import numpy as np
 
 from ftis_swarm.wire import Group
 
-EXAMPLE_PATH = "proto/examples/group_v1_example.msgpack"
+EXAMPLE_PATH = "proto/examples/group_v2_example.msgpack"
+V1_EXAMPLE_PATH = "proto/examples/group_v1_example.msgpack"
+"""The v1 example, kept: a node of this release refuses it as another wire version."""
 
 
 def example_group() -> Group:
-    """The group in proto/examples/group_v1_example.msgpack, rebuilt from its definition."""
+    """The group in proto/examples/group_v2_example.msgpack, rebuilt from its definition."""
     rng = np.random.default_rng(20261129)
     return Group.build(
         run_id="example-run",
@@ -25,6 +27,7 @@ def example_group() -> Group:
         temperature=0.7,
         completion_ids=[rng.integers(0, 49152, n) for n in (5, 9, 3, 7)],
         logp_gen=[-rng.exponential(1.0, n).astype(np.float32) for n in (5, 9, 3, 7)],
+        task_digest="fedcba9876543210fedcba9876543210",
     )
 
 

@@ -9,13 +9,12 @@ used. Standing margin 0.5 (instead of 0.25: the earned peers' warm-up in a few r
 from __future__ import annotations
 
 import pytest
+from record_peers import PUZZLE
 
 from ftis_swarm.lab.bench.crowd import format_crowd, run_crowd_bench
 from ftis_swarm.lab.bench.identities import CROWD_ORIGIN
 from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.models.tiny import build_tiny_qwen2
-
-from record_peers import PUZZLE
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from ftis_swarm.config import FTISConfig
 from ftis_swarm.lab.experiment.arms import pilot_gate, run_key, same_settings
 from ftis_swarm.lab.experiment.config import QUICK_ARMS, ArmSpec, ExperimentConfig, arm_config, arm_spec, quick_config
 from ftis_swarm.lab.experiment.report import format_table, summary_rows
 from ftis_swarm.lab.experiment.run import merge_halves
-from ftis_swarm.config import FTISConfig
 from ftis_swarm.wire import Group, decode_group, encode_group
 
 CLI = [sys.executable, "-c", "from ftis_swarm.cli.main import main; main()", "experiment"]

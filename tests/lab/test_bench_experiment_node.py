@@ -16,11 +16,11 @@ import sys
 import pytest
 import torch
 
-from ftis_swarm.lab.experiment.config import ExperimentConfig, arm_config
-from ftis_swarm.lab.experiment.run import run_arm
+from ftis_swarm.config import dump_node_config
 from ftis_swarm.lab.bench.run_compare import compare_tensors, initial_weights, tensor_files
 from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
-from ftis_swarm.config import dump_node_config
+from ftis_swarm.lab.experiment.config import ExperimentConfig, arm_config
+from ftis_swarm.lab.experiment.run import run_arm
 from ftis_swarm.metrics import read_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]

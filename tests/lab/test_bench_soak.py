@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from ftis_swarm.metrics.procstat import open_fds, status_mb, with_children
 from ftis_swarm.lab.bench.soak import fitted_growth, warm_up_end
+from ftis_swarm.metrics.procstat import open_fds, status_mb, with_children
 
 
 def test_fitted_growth_ignores_the_warm_up_and_measures_a_steady_leak():

@@ -7,8 +7,16 @@ import math
 
 import pytest
 
-from ftis_swarm.lab.experiment.claims import (Part, a_priori_mde, claims, collapses, offpolicy_ess, part_test,
-                                              seeds_needed, standing)
+from ftis_swarm.lab.experiment.claims import (
+    Part,
+    a_priori_mde,
+    claims,
+    collapses,
+    offpolicy_ess,
+    part_test,
+    seeds_needed,
+    standing,
+)
 from ftis_swarm.lab.experiment.claims_tables import claims_markdown, statistics
 from ftis_swarm.lab.experiment.stats import ALPHA
 

@@ -13,8 +13,8 @@ import pytest
 from scipy import stats
 
 from ftis_swarm.lab.experiment.claims_tables import statistics, statistics_markdown
-from ftis_swarm.lab.experiment.stats import ALPHA, comparison_markdown, paired, step_counts
 from ftis_swarm.lab.experiment.paired_tests import bootstrap_interval, min_detectable_effect, sign_flip_p, t_test_p
+from ftis_swarm.lab.experiment.stats import ALPHA, comparison_markdown, paired, step_counts
 
 ITEMS = 20
 

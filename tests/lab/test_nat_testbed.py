@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from nat_support import nat_testbed
 
 from ftis_swarm.lab.bench.nat_testbed import NatTestbed
-
-from nat_support import nat_testbed
 
 pytestmark = pytest.mark.net
 

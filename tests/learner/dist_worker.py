@@ -20,11 +20,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 
+from learner_samples import build_learner_model  # noqa: E402
+
 from ftis_swarm.config import LearnerConfig  # noqa: E402
 from ftis_swarm.learner.checkpoint import CheckpointManager  # noqa: E402
 from ftis_swarm.learner.distributed import ShardedLearner, init_ranks  # noqa: E402
-
-from learner_samples import build_learner_model  # noqa: E402
 
 
 def main(cases_path: str, out_path: str) -> None:

@@ -7,14 +7,13 @@ import shutil
 
 import pytest
 import torch
+from learner_samples import sample_group
 from transformers import AutoModelForCausalLM
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.checkpoint import CheckpointError, CheckpointManager
 from ftis_swarm.learner.learner import Learner, apply_lora
-
-from learner_samples import sample_group
 
 PROMPT = [151644, 872, 198, 18, 10, 19, 28]
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from learner_samples import build_learner_model, sample_group, shift_logp
 from transformers import AutoModelForCausalLM
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner
-
-from learner_samples import build_learner_model, sample_group, shift_logp
 
 WORKER = Path(__file__).resolve().parent / "dist_worker.py"
 PROMPT_A = [151644, 872, 198, 18, 10, 19, 28]

@@ -10,15 +10,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from learner_samples import rebuilt
 from transformers import AutoTokenizer
 
-from ftis_swarm.node.scoring import Admission, TaskCache, score_groups
 from ftis_swarm.models.tiny import qwen_tokenizer_dir
+from ftis_swarm.node.scoring import Admission, TaskCache, score_groups
 from ftis_swarm.tasks import get_task
 from ftis_swarm.tasks.arith import ArithTask
 from ftis_swarm.wire import Group
-
-from learner_samples import rebuilt
 
 FP = "f" * 32
 ADMIT = Admission(tokenizer_fp=FP, accept_tasks=frozenset({"arith"}))

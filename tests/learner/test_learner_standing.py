@@ -10,14 +10,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from learner_samples import rebuilt, sample_group, shift_logp
 
 import ftis_swarm.learner.learner as learner_module
 from ftis_swarm.config import LearnerConfig
 from ftis_swarm.learner.batch import ScoredGroup, build_batch
 from ftis_swarm.learner.forgery import ForgeryDetector
 from ftis_swarm.learner.learner import Learner
-
-from learner_samples import rebuilt, sample_group, shift_logp
 
 PROMPT = [151644, 872, 198, 18, 10, 19, 28]
 C, DELTA = 2.0, 1e-6

@@ -9,14 +9,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from learner_samples import changed, params_snapshot, rebuilt, sample_group, shift_logp
 from transformers import AutoModelForCausalLM
 
 from ftis_swarm.config import FTISConfig, LearnerConfig
 from ftis_swarm.core.ftis import ftis_loss
 from ftis_swarm.learner.batch import ScoredGroup, build_batch
 from ftis_swarm.learner.learner import Learner
-
-from learner_samples import changed, params_snapshot, rebuilt, sample_group, shift_logp
 
 PROMPT_A = [151644, 872, 198, 18, 10, 19, 28]
 PROMPT_B = [151644, 872, 198, 22, 9, 15, 10, 16, 17, 28]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from learner_samples import changed, params_snapshot, sample_group, shift_logp
 
 from ftis_swarm.config import FTISConfig, LearnerConfig, LoRAConfig
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.learner.batch import MixedGroupError, ScoredGroup, build_batch
 from ftis_swarm.learner.learner import Learner, apply_lora
-
-from learner_samples import changed, params_snapshot, sample_group, shift_logp
 
 PROMPT_A = [151644, 872, 198, 18, 10, 19, 28]
 PROMPT_B = [151644, 872, 198, 22, 9, 15, 10, 16, 17, 28]

@@ -12,8 +12,14 @@ import torch
 from ftis_swarm.config import SamplingConfig
 from ftis_swarm.core.logprobs import token_logprobs
 from ftis_swarm.models import ModelNotFoundError, check_model_name, load_model
-from ftis_swarm.models.logit_bias import (EXEMPT_KEY, bias_name, bias_vector, build_biased, exempt_token_ids,
-                                          parse_bias_name)
+from ftis_swarm.models.logit_bias import (
+    EXEMPT_KEY,
+    bias_name,
+    bias_vector,
+    build_biased,
+    exempt_token_ids,
+    parse_bias_name,
+)
 from ftis_swarm.rollout import GroupHeader, PromptRequest, TransformersBackend
 
 SIGMA = 2.0

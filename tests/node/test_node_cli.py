@@ -76,11 +76,11 @@ def test_print_config_resolves_flags_over_a_file(tmp_path):
 
 
 def test_inspect_prints_the_example_and_refuses_garbage(tmp_path):
-    ok = runner.invoke(app, ["inspect", "proto/examples/group_v1_example.msgpack"])
+    ok = runner.invoke(app, ["inspect", "proto/examples/group_v2_example.msgpack"])
     assert ok.exit_code == 0 and "G = 4, 24 tokens" in ok.output and "arith/v1/s0/42" in ok.output
     bad = tmp_path / "bad.msgpack"
-    bad.write_bytes(b"\x81\xa1v\x02")
-    assert "not a valid v1 group: unknown wire version 2" in one_error_line(runner.invoke(app, ["inspect", str(bad)]))
+    bad.write_bytes(b"\x81\xa1v\x03")
+    assert "wire version 3 (another release)" in one_error_line(runner.invoke(app, ["inspect", str(bad)]))
 
 
 @pytest.mark.slow

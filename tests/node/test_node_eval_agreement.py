@@ -12,11 +12,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
+from ftis_swarm.cli.main import app
+from ftis_swarm.config import NodeConfig
 from ftis_swarm.lab.experiment.config import ExperimentConfig
 from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items
 from ftis_swarm.lab.experiment.run import eval_items
-from ftis_swarm.cli.main import app
-from ftis_swarm.config import NodeConfig
 from ftis_swarm.node.heldout import HeldoutEval
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import get_task, items_digest

@@ -27,8 +27,9 @@ REASON_NAMES = {"reason", "fault", "final"}
 """Variables that hold a reason where one is raised."""
 REASON_TABLES = {"refused", "faults", "report", "counts", "out"}
 """Counters indexed by reason at the raise sites."""
-NOT_REASONS = {"groups", "stale_groups"}
-"""Counts kept beside the reasons: `peer_report`'s used groups (credit), a round's off-policy own groups."""
+NOT_REASONS = {"groups", "stale_groups", "capped_completions", "capped_no_positive"}
+"""Counts kept beside the reasons: `peer_report`'s used groups (credit), a round's off-policy own groups, its
+completions that hit the token cap (`learner.truncated_completions`)."""
 
 
 class Scan(ast.NodeVisitor):
@@ -80,7 +81,7 @@ class Scan(ast.NodeVisitor):
 RAISE_SITES = ["swarm/counters.py", "swarm/records.py", "swarm/gossip/gate.py", "swarm/gossip/channel.py",
                "swarm/dht/storage.py", "swarm/dht/guard.py", "swarm/dht/reading.py", "swarm/dht/validators.py",
                "swarm/fetch/outcomes.py", "swarm/fetch/holders.py", "swarm/fetch/streams.py", "swarm/fetch/gatherer.py",
-               "swarm/fetch/scheduler.py",
+               "swarm/fetch/scheduler.py", "node/hints.py",
                "swarm/dht/origin_quota.py", "swarm/puzzle.py",
                "learner/learner.py", "node/scoring.py", "node/learning.py", "peers/intake.py", "peers/ledger.py",
                "peers/loopback.py"]

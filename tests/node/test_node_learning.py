@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from ftis_swarm.config import load_node_config
-from ftis_swarm.node.scoring import TaskCache
 from ftis_swarm.lab.hostile.groups import rebuilt
 from ftis_swarm.node.components import build_learner
 from ftis_swarm.node.health import UpdateHealth
 from ftis_swarm.node.learning import Learning, learn_round, node_admission
-from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.node.rollouts import generate_own, group_header, round_items
+from ftis_swarm.node.scoring import TaskCache
 from ftis_swarm.node.serving import Serving
+from ftis_swarm.peers.ledger import PeerLedger
 from ftis_swarm.rollout import TransformersBackend
 from ftis_swarm.tasks import get_task
 from ftis_swarm.wire import tokenizer_fingerprint

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import torch
+from learner_samples import sample_group
 from transformers import AutoModelForCausalLM
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig
@@ -13,8 +14,6 @@ from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.models import portable_model_name
 from ftis_swarm.ops.evaluate import load_for_eval
-
-from learner_samples import sample_group
 
 PROMPT = [151644, 872, 198, 18, 10, 19, 28]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.config import load_node_config
+from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.node.daemon import Node

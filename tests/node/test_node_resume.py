@@ -15,7 +15,7 @@ import pytest
 
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
-from ftis_swarm.ops.testnet import NodeSpec, TINY_FLAGS, node_command, start_bootstrap, start_node, stop
+from ftis_swarm.ops.testnet import TINY_FLAGS, NodeSpec, node_command, start_bootstrap, start_node, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 

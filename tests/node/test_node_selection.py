@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from wire_samples import groups_from
 
 from ftis_swarm.config import load_node_config
 from ftis_swarm.node.daemon import drop_rounds_after
 from ftis_swarm.peers.intake import Budget, PeerIntake
-
-from wire_samples import groups_from
 
 
 def budget(**over) -> Budget:

@@ -7,12 +7,10 @@ import json
 from collections import Counter
 
 import numpy as np
+from wire_samples import groups_from
 
 from ftis_swarm.peers.intake import Budget, PeerIntake, content_digest
-from ftis_swarm.peers import faults
 from ftis_swarm.peers.ledger import PeerLedger
-
-from wire_samples import groups_from
 
 EARNED = {"earned-1", "earned-2"}
 
@@ -44,7 +42,8 @@ def test_a_crowd_of_fresh_identities_gets_only_the_strangers_share():
     assert len({g.sender for g in taken.kept if g.sender not in EARNED}) == 5  # one group each in turn
     assert taken.counts["peer_deferred"] == 40 - 5 + 5  # the crowd's rest and the earned peers' rest wait
     # the earned peers' part is theirs: the crowd takes none of it, and two peers split it in turns
-    assert Counter(g.sender for g in taken.kept if g.sender in EARNED) == {"earned-1": 8, "earned-2": 7}
+    split = Counter(g.sender for g in taken.kept if g.sender in EARNED)  # equal ranks: the seeded draw goes first
+    assert set(split) == EARNED and sorted(split.values()) == [7, 8]
     nxt = intake.take([], {}, allow_all, standing=EARNED.__contains__)
     assert nxt.counts["peer_over_share"] == 30 and nxt.by_peer[("fresh-00", "peer_over_share")] in (0, 1, 2)
     ledger = PeerLedger()
@@ -82,7 +81,7 @@ def test_earned_peers_are_ranked_by_score():
     assert [g.sender for g in taken.kept] == ["earned-2", "earned-1", "earned-2"]  # 60 of 80 tokens: 20 reserved
 
 
-def test_a_copy_is_refused_costs_its_sender_and_the_first_publisher_keeps_its_group():
+def test_a_copy_is_refused_costs_no_one_and_the_first_publisher_keeps_its_group():
     rng = np.random.default_rng(3)
     (honest,) = groups_from(rng, "honest", 1, length=10)
     fields = {f: getattr(honest, f) for f in ("run_id", "model_id", "policy_version", "tokenizer_fp", "task_id",
@@ -92,7 +91,7 @@ def test_a_copy_is_refused_costs_its_sender_and_the_first_publisher_keeps_its_gr
     assert copy.group_id != honest.group_id and content_digest(copy) == content_digest(honest)
     intake = PeerIntake(budget(strangers_share=1.0))
     first = intake.take([honest, copy], {}, allow_all)
-    assert first.kept == [honest] and first.by_peer == {("copier", "copied_group"): 1}
+    assert first.kept == [honest] and first.by_peer == {("copier", "copied_group"): 1, ("honest", "contested_group"): 1}
     # in a later round, after a checkpoint: still refused; the first publisher's own replay is a duplicate
     restored = PeerIntake(intake.budget)
     restored.load_state(json.loads(json.dumps(intake.state())))
@@ -100,8 +99,8 @@ def test_a_copy_is_refused_costs_its_sender_and_the_first_publisher_keeps_its_gr
     assert later.kept == [] and later.by_peer == {("copier", "copied_group"): 1, ("honest", "peer_duplicate"): 1}
     ledger = PeerLedger()
     ledger.charge_counts(first.by_peer + later.by_peer)
-    assert ledger.score("copier") == -2 * faults.cost_of(faults.COPIED_GROUP) < 0 and ledger.score("honest") == 0.0
-    # a different log-prob is different content
+    assert ledger.score("copier") == 0.0 and ledger.score("honest") == 0.0  # a lost race or a copy costs nothing
+    # log-probs are not content (tests/peers/test_peers_copies.py): a moved one is still a copy
     other = type(honest).build(**{**fields, "logp_gen": [lp - 0.1 for lp in honest.logp_gen]},
                                created_at=honest.created_at, sender="copier")
-    assert content_digest(other) != content_digest(honest)
+    assert content_digest(other) == content_digest(honest)

@@ -16,7 +16,6 @@ from ftis_swarm.learner.learner import apply_lora
 from ftis_swarm.rollout import PromptRequest, RolloutInputError, TransformersBackend
 from ftis_swarm.rollout.process_backend import GeneratorProcessError, ProcessBackend
 from ftis_swarm.rollout.weight_sync import InMemorySync, model_copy
-
 from tests.rollout.conftest import HEADER, PROMPTS, reference_logprobs
 
 SAMPLING = SamplingConfig(group_size=3, max_new_tokens=6, seed=11)

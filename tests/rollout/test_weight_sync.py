@@ -10,7 +10,6 @@ from ftis_swarm.config import LearnerConfig, LoRAConfig, SamplingConfig
 from ftis_swarm.learner.learner import apply_lora
 from ftis_swarm.rollout import TransformersBackend
 from ftis_swarm.rollout.weight_sync import InMemorySync, model_copy
-
 from tests.rollout.conftest import HEADER, PROMPTS
 
 
@@ -62,8 +61,9 @@ def test_lora_sync_moves_the_adapter_alone(tiny_model):
 
 
 def test_a_model_that_does_not_mirror_the_learner_is_refused(tiny_model, tiny_dir):
-    from ftis_swarm.models.tiny import build_tiny_qwen2
     from transformers import AutoModelForCausalLM
+
+    from ftis_swarm.models.tiny import build_tiny_qwen2
 
     other = AutoModelForCausalLM.from_pretrained(build_tiny_qwen2(tiny_dir.parent / "wide", hidden_size=32, seed=1))
     with pytest.raises(ValueError, match="does not mirror"):

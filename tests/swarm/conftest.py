@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
+from record_peers import PUZZLE, Peer
 
 from ftis_swarm.config import SwarmConfig, WireConfig
-
-from record_peers import PUZZLE, Peer
 
 HERE = Path(__file__).parent
 LOOPBACK = "127.0.0.1"

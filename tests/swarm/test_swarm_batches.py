@@ -21,8 +21,16 @@ from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
 from ftis_swarm.swarm.fetch.legs import Legs
 from ftis_swarm.swarm.fetch.pointers import key_of
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
-from ftis_swarm.swarm.fetch.streams import (BODY_PROTOCOL, BUSY, FOUND, MAX_BODIES_PER_STREAM, MISSING,
-                                            BodyUnavailable, fetch_bodies, serve_bodies)
+from ftis_swarm.swarm.fetch.streams import (
+    BODY_PROTOCOL,
+    BUSY,
+    FOUND,
+    MAX_BODIES_PER_STREAM,
+    MISSING,
+    BodyUnavailable,
+    fetch_bodies,
+    serve_bodies,
+)
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 from hivemind.p2p import P2P, PeerID
 
+from ftis_swarm.peers.policy import ALLOW_ALL
+from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.bodies import BodyStore
 from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, BodyUnavailable, fetch_body, serve_bodies
-from ftis_swarm.swarm.counters import SwarmCounters
-from ftis_swarm.peers.policy import ALLOW_ALL
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 

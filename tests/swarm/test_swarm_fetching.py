@@ -14,16 +14,15 @@ from typing import Callable, Optional
 
 import pytest
 from pydantic import ValidationError
+from record_peers import Scores
 
 from ftis_swarm.config import FetchConfig, SwarmConfig
+from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.pointers import key_of
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
-from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.origins import RELAYED
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer
-
-from record_peers import Scores
 
 BODY = b"b" * 64
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from record_peers import PUZZLE, RUN, SER, SKEW, TTL, Peer, Scores, W
+
 from ftis_swarm.config import GossipConfig
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.validators import RecordChecker
@@ -15,8 +17,6 @@ from ftis_swarm.swarm.gossip.gate import GossipGate, encode_message
 from ftis_swarm.swarm.gossip.pubsub import TopicMessage
 from ftis_swarm.swarm.keys import pointer_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier, solves
-
-from record_peers import PUZZLE, RUN, SER, SKEW, TTL, W, Peer, Scores
 
 DEFAULTS = GossipConfig()
 REPLAYS = 1000

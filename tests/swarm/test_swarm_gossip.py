@@ -7,14 +7,13 @@ import secrets
 import time
 
 import msgpack
+from record_peers import RUN, SER, TTL, Peer, Scores, W
 
 from ftis_swarm.config import LedgerConfig
+from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, decode_message, encode_message
 from ftis_swarm.swarm.keys import pointer_key
 from ftis_swarm.swarm.records import RECORD_VERSION, GroupPointer, RoundPointer
-from ftis_swarm.swarm.fetch.rounds import RoundTracker
-
-from record_peers import RUN, SER, TTL, W, Peer, Scores
 
 
 def _gate(bob: Peer, policy: Scores, *, rate: float = 100.0, burst: int = 1000) -> GossipGate:

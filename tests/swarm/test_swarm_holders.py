@@ -12,6 +12,7 @@ from typing import Optional
 
 import pytest
 from hivemind.p2p import P2P
+from record_peers import RUN, TTL, Scores, W
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers import faults
@@ -20,14 +21,18 @@ from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch import holders
 from ftis_swarm.swarm.fetch.bodies import BodyStore, UploadCap
 from ftis_swarm.swarm.fetch.holders import HolderBook
-from ftis_swarm.swarm.fetch.streams import BodyUnavailable, fetch_body, serve_bodies
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
+from ftis_swarm.swarm.fetch.streams import BodyUnavailable, fetch_body, serve_bodies
 from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, GossipGate, encode_message
 from ftis_swarm.swarm.keys import pointer_key
-from ftis_swarm.swarm.records import (HAVE_SUBKEY_NAME, MAX_HELD_ANNOUNCED, RECORD_VERSION, GroupPointer, HaveRecord,
-                                      make_subkey)
-
-from record_peers import RUN, TTL, W, Scores
+from ftis_swarm.swarm.records import (
+    HAVE_SUBKEY_NAME,
+    MAX_HELD_ANNOUNCED,
+    RECORD_VERSION,
+    GroupPointer,
+    HaveRecord,
+    make_subkey,
+)
 
 STEP = 2.0
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
+from record_peers import PUZZLE, RUN, SER, Peer
+
 from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.identity import NodeIdentity
 from ftis_swarm.swarm.keys import pointer_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier, load_or_solve, puzzle_path, solve, solves
-
-from record_peers import PUZZLE, RUN, SER, Peer
 
 
 def _failing_nonce(peer: Peer, cfg: PuzzleConfig = PUZZLE) -> str:

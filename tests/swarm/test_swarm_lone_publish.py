@@ -9,13 +9,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from record_peers import PUZZLE
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.hostile.floods import make_group
 from ftis_swarm.swarm import SwarmClient
 from ftis_swarm.swarm.dht.publishing import Replication, StoreOutcome
-
-from record_peers import PUZZLE
 
 pytestmark = pytest.mark.net
 TOKENIZER_FP = "test-tokenizer"

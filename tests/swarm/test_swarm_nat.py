@@ -12,10 +12,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from nat_support import nat_testbed
 
 from ftis_swarm.wire import content_id
-
-from nat_support import nat_testbed
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 

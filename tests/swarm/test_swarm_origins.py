@@ -8,12 +8,11 @@ import time
 
 from hivemind.dht.routing import DHTID
 from hivemind.p2p import P2P
+from record_peers import RUN, SER, Peer, Scores, W
 
 from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
 from ftis_swarm.swarm.keys import pointer_key
 from ftis_swarm.swarm.origins import DIRECT, RELAYED, OriginBook, origin_of_maddr
-
-from record_peers import RUN, SER, W, Peer, Scores
 
 
 def test_an_origin_is_the_prefix_of_the_address_and_relayed_peers_share_one():

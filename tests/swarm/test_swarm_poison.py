@@ -22,11 +22,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from ftis_swarm.lab.hostile.groups import ATTACKS, attack_groups
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.models import load_model
-from ftis_swarm.lab.hostile.groups import ATTACKS, attack_groups
-from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.ops.testnet import TINY_FLAGS, node_command, preset, start_node, stop
+from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.wire import encode_group
 

@@ -14,11 +14,10 @@ import json
 import time
 
 import pytest
+from nat_support import nat_testbed
 
 from ftis_swarm.lab.bench.reach import iface_bytes
 from ftis_swarm.wire import content_id
-
-from nat_support import nat_testbed
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 

@@ -12,9 +12,9 @@ from hivemind.p2p import P2P
 from pydantic import ValidationError
 
 from ftis_swarm.config import SwarmConfig, TransportConfig
+from ftis_swarm.swarm.gossip.pubsub import PUBSUB_FLAGS, PubsubP2P
 from ftis_swarm.swarm.peer import reach
 from ftis_swarm.swarm.peer.dialback import Reachability
-from ftis_swarm.swarm.gossip.pubsub import PUBSUB_FLAGS, PubsubP2P
 
 LIMITS = dict(relay_service=True, max_circuits=3, max_reservations=7, data_limit=65536, time_limit=90.0)
 

@@ -9,6 +9,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import msgpack
+import numpy as np
 import pytest
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
@@ -17,19 +18,25 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import dht_pb2
 from hivemind.utils.serializer import MSGPackSerializer
+from record_peers import RUN, SER, TTL, Peer, Scores, W
 
+from ftis_swarm.config import WireConfig
+from ftis_swarm.lab.hostile.floods import make_group
+from ftis_swarm.peers import faults
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT, BoundedSerializer, NotPointerForm, value_items
 from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.dht.storage import RECORD_OVERHEAD, GuardedStorage
 from ftis_swarm.swarm.keys import member_key, pointer_key
-from ftis_swarm.swarm.dht.storage import GuardedStorage
-from ftis_swarm.config import WireConfig
-from ftis_swarm.lab.hostile.floods import make_group
-from ftis_swarm.swarm.records import MAX_GROUPS_PER_ROUND, MAX_ROUND, RoundPointer, check_body, make_round_pointer
+from ftis_swarm.swarm.records import (
+    MAX_GROUPS_PER_ROUND,
+    MAX_ROUND,
+    RoundPointer,
+    check_body,
+    make_round_pointer,
+    screen_pointer,
+)
 from ftis_swarm.wire import encode_group
-
-from record_peers import RUN, SER, TTL, W, Peer, Scores
 
 
 def test_checker_accepts_pointers_and_membership_and_names_each_refusal(alice, bob):
@@ -86,6 +93,36 @@ def test_a_round_pointer_is_one_record_for_a_round_and_its_views_bind_each_body(
     assert check_body(body, pointer, vocab_size=1000, limits=WireConfig())[1] == ""
     lied = pointer.model_copy(update={"tokens": pointer.tokens - 1})  # signed fewer tokens than the body holds
     assert check_body(body, lied, vocab_size=1000, limits=WireConfig())[1] == "pointer_mismatch"
+
+
+def test_another_tokenizers_group_passes_only_with_alignment_data(alice):
+    def pointed(group):
+        body = encode_group(group)
+        [pointer] = make_round_pointer([(group, body)], publisher=alice.peer_id, run_id=RUN,
+                                       tokenizer_fp=group.tokenizer_fp, window=W, round=0, puzzle=alice.puzzle).views()
+        return body, pointer
+
+    plain = make_group(sender=alice.peer_id, run_id=RUN, item="x", tokens=6, tokenizer_fp="qwen", vocab_size=5000)
+    body, pointer = pointed(plain)
+    # the screen: refused unfetched unless this node fetches other tokenizers
+    screen = dict(now=pointer.created_at, run_id=RUN, tokenizer_fp="smol", ttl=TTL, max_clock_skew=5.0,
+                  max_bytes=1 << 20)
+    assert screen_pointer(pointer, **screen) == "tokenizer"
+    assert screen_pointer(pointer, **screen, other_tokenizers=True) == ""
+    # the body: without alignment data it is another tokenizer's ids, no one's fault
+    assert check_body(body, pointer, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")[1] == "tokenizer"
+    assert faults.SWARM[faults.POINTER_TOKENIZER].cost == 0
+    # with it, ids past this node's vocabulary pass: the learner re-encodes the text
+    texts = [b"ab" * len(c) for c in plain.completion_ids]
+    aligned = dataclasses.replace(plain, tokenizer_family="qwen2", texts=tuple(texts),
+                                  token_bytes=tuple(np.full(len(c), 2, np.uint8) for c in plain.completion_ids))
+    aligned._id.clear()
+    body, pointer = pointed(aligned)
+    assert max(int(c.max()) for c in aligned.completion_ids) >= 1000  # out of this node's vocabulary
+    group, reason, _ = check_body(body, pointer, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")
+    assert reason == "" and group.aligned and group.texts == aligned.texts
+    # and the same body to a node of the publisher's tokenizer is bounded by the vocabulary as ever
+    assert check_body(body, pointer, vocab_size=1000, limits=WireConfig(), tokenizer_fp="qwen")[1] == "malformed"
 
 
 def test_a_record_read_again_costs_no_rsa_and_the_checker_keeps_only_its_digest(alice, bob):

@@ -7,11 +7,11 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
+from wire_samples import EXAMPLE_PATH, V1_EXAMPLE_PATH, example_group, random_group
 
 from ftis_swarm.config import WireConfig
 from ftis_swarm.wire import WireError, content_id, decode_group, encode_group
-
-from wire_samples import EXAMPLE_PATH, example_group, random_group
+from ftis_swarm.wire.group import WireVersionError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +24,12 @@ def test_committed_example_decodes_and_matches_its_definition():
     # The encoding is canonical and stable: rebuilding the example gives the committed bytes.
     assert encode_group(example_group()) == data
     assert group.group_id == content_id(data) == example_group().group_id
+    assert group.task_digest == "fedcba9876543210fedcba9876543210" and not group.aligned
+
+
+def test_the_v1_example_is_refused_as_another_version():
+    with pytest.raises(WireVersionError, match="wire version 1 .another release.; this node reads version 2"):
+        decode_group((ROOT / V1_EXAMPLE_PATH).read_bytes(), vocab_size=49152)
 
 
 def test_round_trip_is_bit_for_bit():
@@ -77,7 +83,7 @@ def _bin(arr, dtype):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda r: r.update(v=2), "unknown wire version 2"),
+        (lambda r: r.update(v=3), "wire version 3"),
         (lambda r: r.update(pv=-1), "policy version"),
         (lambda r: r.update(T=0.0), "temperature"),
         (lambda r: r.update(T=1e-300), "temperature"),

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wire_samples import random_group
 
 from ftis_swarm.wire import WireError, decode_group, encode_group
-
-from wire_samples import random_group
 
 
 def _decode_or_wire_error(data: bytes) -> bool:

@@ -1,4 +1,4 @@
-"""`ftis-node bench`: the group, and its benches of one machine: `wire | learner | e2e | rollout | resume | soak | pipeline`.
+"""`ftis-node bench`: the group, and its benches of one machine: `wire | learner | e2e | rollout | resume | soak | pipeline | hint`.
 
 Each validates its flags (ranges by typer's `min=`/`max=`, the rest here; one sentence, exit
 2) before importing torch, then prints a table of figures measured against a baseline in the
@@ -131,8 +131,8 @@ def bench_e2e(
 
     if len(os.sched_getaffinity(0)) < 2:
         fail("the e2e bench pins each swarm node to its own core and needs at least 2 cores")
-    from ftis_swarm.models import resolve_model
     from ftis_swarm.lab.bench.e2e import format_e2e, run_e2e
+    from ftis_swarm.models import resolve_model
 
     resolve_model(model)  # convert the embedded model once, before the timed runs
     figures = run_e2e(workdir=workdir, model=model, prompts=prompts, G=group_size, tokens=max_new_tokens,
@@ -264,3 +264,28 @@ def bench_pipeline(
                                generate_threads=generate_threads, prompts=prompts_per_round, group_size=group_size,
                                max_new_tokens=max_new_tokens, lr=lr, seed=seed, progress=progress_line)
     report_figures(format_pipeline(bench), bench, json_path)
+
+
+@bench_app.command("hint")
+def bench_hint(
+    rounds: int = typer.Option(20, min=1, help="Rounds of offers (each arm sees the same ones)."),
+    publishers: int = typer.Option(6, min=1, max=256, help="Publishers offering a round each."),
+    groups: int = typer.Option(8, min=1, max=32, help="Groups each publisher offers a round (one round pointer)."),
+    budget_groups: int = typer.Option(12, min=1, help="Groups the node's budget admits a round."),
+    tokens: int = typer.Option(64, min=1, max=4096, help="Tokens per completion."),
+    alpha: float = typer.Option(0.3, help="Beta(alpha, beta) of an item's success probability: alpha."),
+    beta: float = typer.Option(0.3, help="Beta(alpha, beta) of an item's success probability: beta."),
+    seed: int = typer.Option(0, help="Seed of the correct counts drawn."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the figures as JSON to this file."),
+) -> None:
+    """The fetch selection with the pointers' hints against blind, same offers and budget: useful_peer_frac, zero-signal bytes."""
+    if not (alpha > 0 and beta > 0):
+        fail("--alpha and --beta must be positive")
+    if budget_groups >= publishers * groups:
+        fail(f"--budget-groups must be below the {publishers * groups} groups offered a round, or the budget does not bind")
+    check_json_path(json_path)
+    from ftis_swarm.lab.bench.hint import format_hint, run_hint_bench
+
+    bench = run_hint_bench(rounds=rounds, publishers=publishers, groups=groups, tokens=tokens,
+                           budget_groups=budget_groups, alpha=alpha, beta=beta, seed=seed)
+    report_figures(format_hint(bench), bench, json_path)

@@ -6,6 +6,7 @@ a baseline measured in the same run, and with `--json` the figures.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -14,10 +15,14 @@ import typer
 from ftis_swarm.cli.app import fail
 from ftis_swarm.cli.lab.bench import bench_app, check_json_path, progress_line, report_figures
 
+CROWD_PHASES = ("credit", "strike", "stall", "fill", "copy")
+"""`lab/bench/crowd_phases.py`'s `PHASES`, here so that a refused flag does not import the nodes."""
+
 
 @bench_app.command("hostile")
 def bench_hostile(
-    rounds: int = typer.Option(5, min=1, help="Rounds per phase at least (a phase lasts until its attack is over)."),
+    rounds: Optional[int] = typer.Option(None, min=1, help="Rounds per phase at least (a phase lasts until its attack is over); "
+                                                          "default 5, with the crowd's phases 12 (--quick: 3)."),
     groups: int = typer.Option(2, min=1, help="Groups of 32 KiB each node publishes per round."),
     deadline: float = typer.Option(2.0, "--round-deadline", help="Seconds each gather waits."),
     identities: int = typer.Option(50, min=1, max=1000, help="Identities of the attacker that only sign."),
@@ -27,8 +32,12 @@ def bench_hostile(
     bad_bodies: int = typer.Option(16, min=1, help="Pointers per bad body server (stall, silence, dribble, endless)."),
     phase: str = typer.Option("attacks", help="attacks: the 3-node testnet under each attack; identities: what "
                                               "identities cost at the default puzzle, and a crowd from one origin; "
-                                              "have-flood: one gather's loop work under a flood of haves, in-process."),
-    crowd: int = typer.Option(20, min=1, max=200, help="--phase identities: identities of the crowd, all from one origin."),
+                                              "have-flood: one gather's loop work under a flood of haves, in-process; "
+                                              "crowd: a crowd on as many origins against the tiny testnet, every crowd "
+                                              "phase after a baseline; or some of credit,strike,stall,fill,copy (comma-separated)."),
+    crowd: int = typer.Option(20, min=1, max=200, help="--phase identities: identities of the crowd, all from one origin; "
+                                                        "the crowd's phases: identities, each on its own origin (--quick: 4)."),
+    quick: bool = typer.Option(False, "--quick", help="The crowd's phases small: 4 identities, 3 rounds a phase, fill 300."),
     crowd_pointers: int = typer.Option(6000, min=1, max=100_000, help="--phase identities: pointers the crowd floods, spread over it."),
     crowd_processes: int = typer.Option(3, min=1, max=8, help="--phase identities: requesting peers (processes) of the crowd, at most --crowd."),
     fill: int = typer.Option(1900, min=1, max=20_000, help="Pointers each of the 10 filling identities (each its own daemon) stores."),
@@ -41,12 +50,30 @@ def bench_hostile(
     """A 3-node testnet under each attack of a hostile peer, a storage fill and a ban of an honest peer: honest
     groups per round against the baseline, honest bans, attackers banned, every process's peak RSS
     (`--phase identities`: the cost of identities, and the storage share of a crowd from one origin;
-    `--phase have-flood`: a gatherer's loop time for one gather under a flood of haves, against none)."""
-    if phase not in ("attacks", "identities", "have-flood"):
-        fail(f"--phase must be attacks, identities or have-flood, not {phase!r}")
+    `--phase have-flood`: a gatherer's loop time for one gather under a flood of haves, against none;
+    `--phase crowd`: a crowd of identities on as many origins farms credit, strikes, stalls, fills and copies
+    against the tiny testnet, per phase and node against a baseline)."""
+    crowd_phases = CROWD_PHASES if phase == "crowd" else tuple(p.strip() for p in phase.split(","))
+    is_crowd = set(crowd_phases) <= set(CROWD_PHASES)
+    if phase not in ("attacks", "identities", "have-flood") and not is_crowd:
+        fail(f"--phase must be attacks, identities, have-flood, crowd or some of {','.join(CROWD_PHASES)}, not {phase!r}")
     if deadline <= 0:
         fail("--round-deadline must be more than 0 seconds")
     check_json_path(json_path)
+    if is_crowd:
+        from ftis_swarm.cli.overrides import env_overrides
+        from ftis_swarm.config import NodeConfig, load_node_config
+        from ftis_swarm.lab.bench.crowd_phases import format_crowd_phases, run_crowd_phases
+
+        swarm_env = {k: v for k, v in env_overrides(NodeConfig).items() if k.startswith("swarm.")}
+        puzzle = load_node_config(None, swarm_env).swarm.puzzle  # the default, or FTIS_SWARM__PUZZLE__* set here
+        with tempfile.TemporaryDirectory(prefix="ftis-bench-crowd-") as tmp:
+            figures = run_crowd_phases(phases=crowd_phases, crowd=4 if quick else crowd,
+                                       rounds=rounds or (3 if quick else 12), fill=300 if quick else fill,
+                                       workdir=Path(tmp), puzzle=puzzle, progress=progress_line)
+        report_figures(format_crowd_phases(figures), figures, json_path)
+        return
+    rounds = rounds or 5
     if phase == "have-flood":
         from ftis_swarm.lab.bench.have_flood import format_have_flood, run_have_flood_bench
 

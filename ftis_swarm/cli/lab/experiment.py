@@ -63,9 +63,9 @@ def experiment(
     """Two learners alone and together (solo, nois, tis, ftis, fvis), several seeds: the pre-registered claims."""
     from pydantic import ValidationError
 
-    from ftis_swarm.lab.experiment.config import ExperimentConfig, merged, quick_config
     from ftis_swarm.cli.overrides import set_overrides
     from ftis_swarm.config import ConfigError, NodeConfig, format_validation_error
+    from ftis_swarm.lab.experiment.config import ExperimentConfig, merged, quick_config
 
     out = renamed(run_dir, old_out, "--run-dir", "--out",
                   Path("runs/experiment-quick" if quick else "runs/experiment"))
@@ -144,11 +144,11 @@ def experiment(
             fail(f"--pilot: {pilot} is not a pilot's JSON (not an object)")
     gate = pilot_gate(pilot_data, cfg.learners[1]["model"])
 
-    from ftis_swarm.lab.experiment.arms import run_experiment
-    from ftis_swarm.lab.experiment.report import format_table, plot_all
-    from ftis_swarm.lab.experiment.claims_tables import statistics, statistics_markdown
     from ftis_swarm.cli.app import setup_logging
     from ftis_swarm.cli.progress import Bar
+    from ftis_swarm.lab.experiment.arms import run_experiment
+    from ftis_swarm.lab.experiment.claims_tables import statistics, statistics_markdown
+    from ftis_swarm.lab.experiment.report import format_table, plot_all
 
     total = len(cfg.arms) * len(cfg.seeds)
     typer.echo(f"experiment: {len(cfg.arms)} arms x {len(cfg.seeds)} seeds = {total} runs of {cfg.node.rounds} rounds, "

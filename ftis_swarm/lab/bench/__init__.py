@@ -24,6 +24,8 @@
 - hostile.py         a testnet under a hostile peer's floods (swarm workers, not nodes); identities.py:
                      what identities cost; storage_memory.py: what one record stored for others costs;
                      have_flood.py: one gather's loop work under a flood of haves, in-process
+- fill.py            honest publishes, storage held and RSS before, during and after a storage fill by many
+                     origins (`run_fill`; fillers that hold no one's records)
 - nat_testbed.py     network namespaces behind real MASQUERADE routers (a public segment, two homes,
                      opt-in a control home whose router forwards its port)
 - reach.py           groups between home nodes behind that NAT: relayed against client mode

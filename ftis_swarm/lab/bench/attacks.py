@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig, NodeConfig, SamplingConfig, SwarmConfig
-from ftis_swarm.learner.batch import ScoredGroup
-from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.models import load_model
 from ftis_swarm.lab.bench.crowd import CrowdFigures, format_crowd, run_crowd_bench
 from ftis_swarm.lab.bench.standing import StandingFigures, format_standing, run_standing_bench
 from ftis_swarm.lab.hostile.groups import ATTACKS, FORGERY_SHIFT, attack_groups, prompts_for, rebuilt
+from ftis_swarm.learner.batch import ScoredGroup
+from ftis_swarm.learner.learner import Learner, apply_lora
+from ftis_swarm.models import load_model
 from ftis_swarm.node.daemon import Node
 from ftis_swarm.peers.intake import within_vocab
 from ftis_swarm.peers.ledger import SWARM_PREFIX

@@ -146,8 +146,8 @@ def _worker(args: argparse.Namespace) -> dict:
     """One process of one side: build, warm up, time `repeats` updates, measure memory."""
     import torch
 
-    from ftis_swarm.lab.bench.learner import _groups, _rewards
     from ftis_swarm.config import LearnerConfig
+    from ftis_swarm.lab.bench.learner import _groups, _rewards
     from ftis_swarm.learner.batch import ScoredGroup
     from ftis_swarm.learner.distributed import ShardedLearner, init_ranks
     from ftis_swarm.learner.learner import Learner

@@ -21,6 +21,9 @@ banned and the signed-fault points charged to them, rounds over twice the deadli
 each process's peak resident memory (`VmHWM`, reset at the start of the phase) against
 its resident memory at the end of the baseline. First, in this process, what one stored
 record costs in memory (`storage_memory`). All processes share this machine's cores and clock.
+
+A crowd of identities on many origins that farms credit, strikes, stalls, fills and copies against
+real learning nodes is `--phase crowd`'s (`crowd_phases.py`).
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ftis_swarm.metrics.procstat import reset_peaks, status_mb, with_children
+from ftis_swarm.config import FetchConfig, GossipConfig, LedgerConfig, RecordsConfig, SwarmConfig, TransportConfig
 from ftis_swarm.lab.bench.storage_memory import RecordMemory, format_record_memory, measure_record_memory
 from ftis_swarm.lab.bench.swarm import JsonProcess, start_worker
 from ftis_swarm.lab.bench.swarm_worker import TOKENIZER_FP, VOCAB_SIZE
-from ftis_swarm.config import FetchConfig, GossipConfig, LedgerConfig, RecordsConfig, SwarmConfig, TransportConfig
+from ftis_swarm.metrics.procstat import reset_peaks, status_mb, with_children
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
 from ftis_swarm.config import FTISConfig, LearnerConfig
 from ftis_swarm.core.ftis import ftis_loss
 from ftis_swarm.core.logprobs import token_logprobs
+from ftis_swarm.lab.bench.logprob_memory import measure_logprobs
 from ftis_swarm.learner.batch import ScoredGroup, build_batch
 from ftis_swarm.learner.learner import Learner
 from ftis_swarm.models import load_model

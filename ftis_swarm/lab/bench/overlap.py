@@ -35,10 +35,10 @@ from typing import Any, Callable
 import torch
 
 from ftis_swarm.config import LearnerConfig, LoRAConfig, SamplingConfig
+from ftis_swarm.lab.hostile.groups import prompts_for, rebuilt
 from ftis_swarm.learner.batch import Batch, ScoredGroup, build_batch
 from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
 from ftis_swarm.learner.learner import Learner, apply_lora
-from ftis_swarm.lab.hostile.groups import prompts_for, rebuilt
 from ftis_swarm.models import load_model
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
 from ftis_swarm.tasks import get_task

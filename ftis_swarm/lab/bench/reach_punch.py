@@ -35,8 +35,7 @@ from typing import Callable, Optional
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.bench.nat_testbed import NatTestbed
-from ftis_swarm.lab.bench.reach import (NAT_HOMES, home_pair_direct, iface_bytes, log_folder, run_rounds,
-                                        start_bootstrap)
+from ftis_swarm.lab.bench.reach import NAT_HOMES, home_pair_direct, iface_bytes, log_folder, run_rounds, start_bootstrap
 from ftis_swarm.lab.bench.swarm import JsonProcess
 
 VARIANTS: dict[str, dict] = {

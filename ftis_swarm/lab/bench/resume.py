@@ -36,9 +36,16 @@ from typing import Callable
 
 import torch
 
+from ftis_swarm.lab.bench.run_compare import (
+    compare_logs,
+    compare_tensors,
+    flat_tensors,
+    initial_weights,
+    log_rows,
+    tensor_files,
+    trained_tensors,
+)
 from ftis_swarm.metrics import read_jsonl
-from ftis_swarm.lab.bench.run_compare import (compare_logs, compare_tensors, flat_tensors, initial_weights, log_rows,
-                                         tensor_files, trained_tensors)
 from ftis_swarm.ops.testnet import NodeSpec, node_command, start_node
 
 log = logging.getLogger(__name__)

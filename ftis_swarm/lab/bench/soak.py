@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ftis_swarm.metrics.procstat import open_fds, status_mb, with_children
 from ftis_swarm.metrics import read_jsonl
+from ftis_swarm.metrics.procstat import open_fds, status_mb, with_children
 from ftis_swarm.ops.testnet import node_command, preset, start_bootstrap, start_node, stop
 
 log = logging.getLogger(__name__)

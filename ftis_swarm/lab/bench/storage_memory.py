@@ -25,6 +25,7 @@ from hivemind.p2p import P2PContext, PeerID
 from hivemind.proto import dht_pb2
 from hivemind.utils.crypto import RSAPrivateKey
 
+from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.lab.hostile.base import Signer
 from ftis_swarm.peers.policy import ALLOW_ALL
 from ftis_swarm.swarm.counters import SwarmCounters
@@ -32,7 +33,6 @@ from ftis_swarm.swarm.dht.guard import DHTServicer
 from ftis_swarm.swarm.dht.storage import RECORD_OVERHEAD, GuardedStorage
 from ftis_swarm.swarm.dht.validators import RecordChecker
 from ftis_swarm.swarm.keys import key_id, pointer_key, window_of
-from ftis_swarm.config import PuzzleConfig
 from ftis_swarm.swarm.puzzle import PuzzleVerifier
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 

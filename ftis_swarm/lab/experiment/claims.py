@@ -43,8 +43,17 @@ import numpy as np
 from scipy import stats as sps
 
 from ftis_swarm.lab.experiment.paired_tests import POWER, Alternative, sign_flip_p, t_test_p
-from ftis_swarm.lab.experiment.stats import (ALPHA, ESS_MAX, LEARNERS, NONINFERIORITY_MARGIN, arms_with_runs,
-                                             end_point, paired, records, verdict)
+from ftis_swarm.lab.experiment.stats import (
+    ALPHA,
+    ESS_MAX,
+    LEARNERS,
+    NONINFERIORITY_MARGIN,
+    arms_with_runs,
+    end_point,
+    paired,
+    records,
+    verdict,
+)
 
 COLLAPSE_FRACTION = 0.5
 """A learner collapsed when its held-out greedy accuracy falls below this share of its start accuracy."""

@@ -10,12 +10,37 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ftis_swarm.lab.experiment.claims import (COLLAPSE_FRACTION, SD_FOR_12, a_priori_mde, claims, collapses,
-                                              end_point_of, offpolicy_ess, secondary, seeds_needed, standing)
+from ftis_swarm.lab.experiment.claims import (
+    COLLAPSE_FRACTION,
+    SD_FOR_12,
+    a_priori_mde,
+    claims,
+    collapses,
+    end_point_of,
+    offpolicy_ess,
+    secondary,
+    seeds_needed,
+    standing,
+)
 from ftis_swarm.lab.experiment.paired_tests import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, POWER
-from ftis_swarm.lab.experiment.stats import (ALPHA, ESS_MAX, LEARNERS, MAIN_BASE, NONINFERIORITY_MARGIN, _interval,
-                                             _json, _notes, _num, _row, arms_with_runs, comparison_markdown,
-                                             comparisons, staleness, staleness_markdown, step_counts)
+from ftis_swarm.lab.experiment.stats import (
+    ALPHA,
+    ESS_MAX,
+    LEARNERS,
+    MAIN_BASE,
+    NONINFERIORITY_MARGIN,
+    _interval,
+    _json,
+    _notes,
+    _num,
+    _row,
+    arms_with_runs,
+    comparison_markdown,
+    comparisons,
+    staleness,
+    staleness_markdown,
+    step_counts,
+)
 
 
 def design(result: dict[str, Any], pilot_sd: Optional[float]) -> dict[str, Any]:

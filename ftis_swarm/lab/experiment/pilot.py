@@ -30,12 +30,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from ftis_swarm.lab.experiment.heldout import HeldoutResult, evaluate_heldout
 from ftis_swarm.config import FTISConfig, LearnerConfig
 from ftis_swarm.core.ftis import ftis_metrics, sample_terms
-from ftis_swarm.learner.learner import Learner
+from ftis_swarm.lab.experiment.heldout import HeldoutResult, evaluate_heldout
 from ftis_swarm.learner.batch import ScoredGroup, build_batch
 from ftis_swarm.learner.forgery import screen_batch
+from ftis_swarm.learner.learner import Learner
 from ftis_swarm.tasks import Task, TaskItem, get_task
 
 log = logging.getLogger(__name__)

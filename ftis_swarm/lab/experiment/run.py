@@ -33,10 +33,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ftis_swarm.lab.experiment.config import RUN_ID, ExperimentConfig, arm_config, arm_spec
-from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items
-from ftis_swarm.lab.experiment.heldout import sample_groups, sampled_rewards
 from ftis_swarm.config import NodeConfig
+from ftis_swarm.lab.experiment.config import RUN_ID, ExperimentConfig, arm_config, arm_spec
+from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items, sample_groups, sampled_rewards
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.models import load_model
 from ftis_swarm.node.daemon import Node

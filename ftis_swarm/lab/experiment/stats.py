@@ -32,8 +32,16 @@ from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 
-from ftis_swarm.lab.experiment.paired_tests import (BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, POWER, Alternative, bootstrap_interval,
-                                           min_detectable_effect, sign_flip_p, t_test_p)
+from ftis_swarm.lab.experiment.paired_tests import (
+    BOOTSTRAP_DRAWS,
+    BOOTSTRAP_SEED,
+    POWER,
+    Alternative,
+    bootstrap_interval,
+    min_detectable_effect,
+    sign_flip_p,
+    t_test_p,
+)
 
 Metric = Literal["greedy", "sampled"]
 

@@ -15,7 +15,8 @@
   honest peer (owner = requester: the rank of an honest peer storing its own records),
   spread over consecutive windows' keys (900 a key, below a key's 1 MiB), each window's
   membership record claiming them. Run by several hostile processes at once (`bench
-  hostile`'s fill), it fills every peer's storage with records that break no rule.
+  hostile`'s fill, `bench fill`), it fills every peer's storage with records that break no rule.
+  With the setting `holds_nothing` the process holds no record of anyone's (`HoldsNothing`).
 """
 
 from __future__ import annotations
@@ -34,15 +35,15 @@ import msgpack
 import numpy as np
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
-from hivemind.dht.storage import DictionaryDHTValue
+from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.p2p import P2P
 from hivemind.proto import dht_pb2
 
-from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, ID_LEN
-from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT
-from ftis_swarm.lab.hostile.gossip import GossipFlood
-from ftis_swarm.swarm.identity import load_identity
 from ftis_swarm.lab.hostile.base import HostilePeer, Signer
+from ftis_swarm.lab.hostile.gossip import GossipFlood
+from ftis_swarm.swarm.dht.codec import DICTIONARY_EXT
+from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, ID_LEN
+from ftis_swarm.swarm.identity import load_identity
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, key_id, member_key, member_shard, pointer_key, window_of
 from ftis_swarm.swarm.records import RECORD_VERSION, make_subkey, round_name
 from ftis_swarm.wire import Group
@@ -89,9 +90,22 @@ def make_group(*, sender: str, run_id: str, item: str, tokens: int, tokenizer_fp
     )
 
 
+class HoldsNothing(DHTLocalStorage):
+    """A DHT storage that takes no record: a filler that is a DHT peer of the swarm yet holds none of its
+    records (setting `holds_nothing`), so that what honest publishes reach is what honest peers took."""
+
+    def store(self, key, value, expiration_time, subkey=None) -> bool:
+        return False
+
+    def store_subkey(self, key, subkey, value, expiration_time) -> bool:
+        return False
+
+
 class Floods:
     def __init__(self, hostile: HostilePeer, signers: list[Signer]):
         self.h, self.signers = hostile, signers
+        if hostile.s.get("holds_nothing"):
+            hostile.node.protocol.storage = HoldsNothing()
         self.body_peers: dict[str, tuple[P2P, Signer]] = {}
         self._tasks: dict[str, asyncio.Task] = {}
 

@@ -44,8 +44,8 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import PeerID
 from hivemind.proto import crypto_pb2, p2pd_pb2
 
-from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, encode_message
 from ftis_swarm.lab.hostile.base import HostilePeer, Signer
+from ftis_swarm.swarm.gossip.gate import MAX_MESSAGE_BYTES, encode_message
 from ftis_swarm.swarm.keys import gossip_topic, key_id, pointer_key, window_of
 from ftis_swarm.swarm.records import make_subkey
 

@@ -52,7 +52,6 @@ import time
 from pathlib import Path
 
 import msgpack
-
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
@@ -63,14 +62,14 @@ from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 
 from ftis_swarm.config import PuzzleConfig
-from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, ID_LEN
-from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
 from ftis_swarm.lab.hostile.base import Signer
 from ftis_swarm.lab.hostile.floods import Floods, make_group, names_group, pointed_group, round_value
+from ftis_swarm.swarm.dht.validators import RecordChecker
+from ftis_swarm.swarm.fetch.streams import BODY_PROTOCOL, ID_LEN
 from ftis_swarm.swarm.identity import create_identity, peer_id_from_public_key
 from ftis_swarm.swarm.keys import key_id, pointer_key, window_of
+from ftis_swarm.swarm.puzzle import PuzzleVerifier, solve
 from ftis_swarm.swarm.records import make_subkey, round_name
-from ftis_swarm.swarm.dht.validators import RecordChecker
 from ftis_swarm.wire import Group, WireError, content_id, decode_group, encode_group
 
 SER = DHTProtocol.serializer
@@ -235,7 +234,9 @@ class Hostile:
             "reannounce_victim": (victim_group, {}, victim_body, None),
             "pointer_mismatch": (g := group("fp", tokenizer_fp="another-tokenizer"), {"tokenizer_fp": tok},
                                  encode_group(g), None),
-            "tokenizer": (g := group("tok"), {"tokenizer_fp": "another-tokenizer"}, encode_group(g), None),
+            # another tokenizer's group without alignment data: refused unfetched, or (`fetch.other_tokenizers`) on arrival
+            "tokenizer": (g := group("tok", tokenizer_fp="another-tokenizer"), {"tokenizer_fp": "another-tokenizer"},
+                          encode_group(g), None),
             "another_run": (g := group("run"), {"run_id": "another-run"}, encode_group(g), None),
             "stale": (g := group("old"), {"created_at": now - 2 * ttl}, encode_group(g), None),
             "future": (g := group("new"), {"created_at": now + ttl}, encode_group(g), None),

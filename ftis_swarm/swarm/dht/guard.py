@@ -11,8 +11,8 @@ difference) in this order, each record on its own:
    whole-dictionary store (hivemind's replication push) is decoded strictly
    (`dhtcodec`), refused whole at its first item of another form (`bad_encoding`);
 2. `RecordChecker.examine` (size, expiry, signature, schema, key binding);
-3. `GuardedStorage.admit` (quotas, rank-ordered eviction), with the requester's network
-   origin (`origins.OriginBook`) when the storage also counts by origin (`origin_quota`).
+3. `GuardedStorage.admit` (quotas, the reserve, eviction by rank and by origin share), with
+   the requester's network origin (`origins.OriginBook`; `origin_quota` caps it too).
 
 Refusals are counted per requesting peer as faults and logged at most once per peer per
 10 s (`ThrottledLog`), never once per item. `rpc_find` answers at most `MAX_FIND_KEYS`
@@ -33,13 +33,13 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2PContext
 from hivemind.proto import dht_pb2
 
+from ftis_swarm.peers import faults
+from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
 from ftis_swarm.swarm.dht.codec import NotPointerForm, value_items
-from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.storage import GuardedStorage
 from ftis_swarm.swarm.dht.validators import NOT_A_FAULT, RecordChecker, owner_of
 from ftis_swarm.swarm.origins import OriginBook
-from ftis_swarm.peers import faults
 
 logger = logging.getLogger(__name__)
 
@@ -139,9 +139,8 @@ class DHTServicer:
         if verdict.reason:
             refused[verdict.reason] += 1
             return False
-        by_origin = {} if origin is None else {"origin": origin}  # only `OriginQuotaStorage` counts origins
         reason = self._storage.admit(DHTID.from_bytes(key), DHTProtocol.serializer.loads(subkey), value, expiration,
-                                     owner=verdict.owner.peer_id, requester=requester, **by_origin)
+                                     owner=verdict.owner.peer_id, requester=requester, origin=origin)
         if reason and reason not in _HARMLESS:
             refused[reason] += 1
         return not reason

@@ -6,13 +6,13 @@ origin for every relayed peer). `OriginQuotaStorage.admit` refuses a new record 
 requesting peer's origin already sent `max_records_per_origin` of the records held here
 (`origin_quota`, a fault of the requester), before the quotas by identity run; a record
 already held may still be renewed. This peer's own records, and requesters of no known
-origin, are left to the quotas by identity. The count follows the base storage's own
-evictions and expiries (`_drop`).
+origin, are left to the quotas by identity. The count is the base storage's `by_origin`,
+which follows its evictions and expiries; the base storage also evicts by origin share
+when it is full (`storage`, eviction by share).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Optional
 
 from hivemind.dht.routing import DHTID
@@ -30,27 +30,11 @@ class OriginQuotaStorage(GuardedStorage):
     def __init__(self, *, max_records_per_origin: int, **limits):
         super().__init__(**limits)
         self._max_per_origin = max_records_per_origin
-        self._origin_of_slot: dict[tuple[DHTID, bytes], str] = {}
-        self.by_origin: Counter[str] = Counter()
-        """Records held per origin of the peer that sent them."""
 
     def admit(self, key_id: DHTID, subkey: bytes, value: bytes, expiration: float, *, owner: str, requester: str,
               origin: Optional[str] = None) -> str:
-        slot = (key_id, subkey)
-        if origin is not None and slot not in self._entries:
+        if origin is not None and (key_id, subkey) not in self._entries:
             self._purge(get_dht_time())
             if self.by_origin[origin] >= self._max_per_origin:
                 return ORIGIN_REFUSAL
-        reason = super().admit(key_id, subkey, value, expiration, owner=owner, requester=requester)
-        if not reason and origin is not None and slot in self._entries and slot not in self._origin_of_slot:
-            self._origin_of_slot[slot] = origin
-            self.by_origin[origin] += 1
-        return reason
-
-    def _drop(self, slot: tuple[DHTID, bytes]) -> None:
-        super()._drop(slot)
-        origin = self._origin_of_slot.pop(slot, None)
-        if origin is not None:
-            self.by_origin[origin] -= 1
-            if self.by_origin[origin] <= 0:
-                del self.by_origin[origin]
+        return super().admit(key_id, subkey, value, expiration, owner=owner, requester=requester, origin=origin)

@@ -29,11 +29,11 @@ from hivemind.p2p import PeerID
 from hivemind.proto import dht_pb2
 from hivemind.utils.timed_storage import get_dht_time
 
+from ftis_swarm.peers import faults as fault_names
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import Item, NotPointerForm, value_items
-from ftis_swarm.swarm.keys import key_id
 from ftis_swarm.swarm.dht.validators import NOT_A_FAULT, Content, RecordChecker
-from ftis_swarm.peers import faults as fault_names
+from ftis_swarm.swarm.keys import key_id
 
 logger = logging.getLogger(__name__)
 

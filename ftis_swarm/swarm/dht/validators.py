@@ -48,12 +48,19 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
+from ftis_swarm.peers import faults
 from ftis_swarm.swarm.identity import peer_id_from_public_key
 from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME, SHARD_COUNTS, key_id, member_key, member_shard, pointer_key
 from ftis_swarm.swarm.puzzle import PuzzleVerifier
-from ftis_swarm.swarm.records import (HAVE_SUBKEY_NAME, RECORD_VERSION, HaveRecord, MemberRecord, RoundPointer,
-                                      parse_subkey, round_name)
-from ftis_swarm.peers import faults
+from ftis_swarm.swarm.records import (
+    HAVE_SUBKEY_NAME,
+    RECORD_VERSION,
+    HaveRecord,
+    MemberRecord,
+    RoundPointer,
+    parse_subkey,
+    round_name,
+)
 
 logger = logging.getLogger(__name__)
 

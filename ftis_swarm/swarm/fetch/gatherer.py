@@ -38,20 +38,20 @@ from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.peers import faults
+from ftis_swarm.peers.intake import Budget
+from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.counters import LoopErrors, SwarmCounters, ThrottledLog
+from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
 from ftis_swarm.swarm.fetch.legs import Legs
 from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, key_of
+from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.fetch.scheduler import FetchScheduler
 from ftis_swarm.swarm.fetch.selection import Selection
 from ftis_swarm.swarm.keys import member_key, pointer_key, window_of, windows_between
-from ftis_swarm.peers.intake import Budget
-from ftis_swarm.peers.policy import PeerPolicy
-from ftis_swarm.swarm.dht.reading import FoundRecord, KeyReader
-from ftis_swarm.swarm.records import GroupPointer, HaveRecord, MemberRecord, RoundPointer, check_body, screen_pointer
-from ftis_swarm.swarm.fetch.rounds import RoundTracker
 from ftis_swarm.swarm.origins import OriginBook
+from ftis_swarm.swarm.records import GroupPointer, HaveRecord, MemberRecord, RoundPointer, check_body, screen_pointer
 from ftis_swarm.wire import Group
-from ftis_swarm.peers import faults
 
 if TYPE_CHECKING:
     from ftis_swarm.swarm.gossip.channel import GossipChannel
@@ -118,9 +118,11 @@ class Gatherer:
 
     def _new_selection(self, budget: Budget) -> Selection:
         policy = self._policy
+        recent = getattr(policy, "recent", None)  # the ledger's (peers/ledger.py); a policy without it: none recent
         return Selection(budget, seed=self._peer_id, table=self.table,
                          score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0,
-                         origin_of=self._origins.origin_of if self._origins is not None else None)
+                         origin_of=self._origins.origin_of if self._origins is not None else None,
+                         recent=None if recent is None else lambda peer: bool(recent(peer)))
 
     def _selection_failed(self, where: str, exc: Exception) -> None:
         """The selection's own bookkeeping raised (a bug): contained, and the selection starts afresh with the
@@ -394,7 +396,7 @@ class Gatherer:
         cfg, now = self._cfg, get_dht_time()
         reason = screen_pointer(pointer, now=now, run_id=cfg.run_id, tokenizer_fp=self._tokenizer_fp,
                                 ttl=cfg.records.ttl, max_clock_skew=cfg.records.max_clock_skew,
-                                max_bytes=cfg.wire.max_bytes)
+                                max_bytes=cfg.wire.max_bytes, other_tokenizers=cfg.fetch.other_tokenizers)
         if reason not in (faults.FUTURE, faults.STALE):  # a pointer outside the TTL is no part of a round, and never forgotten
             self.rounds.note(pointer, now=now)
             self.changed.set()
@@ -417,7 +419,8 @@ class Gatherer:
 
     def _accept_body(self, pointer: GroupPointer, body: bytes) -> bool:
         try:
-            group, reason, detail = check_body(body, pointer, vocab_size=self._vocab_size, limits=self._cfg.wire)
+            group, reason, detail = check_body(body, pointer, vocab_size=self._vocab_size, limits=self._cfg.wire,
+                                               tokenizer_fp=self._tokenizer_fp)
         except Exception as exc:  # the wire decoder's contract is WireError; anything else is a bug, contained
             logger.exception("checking group %s from %s failed unexpectedly", pointer.group_id, pointer.publisher)
             group, reason, detail = None, faults.FETCH_ERROR, repr(exc)

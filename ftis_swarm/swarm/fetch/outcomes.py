@@ -23,11 +23,11 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers import faults
-from ftis_swarm.swarm.peer import reach
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.holders import HolderBook
 from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, key_of
 from ftis_swarm.swarm.fetch.streams import BodyRefused, BodyUnavailable
+from ftis_swarm.swarm.peer import reach
 from ftis_swarm.swarm.records import GroupPointer
 
 logger = logging.getLogger(__name__)

@@ -21,6 +21,13 @@ of pointers costs bounded memory, O(1) per record to forget, `expiring`). Each r
 its leg times (`legs.Legs`: seen, chosen, started, began, received; accepted when it is),
 its fetch attempts and, when a budget chose it, its tier (earned or strangers'). Loop thread
 only.
+
+**Stalls** (`stalled`): the table also remembers, per publisher, how many of its chosen bodies it
+stalled on or said missing since it last served one (`note_stall`, at most `MAX_STALLS`; a body
+it serves clears it: `note_served`; forgotten a span after the last stall, so the mark decays
+with the records it could concern; at most `max_settled` publishers). The selection and the
+scheduler read it: a publisher with stalls has no precedence that its credit would give it
+(docs/swarm.md, "A stall costs its place"). A stall is never a fault: it is not signed.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from ftis_swarm.swarm.records import GroupPointer
 Key = tuple[str, str]  # (publisher, group id)
 MAX_SETTLED = 1 << 16
 """Settled records remembered (and as many accepted group ids); past it the oldest go first."""
+MAX_STALLS = 8
+"""The most stalls a publisher's mark counts (the mark is bounded: it costs precedence, nothing more)."""
 
 
 class Phase(enum.Enum):
@@ -89,6 +98,7 @@ class PointerTable:
         self._settled: ExpiringMap[Key, Record] = ExpiringMap(max_settled)
         self._accepted: ExpiringMap[str, str] = ExpiringMap(max_settled)  # group id -> its publisher
         self._sourceless: dict[str, dict[str, Record]] = {}  # group id -> publisher -> revivable rejection
+        self._stalls: ExpiringMap[str, int] = ExpiringMap(max_settled)  # publisher -> stalls since it last served
 
     # -- reading -----------------------------------------------------------------------------------
     def get(self, key: Key) -> Optional[Record]:
@@ -114,6 +124,10 @@ class PointerTable:
     def publishers(self, phase: Phase) -> list[str]:
         """Publishers with a live record in `phase`."""
         return [p for p, phases in self._of.items() if phases.get(phase)]
+
+    def stalled(self, publisher: str) -> int:
+        """The publisher's chosen bodies that stalled or were missing since it last served one (module docstring)."""
+        return self._stalls.get(publisher) or 0
 
     def sourceless(self) -> list[str]:
         return sorted(self._sourceless)
@@ -188,6 +202,16 @@ class PointerTable:
         self._settle(record, Phase.PASSED, self._until(pointer))
         return record
 
+    def note_stall(self, publisher: str) -> int:
+        """A chosen body of the publisher's stalled, or it said it did not have it: its mark, one more."""
+        stalls = min(MAX_STALLS, self.stalled(publisher) + 1)
+        self._stalls.put(publisher, stalls, self._clock() + self._span)
+        return stalls
+
+    def note_served(self, publisher: str) -> None:
+        """The publisher served a body that was accepted: its mark is cleared."""
+        self._stalls.pop(publisher)
+
     def revive(self, record: Record) -> bool:
         """A revivable rejection is forgotten, so its pointer is seen afresh; False if it is no longer one."""
         key = key_of(record.pointer)
@@ -204,6 +228,7 @@ class PointerTable:
         """Forgets the settled records (and accepted ids) that ended; sourceless ones with them."""
         self._settled.expire(now)
         self._accepted.expire(now)
+        self._stalls.expire(now)
         for group_id, by_publisher in list(self._sourceless.items()):
             for publisher in [p for p, r in by_publisher.items() if self._settled.get((p, group_id)) is not r]:
                 del by_publisher[publisher]

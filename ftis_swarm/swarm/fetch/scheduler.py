@@ -50,6 +50,15 @@ the bytes it sent: a length or sha256 that differs from the signed pointer is it
 pointer its signed announcement says it holds), never its publisher's; a body that matches
 the hash is the publisher's own signed content, and `on_body` judges it as such.
 
+**A stall costs its place** (docs/swarm.md): when a publisher stalls on a body a budget chose
+(its record has a tier), or says it does not have it, the table marks it (`PointerTable.note_stall`)
+and each of its chosen pointers that no holder has is rejected at once (`stalled`, or
+`fetch_failed` for a missing one: revivable by a have, priced 0), so their budget goes to the
+next candidate in the same gather (the gatherer's `_reject` settles them in the selection,
+which chooses again) instead of being held until `max_fetch_attempts` ran out. A publisher with
+a mark loses the precedence its score gives it in the slots' order, as in the selection,
+until a body it serves is accepted (`note_served`). Without a budget the retries above hold.
+
 `fetch_times` keeps the last `MAX_FETCH_TIMES` bodies' seconds that came in whole (stream asked
 for to that body in: a later body of a stream includes the ones before it), each marked whether
 a holder sent it: what a holder costs a fetcher in latency. `body_streams` counts the streams.
@@ -69,13 +78,13 @@ from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
 
 from ftis_swarm.config import SwarmConfig
+from ftis_swarm.peers import faults
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.fetch.holders import HolderBook
-from ftis_swarm.peers import faults
 from ftis_swarm.swarm.fetch.outcomes import Outcomes, PublisherState
 from ftis_swarm.swarm.fetch.pointers import Phase, PointerTable, Record, key_of
-from ftis_swarm.swarm.fetch.streams import ends_stream, fetch_bodies
+from ftis_swarm.swarm.fetch.streams import BodyUnavailable, ends_stream, fetch_bodies
 from ftis_swarm.swarm.records import GroupPointer
 
 logger = logging.getLogger(__name__)
@@ -168,7 +177,7 @@ class FetchScheduler:
         cfg, now = self._cfg, get_dht_time()
         half = cfg.fetch.max_concurrent_fetches // 2
         order = sorted((p for p in self.table.publishers(Phase.CHOSEN) if p in self._publishers),
-                       key=lambda p: (-max(self._policy.score(p), 0.0), not self._publishers[p].proven,
+                       key=lambda p: (-self._precedence(p), not self._publishers[p].proven,
                                       self._publishers[p].turn))
         started = True
         while started and self._streams < cfg.fetch.max_concurrent_fetches:
@@ -196,6 +205,31 @@ class FetchScheduler:
                 started = True
                 if self._streams >= cfg.fetch.max_concurrent_fetches:
                     return
+
+    def _precedence(self, publisher: str) -> float:
+        """What the publisher's score buys it in the slots' order: nothing while it has stalls (module docstring)."""
+        return 0.0 if self.table.stalled(publisher) else max(self._policy.score(publisher), 0.0)
+
+    def _answered(self, pointer: GroupPointer, answer: object) -> None:
+        """After its publisher's answer was settled: a served body clears the publisher's stall mark; a stall or
+        a missing body marks it and rejects its chosen pointers that no holder has (module docstring)."""
+        publisher = pointer.publisher
+        if isinstance(answer, bytes):
+            record = self.table.get(key_of(pointer))
+            if record is not None and record.phase is Phase.ACCEPTED:
+                self.table.note_served(publisher)
+            return
+        if not (isinstance(answer, BodyUnavailable) and answer.reason in (faults.BODY_STALLED, faults.BODY_MISSING)):
+            return
+        stalls = self.table.stalled(publisher)
+        if self.table.note_stall(publisher) > stalls:
+            logger.debug("%s stalled on a chosen body (%s): it loses its precedence until it serves", publisher,
+                         answer.reason)
+        reason = faults.STALLED if answer.reason == faults.BODY_STALLED else faults.FETCH_FAILED
+        for record in list(self._pending(publisher).values()):
+            if record.tier is not None and not self._holders.has(record.pointer.group_id):
+                self._on_reject(record.pointer, reason, "its publisher stalled on a chosen body: its budget goes to "
+                                                        "the next candidate")
 
     def forget_idle(self, now: float) -> None:
         """Drops unproven publishers with nothing pending or in flight and no suspension for a TTL."""
@@ -264,6 +298,8 @@ class FetchScheduler:
                                            received=time.time())
                     try:
                         lied = self._outcomes.settle(pointer, state, source, answer)
+                        if source == pointer.publisher:
+                            self._answered(pointer, answer)
                     except Exception as exc:  # a bug in settling one answer: the pointer is dropped, not retried
                         self._contain(f"settling group {pointer.group_id} from {source}", exc)
                         self._drop(pointer, repr(exc))

@@ -3,14 +3,22 @@
 Owns the budget's arithmetic over the `PointerTable`'s OFFERED records (docs/swarm.md, "Fetching
 only what the update takes", says why and what was measured):
 
-1. **earned peers** (policy score > 0), highest score first, on arrival, within the budget
-   less the strangers' share (`Budget.parts`);
+1. **earned peers** (policy score > 0 and no stall since they last served: `PointerTable.stalled`),
+   on arrival, origin by origin (`draw.earned_in_turns`: the best score's origin first), within
+   the budget less the strangers' share (`Budget.parts`), those of recent credit (`recent`)
+   within `Budget.recent_part` together, past which they wait for the strangers' draw;
 2. once a gather is open (`open`), **strangers** (every other allowed peer, and earned offers
    left over or carried) within the strangers' share, in the strangers' draw
    (`peers/draw.py`), with the intake's seed (the node's peer id) and draw number (the round
    the gather is for), so a group fetched for the strangers' share is the one the update takes.
 
-Invariants: every choice keeps `max_tokens`, `max_groups` and the per-publisher caps, counting
+Within each tier, groups whose signed hint says they can carry gradient (some answers right,
+some wrong: `GroupPointer.carries_signal`) come first, then groups without a hint (older
+publishers), then groups whose hint says all right or all wrong (`signal_first`); each class
+in the tier's order above. Every loss mode needs a mixed group: a uniform one has zero advantage.
+
+Invariants: every choice keeps `max_tokens`, `max_groups`, the per-publisher and the per-origin caps
+(`Budget.origin_caps`, over both tiers), counting
 the completion tokens each pointer signs; `used()` is the tokens and groups chosen this gather
 (and still in flight from earlier ones) less those refused; an offer leaves once, chosen or
 passed (never chosen: not fetched, not charged), at the latest at the end of the gather after
@@ -25,7 +33,7 @@ import dataclasses
 from collections import Counter
 from typing import Callable, Optional
 
-from ftis_swarm.peers.draw import OriginOf, strangers_in_turns
+from ftis_swarm.peers.draw import OriginOf, earned_in_turns, origin_key, strangers_in_turns
 from ftis_swarm.peers.intake import Budget
 from ftis_swarm.swarm.fetch.pointers import Key, Phase, PointerTable, Record, key_of
 from ftis_swarm.swarm.records import GroupPointer
@@ -39,6 +47,13 @@ class Choice:
     dropped: list[GroupPointer] = dataclasses.field(default_factory=list)
 
 
+def signal_first(record: Record) -> int:
+    """A stable sort key: 0 for an offer whose hint says it carries gradient, 1 without a hint, 2 for one
+    whose hint says its rewards are all equal."""
+    signal = record.pointer.carries_signal
+    return 1 if signal is None else 0 if signal else 2
+
+
 class Selection:
     """The budget of the current gather over the table's offers (see the module docstring).
 
@@ -48,8 +63,18 @@ class Selection:
     """
 
     def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float],
-                 origin_of: Optional[OriginOf] = None, table: Optional[PointerTable] = None):
+                 origin_of: Optional[OriginOf] = None, table: Optional[PointerTable] = None,
+                 recent: Optional[Callable[[str], bool]] = None):
+        """`recent(peer)`: whether a peer's credit is recent (the ledger's; None: no one's), for `Budget.recent_part`."""
         self.budget = budget
+        self._recent = recent or (lambda peer: False)
+        recent_part = budget.recent_part()
+        self._recent_caps = (recent_part.tokens, recent_part.groups)
+        self._origin_caps = budget.origin_caps()
+        self._marks: dict[Key, tuple[str, bool]] = {}  # in flight: (origin, counted as recent credit)
+        self._origin_tokens: Counter[str] = Counter()
+        self._origin_groups: Counter[str] = Counter()
+        self._recent_used = [0, 0]  # tokens, groups of peers of recent credit in the earned part
         self.table = table if table is not None else PointerTable()
         self._seed, self._score, self._origin_of = seed, score, origin_of
         earned, strangers = budget.parts()
@@ -91,26 +116,29 @@ class Selection:
             self.table.pass_(record.pointer)  # offers no budget can ever take
             out.dropped.append(record.pointer)
         offering = self.table.publishers(Phase.OFFERED)
-        earned = sorted((p for p in offering if self._score(p) > 0), key=lambda p: (-self._score(p), p))
-        for publisher in earned:
-            for record in self._queue(publisher):
-                if record.offered_in == self._gathers and self._fits(record.pointer, earned=True):
-                    self._choose(record, out, earned=True)
+        earned = [p for p in sorted(offering) if self._score(p) > 0 and not self.table.stalled(p)]  # a stall: no rank
+        turns = earned_in_turns([r for p in earned for r in self._queue(p)], sender=lambda r: r.pointer.publisher,
+                                origin_of=self._origin_of, score=self._score, seed=self._seed, draw=self._draw)
+        for record in sorted(turns, key=signal_first):
+            if record.offered_in == self._gathers and self._fits(record.pointer, earned=True):
+                self._choose(record, out, earned=True)
         if self._open:  # earned offers left over too: a scored peer without standing is the intake's stranger
             records = {key_of(r.pointer): r for p in sorted(offering) for r in self._queue(p)}
-            for pointer in strangers_in_turns([r.pointer for r in records.values()], sender=lambda g: g.publisher,
-                                              origin_of=self._origin_of, seed=self._seed, draw=self._draw):
-                record = records[key_of(pointer)]
-                if record.phase is Phase.OFFERED and self._fits(pointer, earned=False):
+            drawn = strangers_in_turns([r.pointer for r in records.values()], sender=lambda g: g.publisher,
+                                       origin_of=self._origin_of, seed=self._seed, draw=self._draw)
+            for record in sorted((records[key_of(p)] for p in drawn), key=signal_first):
+                if record.phase is Phase.OFFERED and self._fits(record.pointer, earned=False):
                     self._choose(record, out, earned=False)
         return out
 
     def settled(self, pointer: GroupPointer, *, accepted: bool) -> None:
         """A chosen group's body was accepted, or refused (its tokens go back to the budget)."""
         record = self._in_flight.pop(key_of(pointer), None)
-        if record is None or accepted:
+        if record is None:
             return
-        self._count(pointer, record.tier, -1)
+        if not accepted:
+            self._count(pointer, record.tier, -1)
+        self._marks.pop(key_of(pointer), None)
 
     def in_flight(self) -> int:
         """Chosen groups whose bodies are not in yet."""
@@ -127,6 +155,9 @@ class Selection:
         self._groups_of.clear()
         self._tier_tokens.clear()
         self._tier_groups.clear()
+        self._origin_tokens.clear()
+        self._origin_groups.clear()
+        self._recent_used = [0, 0]
         for record in self._in_flight.values():
             self._count(record.pointer, record.tier, +1)
         self._gathers += 1
@@ -146,10 +177,15 @@ class Selection:
         b, n = self.budget, p.tokens or 0
         tokens, groups = self.used()
         part_tokens, part_groups = self._parts[earned]
+        origin, (origin_tokens, origin_groups) = origin_key(p.publisher, self._origin_of), self._origin_caps
+        if earned and self._recent(p.publisher) and (self._recent_used[0] + n > self._recent_caps[0]
+                                                     or self._recent_used[1] >= self._recent_caps[1]):
+            return False  # peers of recent credit: within their part together, then the strangers' draw
         return (tokens + n <= b.max_tokens and groups < b.max_groups
                 and self._tier_tokens[earned] + n <= part_tokens and self._tier_groups[earned] < part_groups
                 and self._tokens_of[p.publisher] + n <= b.max_tokens_per_peer
-                and self._groups_of[p.publisher] < b.max_groups_per_peer)
+                and self._groups_of[p.publisher] < b.max_groups_per_peer
+                and self._origin_tokens[origin] + n <= origin_tokens and self._origin_groups[origin] < origin_groups)
 
     def _queue(self, publisher: str) -> list[Record]:
         """A publisher's offers, oldest first."""
@@ -159,6 +195,8 @@ class Selection:
     def _choose(self, record: Record, out: Choice, *, earned: bool) -> None:
         self.table.choose(record, tier=earned)
         self._in_flight[key_of(record.pointer)] = record
+        self._marks[key_of(record.pointer)] = (origin_key(record.pointer.publisher, self._origin_of),
+                                               earned and self._recent(record.pointer.publisher))
         self._count(record.pointer, earned, +1)
         out.chosen.append(record.pointer)
 
@@ -167,3 +205,9 @@ class Selection:
         self._groups_of[pointer.publisher] += sign
         self._tier_tokens[earned] += sign * (pointer.tokens or 0)
         self._tier_groups[earned] += sign
+        origin, recent = self._marks.get(key_of(pointer), (origin_key(pointer.publisher, self._origin_of), False))
+        self._origin_tokens[origin] += sign * (pointer.tokens or 0)
+        self._origin_groups[origin] += sign
+        if recent:
+            self._recent_used[0] += sign * (pointer.tokens or 0)
+            self._recent_used[1] += sign

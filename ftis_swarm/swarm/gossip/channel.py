@@ -31,11 +31,11 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import P2P
 from hivemind.utils.timed_storage import get_dht_time
 
-from ftis_swarm.swarm.gossip import pubsub
 from ftis_swarm.swarm.counters import SwarmCounters, ThrottledLog
-from ftis_swarm.swarm.gossip.gate import GossipGate, MessageVerdict, encode_message
 from ftis_swarm.swarm.dht.reading import FoundRecord
 from ftis_swarm.swarm.dht.validators import NOT_A_FAULT
+from ftis_swarm.swarm.gossip import pubsub
+from ftis_swarm.swarm.gossip.gate import GossipGate, MessageVerdict, encode_message
 
 logger = logging.getLogger(__name__)
 

@@ -31,12 +31,12 @@ from typing import Optional, Union
 import msgpack
 from hivemind.dht.validation import DHTRecord
 
-from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME
+from ftis_swarm.peers import faults
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.dht.reading import FoundRecord
-from ftis_swarm.swarm.records import HAVE_SUBKEY_NAME, HaveRecord, RoundPointer
 from ftis_swarm.swarm.dht.validators import Owner, RecordChecker, owner_of, record_digest
-from ftis_swarm.peers import faults
+from ftis_swarm.swarm.keys import MEMBER_SUBKEY_NAME
+from ftis_swarm.swarm.records import HAVE_SUBKEY_NAME, HaveRecord, RoundPointer
 
 GOSSIP_VERSION = 1
 MAX_MESSAGE_BYTES = 8192

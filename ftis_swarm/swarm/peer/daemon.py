@@ -124,7 +124,9 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
                                           max_records=records.max_stored_records,
                                           max_records_per_peer=records.max_records_per_peer,
                                           max_bytes=records.max_stored_bytes,
-                                          max_records_per_origin=records.max_records_per_origin)
+                                          max_records_per_origin=records.max_records_per_origin,
+                                          reserve=records.storage_reserve,
+                                          known_after=records.known_publisher_after)
     if not reach.dht_is_server(net.reach_mode):
         return origins
     protocol.client_mode = False

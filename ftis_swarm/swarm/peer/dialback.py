@@ -34,7 +34,6 @@ from typing import Callable, Optional
 from hivemind.p2p import P2P, PeerID
 from hivemind.p2p.p2p_daemon_bindings.datastructures import StreamInfo
 
-
 logger = logging.getLogger(__name__)
 
 DIALBACK_PROTOCOL = "ftis.dialback.v1"
