@@ -48,7 +48,6 @@ def build_tiny_qwen2(
     `init_std` above the default 0.02 gives peakier next-token distributions, which makes
     EOS and repeated tokens likelier in short tests.
     """
-    import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
@@ -68,16 +67,7 @@ def build_tiny_qwen2(
         pad_token_id=tok.pad_token_id,
         torch_dtype="float32",
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    out.mkdir(parents=True, exist_ok=True)
-    with no_progress_bars():
-        model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return _save_seeded(Qwen2ForCausalLM, config, tok, out, seed)
 
 
 def build_tiny_smollm2(
@@ -93,7 +83,6 @@ def build_tiny_smollm2(
     """Saves a seeded random LlamaForCausalLM on SmolLM2's vocabulary (49,152) with SmolLM2-135M-Instruct's
     tokenizer and chat template (from the converted SmolLM2 in the cache: `models/smollm2.py`) to `out_dir`:
     a learner whose tokenizer is not the Qwen one, for tests and benches of peers with another tokenizer."""
-    import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from ftis_swarm.models.smollm2 import converted_smollm2
@@ -115,9 +104,16 @@ def build_tiny_smollm2(
         pad_token_id=tok.pad_token_id,
         torch_dtype="float32",
     )
+    return _save_seeded(LlamaForCausalLM, config, tok, out, seed)
+
+
+def _save_seeded(model_cls, config, tok, out: Path, seed: int) -> Path:
+    """A `model_cls(config)` initialised from `seed` (torch's global RNG left as it was), saved with `tok` to `out`."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = model_cls(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     out.mkdir(parents=True, exist_ok=True)
