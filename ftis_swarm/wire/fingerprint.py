@@ -38,7 +38,8 @@ _BYTE_DECODER = _byte_decoder()
 def token_bytes(tokenizer: Any, ids: Any, *, stop_ids: Any = ()) -> list[bytes]:
     """The UTF-8 bytes each token of `ids` stands for, under a byte-level BPE tokenizer (GPT-2's alphabet:
     Qwen, SmolLM2, Llama 3); a special token stands for its text, and a token of `stop_ids` for nothing
-    (b""). Raises `ValueError` for a token outside the byte-level alphabet (another tokenizer kind)."""
+    (b""). Raises `ValueError` for a token outside the byte-level alphabet (another tokenizer kind) or past the
+    tokenizer's vocabulary."""
     stops = {int(i) for i in stop_ids}
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
     added = {int(i) for i in (getattr(tokenizer, "added_tokens_decoder", {}) or {})}
@@ -46,6 +47,8 @@ def token_bytes(tokenizer: Any, ids: Any, *, stop_ids: Any = ()) -> list[bytes]:
     for idx, piece in zip((int(i) for i in ids), tokenizer.convert_ids_to_tokens([int(i) for i in ids])):
         if idx in stops:
             out.append(b"")
+        elif piece is None:  # an id past the tokenizer (a padded embedding row): no text to stand for
+            raise ValueError(f"token {idx} is not in the tokenizer's vocabulary")
         elif idx in special or idx in added:
             out.append(piece.encode("utf-8"))
         else:

@@ -124,3 +124,15 @@ def test_alignment_costs_text_plus_one_byte_per_token(qwen, capsys):
     with capsys.disabled():
         print(f"\nwire bytes per completion token (G=12, arithmetic text, Qwen): {plain:.3f} plain, "
               f"{aligned:.3f} with alignment data (+{aligned - plain:.3f}: text {text_per_token:.3f} + tb 1)")
+
+
+def test_an_id_past_the_tokenizer_has_no_bytes_and_its_group_goes_without_alignment(qwen):
+    from ftis_swarm.rollout.base import Aligner, Completion
+
+    past = len(qwen) + 3  # a padded embedding row: a tiny model can sample it, the tokenizer has no piece for it
+    with pytest.raises(ValueError, match="not in the tokenizer's vocabulary"):
+        token_bytes(qwen, [qwen.encode("4")[0], past])
+    aligner = Aligner(tokenizer=qwen, family="qwen2", stop_ids=frozenset())
+    ok = Completion(token_ids=qwen.encode("4"), logprobs=[-0.1])
+    assert aligner.fields([ok])["texts"] == [b"4"]
+    assert aligner.fields([ok, dataclasses.replace(ok, token_ids=[past], logprobs=[-0.2])]) == {}
