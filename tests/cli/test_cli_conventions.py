@@ -210,7 +210,7 @@ def test_validation_errors_read_as_one_sentence_without_pydantic_prefixes():
         from ftis_swarm.config import load_node_config
 
         load_node_config(None, {"task": "a b", "rounds": 0})
-    assert str(err.value) == "task: task name 'a b' is not a plain name like 'arith' or 'gsm8k'; and 1 more problem"
+    assert str(err.value) == "task: task name 'a b' is not a plain name like 'arith' or 'gsm8k', nor jsonl:PATH or rg:NAME; and 1 more problem"
     from pydantic import ValidationError
 
     from ftis_swarm.config import format_validation_error
