@@ -12,10 +12,12 @@ only what the update takes", says why and what was measured):
    (`peers/draw.py`), with the intake's seed (the node's peer id) and draw number (the round
    the gather is for), so a group fetched for the strangers' share is the one the update takes.
 
-Within each tier, groups whose signed hint says they can carry gradient (some answers right,
-some wrong: `GroupPointer.carries_signal`) come first, then groups without a hint (older
-publishers), then groups whose hint says all right or all wrong (`signal_first`); each class
-in the tier's order above. Every loss mode needs a mixed group: a uniform one has zero advantage.
+Within each publisher's offers, groups whose signed hint says they can carry gradient (some
+answers right, some wrong: `GroupPointer.carries_signal`) go first, then groups without a hint
+(older publishers), then groups whose hint says all right or all wrong (`signal_first`). The
+hint orders a publisher's own groups only, never one publisher before another: the turns above
+stand, so a crowd gains no precedence by its hints or by leaving them out. Every loss mode needs a
+mixed group: a uniform one has zero advantage.
 
 Invariants: every choice keeps `max_tokens`, `max_groups`, the per-publisher and the per-origin caps
 (`Budget.origin_caps`, over both tiers), counting
@@ -117,16 +119,17 @@ class Selection:
             out.dropped.append(record.pointer)
         offering = self.table.publishers(Phase.OFFERED)
         earned = [p for p in sorted(offering) if self._score(p) > 0 and not self.table.stalled(p)]  # a stall: no rank
-        turns = earned_in_turns([r for p in earned for r in self._queue(p)], sender=lambda r: r.pointer.publisher,
-                                origin_of=self._origin_of, score=self._score, seed=self._seed, draw=self._draw)
-        for record in sorted(turns, key=signal_first):
+        turns = earned_in_turns([r for p in earned for r in self._queue(p, signal=True)],
+                                sender=lambda r: r.pointer.publisher, origin_of=self._origin_of, score=self._score,
+                                seed=self._seed, draw=self._draw)
+        for record in turns:
             if record.offered_in == self._gathers and self._fits(record.pointer, earned=True):
                 self._choose(record, out, earned=True)
         if self._open:  # earned offers left over too: a scored peer without standing is the intake's stranger
-            records = {key_of(r.pointer): r for p in sorted(offering) for r in self._queue(p)}
+            records = {key_of(r.pointer): r for p in sorted(offering) for r in self._queue(p, signal=True)}
             drawn = strangers_in_turns([r.pointer for r in records.values()], sender=lambda g: g.publisher,
                                        origin_of=self._origin_of, seed=self._seed, draw=self._draw)
-            for record in sorted((records[key_of(p)] for p in drawn), key=signal_first):
+            for record in (records[key_of(p)] for p in drawn):
                 if record.phase is Phase.OFFERED and self._fits(record.pointer, earned=False):
                     self._choose(record, out, earned=False)
         return out
@@ -187,10 +190,11 @@ class Selection:
                 and self._groups_of[p.publisher] < b.max_groups_per_peer
                 and self._origin_tokens[origin] + n <= origin_tokens and self._origin_groups[origin] < origin_groups)
 
-    def _queue(self, publisher: str) -> list[Record]:
-        """A publisher's offers, oldest first."""
+    def _queue(self, publisher: str, *, signal: bool = False) -> list[Record]:
+        """A publisher's offers, oldest first; with `signal`, those its hint says carry gradient first
+        (`signal_first`), each class oldest first."""
         return sorted(self.table.of(publisher, Phase.OFFERED).values(),
-                      key=lambda r: (r.pointer.created_at, r.pointer.group_id))
+                      key=lambda r: ((signal_first(r) if signal else 0), r.pointer.created_at, r.pointer.group_id))
 
     def _choose(self, record: Record, out: Choice, *, earned: bool) -> None:
         self.table.choose(record, tier=earned)
