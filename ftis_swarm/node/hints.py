@@ -44,8 +44,10 @@ that did not settle (module docstring)."""
 
 def own_hints(learning: Any, groups: Sequence[Group]) -> list[Optional[int]]:
     """This node's count of correct answers for each of its own `groups` (None for one its scorer refuses),
-    by the verifier it learns with (`learning.Learning`)."""
-    scored = score_groups(groups, learning.tokenizer, learning.tasks, admission=learning.admission)
+    by the verifier it learns with (`learning.Learning`); the scores are kept for the round's update
+    (`Learning.own_scores`), so no own group is verified twice."""
+    scored = score_groups(groups, learning.tokenizer, learning.tasks, admission=learning.admission,
+                          memo=learning.own_scores)
     counts = {g.group_id: int(c.sum()) for g, c in zip(scored.groups, scored.correct)}
     return [counts.get(g.group_id) for g in groups]
 

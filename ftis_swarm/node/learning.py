@@ -72,6 +72,9 @@ class Learning:
     eos_ids: frozenset[int] | None = None
     """The ids that end a completion, as this node's sampler stops on them; None: read from the tokenizer and
     the learner's model on first use (`eos`)."""
+    own_scores: dict[str, list] = field(default_factory=dict)
+    """Group id -> verifier scores of this node's own groups, scored at publish for their hint (`hints.own_hints`)
+    and reused by the round's update (`score`), which empties it: each own group is verified once."""
 
     def eos(self) -> frozenset[int]:
         """`eos_ids`, read once (empty when the model names no EOS: then no EOS rule applies)."""
@@ -120,7 +123,8 @@ def score(learning: Learning, groups: Sequence[Group], counts: Counter) -> Score
     """Admits and scores `groups` with this node's verifier; refusals counted and charged to their senders."""
     scored = score_groups(groups, learning.tokenizer, learning.tasks,
                           admission=replace(learning.admission, eos_ids=learning.eos() or None,
-                                            align_eos=learning.align_eos()))
+                                            align_eos=learning.align_eos()), memo=learning.own_scores)
+    learning.own_scores.clear()
     counts.update({f"rejected_{k}": v for k, v in scored.rejected.items()})
     learning.peer_ledger.charge_counts(scored.rejected_by_peer, me=learning.me)
     return scored

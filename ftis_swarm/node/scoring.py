@@ -112,8 +112,12 @@ class TaskCache:
 
 
 def score_groups(groups: Sequence[Group], tokenizer: Any, tasks: TaskCache, *,
-                 admission: Admission = Admission()) -> ScoredBatch:
-    """Admits, decodes and scores every group with this node's verifier, one batch per task."""
+                 admission: Admission = Admission(), memo: Optional[dict[str, list]] = None) -> ScoredBatch:
+    """Admits, decodes and scores every group with this node's verifier, one batch per task.
+
+    `memo`: group id -> its verifier scores, read for a group it holds and written for each group this
+    call scores (the node scores its own groups once, for their hint at publish, and reuses the scores
+    in the update: `Learning.own_scores`)."""
     out = ScoredBatch()
     by_task: dict[str, list[tuple[Group, Any, list[str]]]] = {}
     for g in groups:
@@ -126,7 +130,7 @@ def score_groups(groups: Sequence[Group], tokenizer: Any, tasks: TaskCache, *,
             out.aligned[g.group_id] = admitted[2]
         by_task.setdefault(g.task_id, []).append((g, *admitted[:2]))
     for task_id, entries in by_task.items():
-        for (g, _, _), scores in zip(entries, _scores(tasks.get(task_id), entries)):
+        for (g, _, _), scores in zip(entries, _remembered(tasks.get(task_id), entries, memo)):
             if scores is None:
                 out.reject(g, faults.SCORE_ERROR)
                 continue
@@ -213,6 +217,18 @@ def eos_tail(g: Group, eos_ids: frozenset[int]) -> bool:
 def ended(g: Group, eos_ids: frozenset[int]) -> np.ndarray:
     """`[G]` bool: each completion's last token is an EOS (false: it stopped at the token cap)."""
     return np.array([c.size > 0 and int(c[-1]) in eos_ids for c in g.completion_ids], dtype=bool)
+
+
+def _remembered(task: Any, entries: list[tuple[Group, Any, list[str]]],
+                memo: Optional[dict[str, list]]) -> list[Optional[list]]:
+    """`_scores` for the entries `memo` does not hold (which it then holds), `memo`'s for the others."""
+    if memo is None:
+        return _scores(task, entries)
+    todo = [e for e in entries if e[0].group_id not in memo]
+    for (g, _, _), scores in zip(todo, _scores(task, todo) if todo else []):
+        if scores is not None:
+            memo[g.group_id] = scores
+    return [memo.get(g.group_id) for g, _, _ in entries]
 
 
 def _scores(task: Any, entries: list[tuple[Group, Any, list[str]]]) -> list[Optional[list]]:

@@ -55,12 +55,7 @@ def strangers_in_turns(offers: Sequence[T], *, sender: Callable[[T], str], origi
                        seed: int | str, draw: int) -> list[T]:
     """`offers` in the strangers' draw order (module docstring): origins in turn, identities in turn
     within an origin, each identity's offers in the order given."""
-    by_sender: dict[str, list[T]] = {}
-    for offer in offers:
-        by_sender.setdefault(sender(offer), []).append(offer)
-    by_origin: dict[str, list[str]] = {}
-    for peer in by_sender:
-        by_origin.setdefault(origin_key(peer, origin_of), []).append(peer)
+    by_sender, by_origin = _grouped(offers, sender, origin_of)
     turns = []
     for origin in sorted(by_origin, key=lambda o: draw_key(seed, draw, o)):
         identities = sorted(by_origin[origin], key=lambda p: draw_key(seed, draw, f"identity:{p}"))
@@ -72,17 +67,24 @@ def earned_in_turns(offers: Sequence[T], *, sender: Callable[[T], str], origin_o
                     score: Callable[[str], float], seed: int | str, draw: int) -> list[T]:
     """`offers` of earned peers in turns by origin (module docstring): origins by their best identity's
     score, identities by score within their origin, each identity's offers in the order given."""
+    by_sender, by_origin = _grouped(offers, sender, origin_of)
+    turns, best = [], {o: max(score(p) for p in peers) for o, peers in by_origin.items()}
+    for origin in sorted(by_origin, key=lambda o: (-best[o], draw_key(seed, draw, o))):
+        identities = sorted(by_origin[origin], key=lambda p: (-score(p), draw_key(seed, draw, f"identity:{p}")))
+        turns.append(interleave([by_sender[p] for p in identities]))
+    return interleave(turns)
+
+
+def _grouped(offers: Sequence[T], sender: Callable[[T], str],
+             origin_of: Optional[OriginOf]) -> tuple[dict[str, list[T]], dict[str, list[str]]]:
+    """(each sender's offers in the order given, each origin's senders in order of first offer)."""
     by_sender: dict[str, list[T]] = {}
     for offer in offers:
         by_sender.setdefault(sender(offer), []).append(offer)
     by_origin: dict[str, list[str]] = {}
     for peer in by_sender:
         by_origin.setdefault(origin_key(peer, origin_of), []).append(peer)
-    turns, best = [], {o: max(score(p) for p in peers) for o, peers in by_origin.items()}
-    for origin in sorted(by_origin, key=lambda o: (-best[o], draw_key(seed, draw, o))):
-        identities = sorted(by_origin[origin], key=lambda p: (-score(p), draw_key(seed, draw, f"identity:{p}")))
-        turns.append(interleave([by_sender[p] for p in identities]))
-    return interleave(turns)
+    return by_sender, by_origin
 
 
 def interleave(queues: Sequence[Sequence[T]]) -> list[T]:

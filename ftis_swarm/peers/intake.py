@@ -174,11 +174,6 @@ class _Taken:
                     "peers": sorted(ids)} for o, ids in sorted(self.identities.items())}
 
 
-content_digest = content_key
-"""A group's content key (`copies.content_key`): the item keeps a group relabelled for another item
-the scorer's to refuse."""
-
-
 class PeerIntake:
     """Holds the groups deferred to the next round and the contents seen; `take` picks an update's peers' groups."""
 
@@ -259,7 +254,7 @@ class PeerIntake:
     def _copy(self, g: Group, out: Intake) -> str:
         """"peer_duplicate", "copied_group" or "same_content" when another group had this content first
         (module docstring, "Copies"; a contest in this take counted in `out`); else ""."""
-        digest = content_digest(g)
+        digest = content_key(g)
         first = self._first.get(digest)
         if first is None:
             self._first[digest] = (g.sender, g.group_id, logp_key(g))

@@ -9,7 +9,8 @@ from collections import Counter
 import numpy as np
 from wire_samples import groups_from
 
-from ftis_swarm.peers.intake import Budget, PeerIntake, content_digest
+from ftis_swarm.peers.copies import content_key as content_digest
+from ftis_swarm.peers.intake import Budget, PeerIntake
 from ftis_swarm.peers.ledger import PeerLedger
 
 EARNED = {"earned-1", "earned-2"}
