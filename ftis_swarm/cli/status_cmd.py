@@ -80,11 +80,13 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
                        _f(r.get("heldout_acc"), 3), _f(r["filtered"], 2), _f(r["ess"], 3), _f(r["peer_share"], 2),
                        _f(r["peer_groups"], 0), _used(r), _f(r.get("useful_peer_frac"), 2), _zero(r),
                        _f(r["time_generate"], 1), _f(r["time_gather"], 1), _f(r["time_learn"], 1))
-    peers = Table("peer", "score", "credit", "cost", "share", "faults", "bans", "refused", "why", title="peers")
+    peers = Table("peer", "score", "credit", "tenure", "cost", "share", "faults", "bans", "refused", "why",
+                  title="peers")
     for p in doc["peers"]:
         faults = ", ".join(f"{k} {v}" for k, v in p["faults"].items()) or "-"
         refused = f"yes, {p['banned_for']:.0f} s more" if p["refused"] else "no"
-        peers.add_row(p["short"], _f(p["score"], 1), _f(p["credit"], 0), _f(p["cost"], 1), _f(p["share"], 2), faults,
+        peers.add_row(p["short"], _f(p["score"], 1), _f(p["credit"], 0), str(p.get("tenure", 0)), _f(p["cost"], 1),
+                      _f(p["share"], 2), faults,
                       str(p["bans"]), refused, p["why"] or "-")
     origins = Table("origin", "identities", "tokens", "share of peer tokens", "groups",
                     title="origins (the kept rounds' updates)")

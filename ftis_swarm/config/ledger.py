@@ -40,3 +40,7 @@ class LedgerConfig(Strict):
     recent_credit_rounds: int = Field(50, ge=0)
     """A peer's credit is recent for this many rounds after it began (its score turned positive; a proven
     fault starts it afresh), as `learner.recent_standing_updates` is for standing. 0: never recent."""
+    settled_rounds: int = Field(4, ge=1)
+    """A peer is settled once its groups entered this node's updates in this many rounds with no proven
+    fault since (its tenure, `PeerLedger.tenure`): settled peers rank in the first part of the budget
+    beside peers with credit, by tenure on a doubling scale, older first (docs/method.md, "Tenure")."""

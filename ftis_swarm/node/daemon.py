@@ -340,7 +340,8 @@ class Node:
         p = self.parts
         taken = self.intake.take(groups, self.state.consumed, p.peer_ledger.allows,
                                  standing=p.learner.detector.has_standing, rank=p.peer_ledger.score,
-                                 origin=p.swarm.origin_of, draw=r, recent=p.peer_ledger.recent)
+                                 origin=p.swarm.origin_of, draw=r, recent=p.peer_ledger.recent,
+                                 settled=p.peer_ledger.settled, tier=p.peer_ledger.tenure_class)
         self.status.observe_origins(taken.by_origin)
         counts.update(taken.counts)
         counts["gathered"] += len(groups)

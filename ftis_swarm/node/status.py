@@ -149,7 +149,7 @@ def peer_rows(accounts: dict[str, dict[str, Any]], rounds: list[dict[str, Any]],
     for peer_id, acc in accounts.items():
         refused = not acc.get("allowed", True)
         out.append({"peer": peer_id, "short": short_peer(peer_id), "score": acc.get("score", 0.0),
-                    "credit": acc.get("credit", 0.0), "cost": acc.get("cost", 0.0),
+                    "credit": acc.get("credit", 0.0), "cost": acc.get("cost", 0.0), "tenure": acc.get("tenure", 0),
                     "share": credited.get(peer_id, 0.0) / total if total else 0.0,
                     "faults": {r: n for r, n in sorted(acc.get("counts", {}).items())}, "bans": acc.get("bans", 0),
                     "banned_for": max(0.0, acc.get("banned_until", 0.0) - now), "refused": refused,

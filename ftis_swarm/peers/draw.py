@@ -24,7 +24,10 @@ it does not depend on which other groups are on offer, only their interleaving d
 **The earned tier too** (`earned_in_turns`): peers whose credit ranks them first are taken
 origin by origin as well, so that 20 identities with credit on one origin have one turn a
 pass, as one honest peer has. Origins go in the order of their best identity's score (ties:
-the draw), identities within one in score order, one group each in turn. What an origin, and
+the draw), identities within one in score order, one group each in turn. With tenure
+(`tier`: the ledger's `tenure_class`, docs/method.md "Tenure"), the origins whose best
+identity has served longest, on a doubling scale, take all their turns before a younger
+class's first: a crowd that arrives at once waits behind the peers already serving. What an origin, and
 what identities of recent credit together, may take of the budget is the callers' cap
 (`peers/intake.py`, `swarm/fetch/selection.py`): the order here only says who goes first.
 """
@@ -64,15 +67,26 @@ def strangers_in_turns(offers: Sequence[T], *, sender: Callable[[T], str], origi
 
 
 def earned_in_turns(offers: Sequence[T], *, sender: Callable[[T], str], origin_of: Optional[OriginOf],
-                    score: Callable[[str], float], seed: int | str, draw: int) -> list[T]:
+                    score: Callable[[str], float], seed: int | str, draw: int,
+                    tier: Optional[Callable[[str], int]] = None) -> list[T]:
     """`offers` of earned peers in turns by origin (module docstring): origins by their best identity's
-    score, identities by score within their origin, each identity's offers in the order given."""
+    score, identities by score within their origin, each identity's offers in the order given.
+
+    `tier(peer)` (the ledger's `tenure_class`; None: one tier): the origins of the highest tier (their best
+    identity's) take all their turns first, then the next tier's, each tier in turns as above."""
     by_sender, by_origin = _grouped(offers, sender, origin_of)
-    turns, best = [], {o: max(score(p) for p in peers) for o, peers in by_origin.items()}
-    for origin in sorted(by_origin, key=lambda o: (-best[o], draw_key(seed, draw, o))):
-        identities = sorted(by_origin[origin], key=lambda p: (-score(p), draw_key(seed, draw, f"identity:{p}")))
-        turns.append(interleave([by_sender[p] for p in identities]))
-    return interleave(turns)
+    level = tier or (lambda peer: 0)
+    top = {o: max(level(p) for p in peers) for o, peers in by_origin.items()}
+    best = {o: max(score(p) for p in peers) for o, peers in by_origin.items()}
+    out: list[T] = []
+    for t in sorted(set(top.values()), reverse=True):
+        turns = []
+        for origin in sorted((o for o in by_origin if top[o] == t), key=lambda o: (-best[o], draw_key(seed, draw, o))):
+            identities = sorted(by_origin[origin],
+                                key=lambda p: (-level(p), -score(p), draw_key(seed, draw, f"identity:{p}")))
+            turns.append(interleave([by_sender[p] for p in identities]))
+        out.extend(interleave(turns))
+    return out
 
 
 def _grouped(offers: Sequence[T], sender: Callable[[T], str],

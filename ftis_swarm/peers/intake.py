@@ -7,8 +7,9 @@ per peer, by default at 4 and 2 times this node's own per round.
 
 **By standing.** Identities are free, so a crowd of fresh ones once took 61-75% of an
 update in arrival order. Now the peers with standing (the learner's forgery detector,
-docs/node.md "Standing") come first, ranked by their earned credit (the ledger's score)
-and taken one group from each in turn; the peers without standing share a part of the
+docs/node.md "Standing") or tenure (settled: the ledger's, docs/method.md "Tenure") come
+first, origins of longer tenure first (on a doubling scale), ranked by their earned credit
+(the ledger's score) and taken one group from each in turn; the peers without standing share a part of the
 budget (`strangers_share` of its tokens and groups, a quarter by default) that is both
 reserved (the others never take it, so a newcomer can earn standing) and capped (however
 many identities arrive), taken in the strangers' draw (`peers/draw.py`: network origins in
@@ -189,7 +190,8 @@ class PeerIntake:
     def take(self, groups: list[Group], consumed: Container[str], allows: Any, *,
              standing: Optional[Callable[[str], bool]] = None,
              rank: Optional[Callable[[str], float]] = None, origin: Optional[OriginOf] = None,
-             draw: Optional[int] = None, recent: Optional[Callable[[str], bool]] = None) -> Intake:
+             draw: Optional[int] = None, recent: Optional[Callable[[str], bool]] = None,
+             settled: Optional[Callable[[str], bool]] = None, tier: Optional[Callable[[str], int]] = None) -> Intake:
         """The groups this update takes from last round's deferred ones and `groups` (module docstring).
 
         `allows(peer_id) -> bool` (the ledger's) refuses a banned or denied peer's groups;
@@ -200,14 +202,20 @@ class PeerIntake:
         the caps by origin; `draw` is the draw's number (the node's round, as its swarm's; None:
         this intake's count of takes); `recent(peer_id) -> bool` (the ledger's `recent`; None:
         no peer's credit is recent) marks the peers whose part of the earned share is bounded
-        together (`Budget.recent_part`).
+        together (`Budget.recent_part`); `settled(peer_id) -> bool` (the ledger's; None: no one) gives a peer
+        without standing the first part too (docs/method.md, "Tenure"), and `tier(peer_id) -> int` (the
+        ledger's `tenure_class`; None: one tier) takes the first part's origins by tenure, older first.
         """
         out = Intake([], Counter(), Counter())
         self._this_take = {}
         deferred, self._deferred = self._deferred, []
         offers = [(g, True) for g in deferred] + [(g, False) for g in groups]
         fit = self._admissible(offers, consumed, allows, out)
-        has = standing or (lambda peer: False)
+        proven, old = standing or (lambda peer: False), settled or (lambda peer: False)
+
+        def has(peer: str) -> bool:
+            return proven(peer) or old(peer)
+
         earned = [o for o in fit if has(o[0].sender)]
         strangers = [o for o in fit if not has(o[0].sender)]
         score = rank or (lambda peer: 0.0)
@@ -215,7 +223,7 @@ class PeerIntake:
         self._takes += 1
         taken = _Taken(origin)
         earned = earned_in_turns(earned, sender=lambda o: o[0].sender, origin_of=origin, score=score, seed=self.seed,
-                                 draw=draw)
+                                 draw=draw, tier=tier)
         first, rest = self.budget.parts()
         spilled = self._fill(first, earned, out, taken, recent_part=self.budget.recent_part(),
                              recent=recent or (lambda peer: False))

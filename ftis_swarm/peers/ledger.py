@@ -18,6 +18,15 @@ carried signal, below 0 once its faults outweigh them. A peer's credit is `recen
 selection and the intake bound what such peers take together (`recent_earned_share`), so
 credit bought quickly by a crowd buys it a bounded share (docs/method.md, "Shares").
 
+Tenure (docs/method.md, "Tenure"): the updates in which a peer's groups entered this node's
+update with no proven fault (`settle_update`), since it was first seen or since its last
+proven fault, which sets it to 0. A peer whose tenure reaches `settled_rounds` is `settled`:
+it ranks in the first part of the budget with the peers of credit, though its groups carried
+no gradient (tiny models that never solve an item; a hard task), and `tenure_class` (its
+tenure on a doubling scale) orders origins there, older classes first. Time is what a crowd
+that arrives at once lacks, and what a patient one must spend, on every origin, as much of
+it as the peers it would pass have served.
+
 A ban: when a peer's debt (its cost since its last ban, less what its used groups paid
 back since: each pays `CREDIT_PER_GROUP`) reaches `ban_threshold` (20 points by default:
 one forged or non-finite group, four groups naming test items), the peer is refused for
@@ -72,11 +81,12 @@ class PeerRecord:
     banned_at: float = 0.0  # when the last ban began (wall clock; 0: never banned)
     ban_reason: str = ""  # the fault that tipped the last ban, for the operator
     credit_rounds: int = 0  # rounds since its present credit began (`recent`)
+    tenure: int = 0  # updates its groups entered since its last proven fault (`tenure`)
 
     def as_dict(self) -> dict[str, Any]:
         return {"counts": dict(self.counts), "cost": self.cost, "credit": self.credit, "debt": self.debt,
                 "bans": self.bans, "banned_until": self.banned_until, "banned_at": self.banned_at,
-                "ban_reason": self.ban_reason, "credit_rounds": self.credit_rounds}
+                "ban_reason": self.ban_reason, "credit_rounds": self.credit_rounds, "tenure": self.tenure}
 
 
 class PeerLedger:
@@ -109,6 +119,20 @@ class PeerLedger:
         return (rec is not None and rec.credit - rec.cost > 0
                 and rec.credit_rounds < self.cfg.recent_credit_rounds)
 
+    def tenure(self, peer_id: str) -> int:
+        """Updates the peer's groups entered with no proven fault since it was first seen or its last fault."""
+        rec = self._peers.get(peer_id)
+        return 0 if rec is None else rec.tenure
+
+    def settled(self, peer_id: str) -> bool:
+        """Whether the peer's tenure has reached `settled_rounds` (module docstring)."""
+        return self.tenure(peer_id) >= self.cfg.settled_rounds
+
+    def tenure_class(self, peer_id: str) -> int:
+        """The peer's tenure on a doubling scale (0; 1; 2-3; 4-7; ... -> 0, 1, 2, 3, ...): the first part of the
+        budget takes origins of a higher class first, so a crowd must serve as long as the peers it would pass."""
+        return self.tenure(peer_id).bit_length()
+
     def charge(self, peer_id: str, reason: str, n: int = 1) -> None:
         """Counts `n` faults of `reason` against the peer; bans it when its debt reaches the threshold.
 
@@ -124,8 +148,8 @@ class PeerLedger:
         cost = cost_of(reason) * n
         rec.cost += cost
         now = self._clock()
-        if cost > 0:  # a proven fault: the credit it had earned goes at once
-            rec.credit = 0.0
+        if cost > 0:  # a proven fault: the credit it had earned and its tenure go at once
+            rec.credit, rec.tenure = 0.0, 0
         if cost <= 0 or rec.banned_until > now:
             return
         rec.debt += cost
@@ -171,10 +195,13 @@ class PeerLedger:
         for peer, counts in report.items():
             if peer == me:
                 continue
-            self._peers.setdefault(peer, PeerRecord())  # a peer whose groups entered an update is known, credit or none
+            rec = self._peers.setdefault(peer, PeerRecord())  # a peer whose groups entered an update is known
+            cost = rec.cost
             for reason, n in counts.items():
                 if reason != "groups":
                     self.charge(peer, reason, n)
+            if counts.get("groups", 0) > 0 and rec.cost == cost:  # its groups entered with no proven fault
+                rec.tenure += 1
 
     def banned(self) -> list[str]:
         """Peers refused right now (bans, and denied peers this node has heard from)."""
@@ -208,6 +235,6 @@ class PeerLedger:
             p: PeerRecord(counts=Counter(r["counts"]), cost=float(r["cost"]), credit=float(r["credit"]),
                           debt=float(r["debt"]), bans=int(r["bans"]), banned_until=float(r["banned_until"]),
                           banned_at=float(r.get("banned_at", 0.0)), ban_reason=str(r.get("ban_reason", "")),
-                          credit_rounds=int(r.get("credit_rounds", 0)))
+                          credit_rounds=int(r.get("credit_rounds", 0)), tenure=int(r.get("tenure", 0)))
             for p, r in state.items()
         }

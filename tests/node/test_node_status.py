@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections import Counter
 
 import pytest
 
@@ -35,6 +36,7 @@ def board(tmp_path):
     b = StatusBoard(run_dir=tmp_path, run_id="run-x", model="tiny", task="arith", peer_id="QmMe", rounds=10,
                     version="0.1.0", accounts=ledger.snapshot())
     ledger.credit(HONEST, 2)
+    ledger.settle_update({HONEST: Counter(groups=2)})  # its groups entered an update: tenure 1
     ledger.charge(QUIET, "swarm_hash_mismatch")  # 10 points: below a ban
     b.observe(record(1), ledger.snapshot())
     ledger.credit(HONEST, 2)
@@ -58,6 +60,7 @@ def test_the_document_shows_rounds_peers_standing_bans_and_disk(board, tmp_path)
     assert [p["peer"] for p in doc["peers"]][0] == HONEST  # best score first
     # 4 of HONEST's groups in the two rounds' updates, against 4 own and those 4: the 5 before do not count
     assert peers[HONEST]["share"] == 0.5 and peers[HONEST]["credit"] == 9.0 and not peers[HONEST]["refused"]
+    assert peers[HONEST]["tenure"] == 1 and peers[QUIET]["tenure"] == 0
     assert peers[FORGER]["refused"] and peers[FORGER]["why"] == "forgery" and peers[FORGER]["bans"] == 1
     assert 0 < peers[FORGER]["banned_for"] <= 60 and peers[FORGER]["faults"] == {"forgery": 1}
     assert not peers[QUIET]["refused"] and peers[QUIET]["why"] is None and peers[QUIET]["cost"] == 10.0

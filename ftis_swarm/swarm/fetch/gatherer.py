@@ -118,11 +118,14 @@ class Gatherer:
 
     def _new_selection(self, budget: Budget) -> Selection:
         policy = self._policy
-        recent = getattr(policy, "recent", None)  # the ledger's (peers/ledger.py); a policy without it: none recent
+        # the ledger's (peers/ledger.py); a policy without them: none recent, none settled, one tier
+        recent, settled, tier = (getattr(policy, name, None) for name in ("recent", "settled", "tenure_class"))
         return Selection(budget, seed=self._peer_id, table=self.table,
                          score=lambda peer: policy.score(peer) if policy.allows(peer) else 0.0,
                          origin_of=self._origins.origin_of if self._origins is not None else None,
-                         recent=None if recent is None else lambda peer: bool(recent(peer)))
+                         recent=None if recent is None else lambda peer: bool(recent(peer)),
+                         settled=None if settled is None else lambda peer: policy.allows(peer) and bool(settled(peer)),
+                         tier=None if tier is None else lambda peer: int(tier(peer)))
 
     def _selection_failed(self, where: str, exc: Exception) -> None:
         """The selection's own bookkeeping raised (a bug): contained, and the selection starts afresh with the

@@ -3,8 +3,10 @@
 Owns the budget's arithmetic over the `PointerTable`'s OFFERED records (docs/swarm.md, "Fetching
 only what the update takes", says why and what was measured):
 
-1. **earned peers** (policy score > 0 and no stall since they last served: `PointerTable.stalled`),
-   on arrival, origin by origin (`draw.earned_in_turns`: the best score's origin first), within
+1. **earned peers** (policy score > 0, or settled by tenure: `settled`, docs/method.md "Tenure";
+   and no stall since they last served: `PointerTable.stalled`), on arrival, origin by origin
+   (`draw.earned_in_turns`: origins of the highest tenure class first, `tier`, then the best
+   score's origin first), within
    the budget less the strangers' share (`Budget.parts`), those of recent credit (`recent`)
    within `Budget.recent_part` together, past which they wait for the strangers' draw;
 2. once a gather is open (`open`), **strangers** (every other allowed peer, and earned offers
@@ -66,9 +68,14 @@ class Selection:
 
     def __init__(self, budget: Budget, *, seed: str, score: Callable[[str], float],
                  origin_of: Optional[OriginOf] = None, table: Optional[PointerTable] = None,
-                 recent: Optional[Callable[[str], bool]] = None):
-        """`recent(peer)`: whether a peer's credit is recent (the ledger's; None: no one's), for `Budget.recent_part`."""
+                 recent: Optional[Callable[[str], bool]] = None, settled: Optional[Callable[[str], bool]] = None,
+                 tier: Optional[Callable[[str], int]] = None):
+        """`recent(peer)`: whether a peer's credit is recent (the ledger's; None: no one's), for `Budget.recent_part`;
+        `settled(peer)`: whether a peer without credit ranks first by its tenure (None: no one); `tier(peer)`: its
+        tenure class, which orders the earned peers' origins (None: one class)."""
         self.budget = budget
+        self._settled = settled or (lambda peer: False)
+        self._tier = tier
         self._recent = recent or (lambda peer: False)
         recent_part = budget.recent_part()
         self._recent_caps = (recent_part.tokens, recent_part.groups)
@@ -118,10 +125,11 @@ class Selection:
             self.table.pass_(record.pointer)  # offers no budget can ever take
             out.dropped.append(record.pointer)
         offering = self.table.publishers(Phase.OFFERED)
-        earned = [p for p in sorted(offering) if self._score(p) > 0 and not self.table.stalled(p)]  # a stall: no rank
+        earned = [p for p in sorted(offering)  # a stall: no rank
+                  if (self._score(p) > 0 or self._settled(p)) and not self.table.stalled(p)]
         turns = earned_in_turns([r for p in earned for r in self._queue(p, signal=True)],
                                 sender=lambda r: r.pointer.publisher, origin_of=self._origin_of, score=self._score,
-                                seed=self._seed, draw=self._draw)
+                                seed=self._seed, draw=self._draw, tier=self._tier)
         for record in turns:
             if record.offered_in == self._gathers and self._fits(record.pointer, earned=True):
                 self._choose(record, out, earned=True)
