@@ -40,6 +40,12 @@ class LedgerConfig(Strict):
     recent_credit_rounds: int = Field(50, ge=0)
     """A peer's credit is recent for this many rounds after it began (its score turned positive; a proven
     fault starts it afresh), as `learner.recent_standing_updates` is for standing. 0: never recent."""
+    cherry_window: int = Field(128, ge=0)
+    """Groups per publisher over which the node checks for cherry-picked groups (more mixed groups than the
+    publisher's pass rate explains: `peers/cherry.py`, docs/method.md "Known tricks"); a flagged publisher
+    earns no credit that round. 0: no check."""
+    cherry_z: float = Field(4.0, gt=0)
+    """Standard deviations of excess mixed groups past which a publisher is flagged."""
     settled_rounds: int = Field(4, ge=1)
     """A peer is settled once its groups entered this node's updates in this many rounds with no proven
     fault since (its tenure, `PeerLedger.tenure`): settled peers rank in the first part of the budget

@@ -71,6 +71,7 @@ from ftis_swarm.node.peer_yield import peer_yield
 from ftis_swarm.node.pipeline import Pipeline
 from ftis_swarm.node.rollouts import generate_own
 from ftis_swarm.node.status import open_status, reach_metrics
+from ftis_swarm.peers.cherry import MixedShareCheck
 from ftis_swarm.peers.intake import Budget, PeerIntake, within_vocab
 from ftis_swarm.peers.ledger import short_peer
 from ftis_swarm.peers.protocol import SwarmFactory
@@ -140,6 +141,8 @@ class Node:
         # seeded by the peer id and drawn by round, as the swarm's fetch selection: both take one strangers' draw
         self.intake = PeerIntake(Budget.of(cfg, context=context), seed=p.swarm.peer_id)
         p.swarm.set_budget(self.intake.budget)  # the swarm fetches only what an update takes
+        self.cherry = MixedShareCheck(window=cfg.ledger.cherry_window, z=cfg.ledger.cherry_z)
+        """Publishers whose announced groups are mixed beyond their pass rate (peers/cherry.py): no credit."""
         self.learning = Learning(me=p.swarm.peer_id, learner=p.learner, tokenizer=p.tokenizer, tasks=p.tasks,
                                  admission=p.admission, serving=p.serving, peer_ledger=p.peer_ledger,
                                  health=self.health)
@@ -170,6 +173,7 @@ class Node:
         p.learner.detector.load_state(saved.get("forgery", {}))
         self.generator.restore_generate_calls(int(saved.get("rollout_calls", 0)))
         self.intake.load_state(saved.get("intake", saved.get("intake_deferred", [])), limits=self.cfg.swarm.wire)
+        self.cherry.load_state(saved.get("cherry", {}))
         self.health.load_state(saved.get("health", {}))
         self.heldout.load_state(saved.get("heldout", {}))
         if self.pipeline is not None:
@@ -227,6 +231,7 @@ class Node:
         state = {"consumed": list(self.state.consumed), "peer_id": p.swarm.peer_id,
                  "peer_ledger": p.peer_ledger.state(), "forgery": p.learner.detector.state(),
                  "rollout_calls": self.generator.generate_calls, "intake": self.intake.state(),
+                 "cherry": self.cherry.state(),
                  "health": self.health.state(), "heldout": self.heldout.state()}
         if self.pipeline is not None:
             state["own_ahead"] = self.pipeline.state()
@@ -271,6 +276,9 @@ class Node:
         gathered = p.swarm.gather(deadline=cfg.round_deadline, round=r)
         self.status.saw_groups(gathered)  # which task digests the peers have (status.json's `tasks`)
         p.peer_ledger.charge_swarm(p.swarm.drain_peer_faults(), me=p.swarm.peer_id)
+        flagged = self.cherry.note(p.swarm.drain_announced())  # every announced hint, fetched or not
+        p.peer_ledger.withhold_credit(flagged)
+        counts["publishers_cherry_flagged"] += len(flagged)
         peers, dropped = self._take_peer_groups(r, gathered, counts)
         t_gather = time.perf_counter()
 

@@ -18,16 +18,20 @@ sample, not a signed fault.
 The groups observed must be every group the publisher announced, not those a receiver chose:
 a receiver that fetches mixed groups first (the selection by the signed hint, node/hints.py)
 drops only groups with no gradient, which changes no update, yet it makes what arrives mostly
-mixed. The check is therefore to be fed the hint counts of every group a publisher's pointer
-named (`observe`), which the reader checks against its own verifier where it fetched the body;
-the node does not feed it yet (the pointers' hints live in the swarm's reader).
+mixed. The node therefore feeds it the hint of every group a screened pointer named (the
+swarm's `drain_announced`, once a round), which the reader checks against its own verifier
+where it fetched the body (`hint_contradicted`), and withholds the credit of a flagged
+publisher's groups in that round's update (`PeerLedger.withhold_credit`; the round's
+`publishers_cherry_flagged`). Publishers are keys a peer names: at most `max_publishers` are
+remembered, the least recently heard forgotten first. The windows are part of a checkpoint.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Any, Iterable
 
 MIN_GROUPS = 16
 """Fewer groups than this in a publisher's window flag nothing."""
@@ -57,16 +61,42 @@ def mixed_probability(p: float, G: int) -> float:
 class MixedShareCheck:
     """Per publisher, its last `window` groups as (samples, correct); `flagged` when too many are mixed."""
 
-    def __init__(self, *, window: int = 128, z: float = 4.0) -> None:
+    def __init__(self, *, window: int = 128, z: float = 4.0, max_publishers: int = 4096) -> None:
         self.window = window
         self.z = z
-        self._groups: dict[str, deque[tuple[int, int]]] = {}
+        self.max_publishers = max_publishers
+        self._groups: OrderedDict[str, deque[tuple[int, int]]] = OrderedDict()
 
     def observe(self, publisher: str, samples: int, correct: int) -> None:
         """One group the publisher announced: its `samples` answers, `correct` of them right."""
-        if self.window <= 0 or samples < 2:
+        if self.window <= 0 or samples < 2 or not 0 <= correct <= samples:
             return
-        self._groups.setdefault(publisher, deque(maxlen=self.window)).append((int(samples), int(correct)))
+        groups = self._groups.get(publisher)
+        if groups is None:
+            groups = self._groups[publisher] = deque(maxlen=self.window)
+            while len(self._groups) > self.max_publishers:
+                self._groups.popitem(last=False)
+        self._groups.move_to_end(publisher)
+        groups.append((int(samples), int(correct)))
+
+    def note(self, announced: Iterable[tuple[str, int, int]]) -> list[str]:
+        """Observes `(publisher, samples, correct)` of each announced group; returns the flagged publishers
+        among them."""
+        heard = set()
+        for publisher, samples, correct in announced:
+            self.observe(publisher, samples, correct)
+            heard.add(publisher)
+        return sorted(p for p in heard if self.flagged(p))
+
+    def state(self) -> dict[str, Any]:
+        """For a checkpoint: each publisher's window, least recently heard first."""
+        return {p: [list(g) for g in groups] for p, groups in self._groups.items()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._groups = OrderedDict()
+        for publisher, groups in state.items():
+            for samples, correct in groups:
+                self.observe(str(publisher), int(samples), int(correct))
 
     def share(self, publisher: str) -> MixedShare:
         """The publisher's window, measured."""

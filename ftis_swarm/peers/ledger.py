@@ -98,6 +98,7 @@ class PeerLedger:
         self._peers: dict[str, PeerRecord] = {}
         self._round: Counter = Counter()  # reason -> charges since the last `take_round`
         self._withheld: Counter = Counter()  # peer -> groups' worth of credit the next update withholds
+        self._no_credit: frozenset[str] = frozenset()  # peers whose credit the next update withholds entirely
         self._allow = frozenset(self.cfg.allow_peers)
         self._deny = frozenset(self.cfg.deny_peers)
 
@@ -183,14 +184,20 @@ class PeerLedger:
             if peer != me:
                 self.charge(peer, reason, n)
 
+    def withhold_credit(self, peers: Any) -> None:
+        """The next `settle_update` gives `peers` no credit at all (publishers flagged for cherry-picked groups,
+        `peers/cherry.py`): no charge, no ban, and their tenure still counts."""
+        self._no_credit = frozenset(peers)
+
     def settle_update(self, report: dict[str, Counter], *, me: str = "",
                       earned: dict[str, float] | None = None) -> None:
         """The learner's `peer_report` (charges for each peer's faults) and `peer_earned` (its credit,
         at most `max_credit_per_update`), less one group's worth for each of its groups whose content another
         sender offered in the same take (`contested_group`: the intake cannot tell who was first)."""
         withheld, self._withheld = self._withheld, Counter()
+        no_credit, self._no_credit = self._no_credit, frozenset()
         for peer, amount in (earned or {}).items():
-            if peer != me:
+            if peer != me and peer not in no_credit:
                 self.credit(peer, min(amount, self.cfg.max_credit_per_update) - CREDIT_PER_GROUP * withheld[peer])
         for peer, counts in report.items():
             if peer == me:

@@ -225,6 +225,10 @@ class LoopbackSwarm:
         drained, self._undrained = dict(self._undrained), defaultdict(Counter)
         return drained
 
+    def drain_announced(self) -> list[tuple[str, int, int]]:
+        """None: the hub carries bodies without pointers, so no hint is announced."""
+        return []
+
     def counters(self) -> dict:
         """`published`, `publish_failed`, `accepted`, `skipped_refused`, `fetched_bytes`, `served_bytes`
         (bytes of this member's bodies others read), `rejected` ({reason: n}), `refused_by_peer` ({publisher: n})."""

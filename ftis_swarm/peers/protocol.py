@@ -89,6 +89,11 @@ class Swarm(Protocol):
         """{peer id: Counter(reason)}: what each peer sent that was refused since the last call, for the ledger."""
         ...
 
+    def drain_announced(self) -> list[tuple[str, int, int]]:
+        """(publisher, samples, correct) of each group a screened pointer named with a hint since the last call,
+        fetched or not (`peers/cherry.py`); a transport without pointers: none."""
+        ...
+
     def counters(self) -> dict:
         """Cumulative counts, JSON-able: at least `fetched_bytes`, `served_bytes` and `rejected` ({reason: n})."""
         ...

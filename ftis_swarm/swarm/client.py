@@ -500,6 +500,11 @@ class SwarmClient:
         with self._hints_lock:
             return {gid: self._hints[gid] for gid in group_ids if gid in self._hints}
 
+    def drain_announced(self) -> list[tuple[str, int, int]]:
+        """(publisher, samples, correct): the hint of each group a screened pointer named since the last call,
+        fetched or not (the gatherer's; `peers/cherry.py` reads them). Safe from any thread."""
+        return self._gatherer.drain_announced()
+
     def drain_peer_faults(self) -> dict[str, Counter[str]]:
         """{peer id: Counter(reason)}: the rejections and faults each peer caused since the last call.
 

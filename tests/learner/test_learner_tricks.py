@@ -114,3 +114,31 @@ def test_cherry_picked_groups_are_flagged_and_honest_ones_are_not():
     for G, k in cherry_groups(rng, MIN_GROUPS - 1, 0.1):
         check.observe("new", G, k)
     assert not check.flagged("new")  # too few groups to judge
+
+
+def test_the_cherry_check_remembers_a_bounded_number_of_publishers_and_resumes_from_its_state():
+    rng = np.random.default_rng(1)
+    check = MixedShareCheck(window=64, z=4.0, max_publishers=3)
+    announced = [(f"p{i}", G, k) for i in range(5) for G, k in honest_groups(rng, 20)]
+    announced += [("picker", G, k) for G, k in cherry_groups(rng, 64, 0.1)]
+    assert check.note(announced) == ["picker"]
+    assert list(check.state()) == ["p3", "p4", "picker"]  # the least recently heard forgotten first
+    check.observe("p9", 4, 7)  # more correct than samples: a malformed hint is not kept
+    assert "p9" not in check.state()
+    resumed = MixedShareCheck(window=64, z=4.0, max_publishers=3)
+    resumed.load_state(check.state())
+    assert resumed.state() == check.state() and resumed.flagged("picker") and not resumed.flagged("p4")
+
+
+def test_a_flagged_publisher_earns_no_credit_in_that_update_and_is_not_charged():
+    from collections import Counter
+
+    from ftis_swarm.peers.ledger import PeerLedger
+
+    ledger = PeerLedger()
+    ledger.withhold_credit(["picker"])
+    ledger.settle_update({"picker": Counter(groups=2), "fair": Counter(groups=2)}, earned={"picker": 2.0, "fair": 2.0})
+    assert ledger.score("picker") == 0.0 and ledger.score("fair") == 2.0
+    assert ledger.tenure("picker") == 1 and ledger.allows("picker")  # no fault: tenure counts, no ban
+    ledger.settle_update({"picker": Counter(groups=1)}, earned={"picker": 1.0})  # not flagged again: credit
+    assert ledger.score("picker") == 1.0

@@ -12,7 +12,8 @@ Owns the way a pointer comes in and how its record moves (docs/swarm.md, "Gather
 - **Considered once**: a pointer with a record in the `PointerTable` (or its own) is ignored;
   a new one is screened (run id, tokenizer, age, size, policy) and offered to the budget's
   `Selection` (or, without a budget, handed to the `FetchScheduler`); a group id accepted from
-  another publisher is that pointer's `sender_mismatch`.
+  another publisher is that pointer's `sender_mismatch`. A screened pointer's hint, fetched or
+  not, is kept for `drain_announced` (the node's check of cherry-picked groups, `peers/cherry.py`).
 - **Out**: a fetched body must match its signed pointer and pass the wire decoder with this
   node's limits and vocabulary; accepted groups wait in an inbox that `drain` empties (those
   gone stale meanwhile dropped), each with its `legs.Legs`. Every pointer is noted in the
@@ -20,7 +21,7 @@ Owns the way a pointer comes in and how its record moves (docs/swarm.md, "Gather
 
 Invariants: a group id is delivered at most once; an error in handling one peer's input is
 contained (`counters.LoopErrors`), never raised out of the loop. Runs on the swarm's event loop
-thread; `drain`, `waiting`, `owed` and `sourceless` are called from the node's thread. Imports:
+thread; `drain`, `drain_announced`, `waiting`, `owed` and `sourceless` are called from the node's thread. Imports:
 the fetch, gossip and dht wings, swarm's base modules, peers.
 """
 
@@ -31,7 +32,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Callable, Optional
 
 from hivemind.p2p import P2P
@@ -61,6 +62,8 @@ logger = logging.getLogger(__name__)
 READ_TIMEOUT = 10.0
 STRANGER_READS = 16
 MAX_REREADS = 6
+MAX_ANNOUNCED = 65536
+"""Hinted groups `drain_announced` holds between two calls (a round's; the oldest go first past it)."""
 REVIVABLE = (faults.FETCH_FAILED, faults.STALLED)
 """Rejections that say no source answered, not that the pointer or its body is wrong: a later have undoes them."""
 
@@ -90,6 +93,7 @@ class Gatherer:
         self._lock = threading.Lock()  # guards the inbox, shared with the node's thread
         self._inbox: list[tuple[Group, Legs]] = []
         self._inbox_by_peer: Counter[str] = Counter()
+        self._announced: deque[tuple[str, int, int]] = deque(maxlen=MAX_ANNOUNCED)  # hinted, screened: `drain_announced`
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
         self.table = PointerTable(span=cfg.records.ttl + cfg.records.max_clock_skew)
@@ -408,6 +412,9 @@ class Gatherer:
             return
         if not reason and not self._policy.allows(pointer.publisher):
             reason = faults.DENIED
+        if not reason and pointer.correct is not None and pointer.samples is not None:
+            with self._lock:
+                self._announced.append((pointer.publisher, pointer.samples, pointer.correct))
         if reason:
             self._reject(pointer, reason, "screened from its pointer")
         elif self._selection is not None:
@@ -415,6 +422,14 @@ class Gatherer:
         else:
             self.table.see(pointer, Phase.CHOSEN)
             self._scheduler.add(pointer)
+
+    def drain_announced(self) -> list[tuple[str, int, int]]:
+        """(publisher, samples, correct) of each hinted group a screened pointer named since the last call (at most
+        `MAX_ANNOUNCED`, the newest). Any thread."""
+        with self._lock:
+            out = list(self._announced)
+            self._announced.clear()
+        return out
 
     def _room(self, publisher: str) -> int:
         with self._lock:
