@@ -1,73 +1,26 @@
 """Forged log-probs, caught per peer by a one-sided Hoeffding bound; standing, read from the same evidence.
 
-A peer that claims lower log-probs than its sampler had makes every weight `pi_theta /
-pi_gen` look larger, and the truncation hands its tokens the cap C. For an honest sampler,
-at every position and whatever the two models,
+Owns `ForgeryDetector`: per identity a window of blocks, one an update (the sum of its values
+`v = min(exp(x), C)`, x = logp_old - logp_gen, taken before any cap; its tokens; its tokens whose
+`exp(x)` lies in [1/C, C]), the oldest dropped while the rest hold `window` tokens; the same blocks
+pooled per network origin; the update count (`begin_update`) and when each standing began
+(`standing_age`). `screen_batch` feeds it one update's batch, once. Imports: `core.chunks`,
+`learner.batch`, torch (the learner's layer: never rollout, swarm or node).
 
-    E_{a ~ pi_gen}[ pi_theta(a) / pi_gen(a) ] = sum_a pi_theta(a) <= 1,
+- The flag: some suffix of a window (the newest block, the newest two, ..., all B) has a mean
+  above `hoeffding_bound` at its own n and `delta / B`; the learner withholds a flagged peer's samples.
+- Standing (`has_standing`): the window's upper bound below `1 + margin`, its overlap fraction at
+  least `overlap` and its newest block's at least `overlap_block`; read again at every update, so a
+  window or a block that fails ends it at once.
+- Pooled per origin: each block also joins its origin's pool (`origin_of`; one pooled block an
+  update). An identity has standing only while that pool passes the same tests and is not flagged;
+  a pooled flag withholds and charges nothing. Origins in `UNPOOLED` and a peer's own id are no
+  pool; a peer of no origin known now keeps the pool its last block went to.
+- `state` / `load_state` carry all of it through a checkpoint; an older checkpoint's (sum, tokens)
+  blocks load with their overlap unknown: evidence for the bound, not of overlap.
 
-so `v = min(exp(x), C)` (x = logp_old - logp_gen) has a mean of at most 1 over a peer's
-tokens. The values lie in [0, C] and each token's conditional mean is at most 1, so by
-Azuma-Hoeffding the mean of n of them exceeds `1 + C * sqrt(ln(1/delta) / (2n))` with
-probability at most delta.
-
-The window: a peer's most recent blocks (one per update it contributed to), the oldest
-dropped while the rest still hold `window` tokens; state is (sum of v, tokens, overlap
-tokens) per block, small enough for the checkpoint. A check tests every suffix of the
-window (the newest block, the newest two, ..., all of them) against the bound at its own
-n, each at `delta / B` for B blocks, so an update's check falsely flags an honest peer with
-probability at most delta (1e-6: over 10^4 updates, at most 1e-2). The short suffixes
-catch a peer that turns to forging after a long honest stretch, which the whole window's
-mean would dilute. A flagged peer's samples are kept out of the update. A forger whose
-every token sits at the cap C is caught once its forged tokens outnumber about
-`ln(B/delta) / 2 * (C / (C - 1))^2` (28 in one block at delta = 1e-6, C = 2).
-
-Standing (docs/method.md, "Peers without standing" and its amendment "Standing and credit
-that deflation cannot buy"): the same evidence, read the other way, and two tests:
-
-- the upper bound: the window's `mean + C * sqrt(ln(B/delta) / (2n))` below `1 + margin`.
-  For an honest peer whose mean is 1 that takes about `ln(B/delta) / 2 * (C / margin)^2`
-  tokens (442 at delta = 1e-6, C = 2, margin 0.25, one block; 91 for a mean of 0.7);
-- evidence of overlap: the fraction of the peer's tokens whose uncapped ratio `exp(x)` lies
-  in `[1/C, C]` is at least `overlap` (q) over the window, and at least `overlap_block` over
-  the newest block alone. The bound is one-sided: log-probs that claim more than the sampler
-  had (`logp_gen = 0`) make every v small and pass it; their ratios are `pi_theta(a)`, mostly
-  far below 1/C, so they fail this test. The newest block alone is what ends standing in the
-  very update a strike starts (forged ratios above C beside deflated ones below 1/C), which a
-  long honest window would dilute. A block is one update's tokens of the peer, noisier than
-  a window, hence a lower threshold; an honest block under it caps the peer's weights at 1 in
-  that update (docs/benchmarks.md, "Overlap of honest peers": how often, per model pair).
-
-The values are `min(exp(x), C)` from the log-probs themselves, before the learner caps an
-unproven peer's weights at 1, so the cap does not hide what a forger claims. Until a peer
-has standing the learner caps its samples' weights at 1. Standing is a function of the
-window, read again at every update: a window or a newest block that fails either test ends
-it at once. The detector also counts its updates (`begin_update`, once per screening) and
-remembers the update in which each peer's present standing began (`standing_age`): the
-learner bounds the weight above 1 of identities whose standing is recent in aggregate
-(`core.ftis.sample_terms`, `recent_share`). Blocks from a checkpoint written before overlap
-was counted (two numbers) load with their overlap unknown: they count for the bound, not as
-evidence of overlap, so such a peer regains standing with its first block that shows it.
-
-Pooled per origin (docs/method.md, "Peers without standing", Evidence pooled per origin).
-Identities are cheap, network origins are not: a strike split over 20 identities of one
-origin puts 20 small windows each under its bound. So every block also goes to its origin's
-pool (the transport's `origin_of`: a /24 or /48), one block an update holding all of the
-origin's identities' tokens of that update, trimmed to `window` tokens as a peer's window
-is. An identity has standing only while its own window and its origin's pooled window both
-pass the tests above, and the pool is not flagged: the pooled bound tests many identities'
-tokens at once, so a strike of k tokens spread over identities is caught once k (not each
-share of it) passes the bound. A pooled flag ends the standing of every identity of the
-origin (their weights are capped at 1) but withholds nothing and charges no one: it proves
-that some identity of the origin forges, not which. An honest origin's pooled mean is still
-at most 1 in expectation (each token's conditional mean is), so the pooled bound keeps its
-false-alarm rate delta; the overlap tests pool a mixture of honest fractions, which passes
-when each identity's does, but one far-apart honest identity (one under `overlap`) takes
-standing from the honest others of its origin: the false alarm pooling adds, for honest
-peers behind one NAT or CGNAT address. Peers reached through a relay share the relay's
-origin (`relayed`, `UNPOOLED`): they are judged alone, as one relay serves many honest
-peers; a crowd that goes through relays is bounded by the aggregate cap only. A peer of no
-origin known now keeps the pool its last block went to.
+Why, the derivation and the figures: docs/node.md, "Standing"; docs/method.md, "Peers without
+standing" and "Untrusted groups".
 """
 
 from __future__ import annotations

@@ -1,49 +1,27 @@
 """The node daemon: rounds of generate, publish, gather, learn, refresh, checkpoint.
 
-This is the one place where rollout, learner and swarm meet. A round:
+Owns the round (`Node`), the one place where rollout, learner, peers and a swarm meet, in two halves:
+`Node.publish_round` (steps 1-3: prompts drawn by (seed, round) and rendered, own groups generated
+by the served policy version, published with their hints) and `Node.learn_published` (steps 4-7:
+gather, the swarm's faults charged, the cherry check, the intake, `learning.learn_round`, the hints
+checked, one record logged). `Node.run_round` runs both; `Node.run` runs rounds, checkpoints every
+`checkpoint_every` rounds and at the last, and closes. Imports: node's own modules, learner, peers,
+wire, models, metrics, config; a swarm only as a `peers.protocol.Swarm` (`Node(cfg, swarm=factory)`;
+the hivemind one by default).
 
-1. draw prompts from the task (seeded by the node's seed and the round, so a resumed node
-   draws what it would have drawn) and render them with this node's chat template;
-2. generate one vertical group per prompt with the policy version being served (1 and 2:
-   `rollouts.generate_own`);
-3. publish each group, with its count of correct answers by this node's verifier (the hint a
-   reader checks: `hints.py`); a publish that did not replicate is counted, not retried;
-4. gather peers' groups until every live peer's round is in or the round's deadline
-   passes, whichever comes first; drop those of refused peers and those already consumed by
-   a persisted update, cap them per peer and in total, in groups and in completion tokens
-   (`intake.py`);
-5. learn (`learning.learn_round`, the one copy, which the experiment runs too): admit and
-   score every group with this node's verifier, label own / stale / peer, one F-TIS update
-   on own + peers', charge each peer's faults to the ledger (`ledger.py`; a signed hint its
-   own scores contradict too: `hints.py`) and credit the groups it used;
-6. serve the new weights (`serving.py`: the backend's version follows the learner's, which
-   advances only when an optimiser step was taken);
-7. log one JSON line, with what the swarm gave (`peer_yield.py`) and, every `eval_every` rounds and
-   at the last, the held-out accuracy (`heldout.py`; round 0's, before any update, begins round 1
-   as a line of its own); every `checkpoint_every` rounds, an atomic checkpoint.
+- A resumed node repeats an uninterrupted run exactly: `Node.checkpoint` holds all that a round's
+  randomness and choices depend on, and `drop_rounds_after` cuts the run's per-round files back to
+  its round (to nothing without one).
+- A peer's group enters at most one persisted update (`NodeState.consumed`, checkpointed).
+- No peer stops a node: its groups are bounded by the intake, its faults charged to the ledger.
+  `max_failed_updates` failed updates in a row do (`health.py`): it publishes nothing more,
+  checkpoints none of those rounds, and leaves.
+- SIGTERM/SIGINT (`install_signal_handlers`): the round in progress ends, a checkpoint, the swarm left.
+- With `max_staleness` >= 1 the own groups come from the generator running ahead (`pipeline.py`:
+  `_own_groups`, `pipeline.finish`, `own_ahead` in the checkpoint).
 
-With `max_staleness` k >= 1, step 2 of round r + k runs in the generator (its own process
-on CPU) during steps 3 to 6 of round r, and the round ends by waiting for them and syncing the
-generator's weights (`pipeline.py`; the hooks here: `_own_groups`, `pipeline.finish`, and
-the groups generated ahead in the checkpoint as `own_ahead`).
-
-Steps 1 to 3 are `publish_round`, 4 to 7 `learn_published` (`run_round` runs both): the
-lab runs several nodes in one process on the loopback transport (`peers.loopback`) by
-running every node's publish half of a round before any node's learn half. The swarm is
-any `peers.protocol.Swarm`; `Node(cfg, swarm=factory)` picks it (the hivemind one by default).
-
-A node whose updates fail `max_failed_updates` rounds in a row stops publishing and exits
-(`health.py`). A resumed node repeats an uninterrupted run exactly: the checkpoint holds
-everything a round's randomness and choices depend on (weights, optimiser, torch's RNG,
-the rollout backend's count of generate calls, which seeds each call, the consumed ids,
-the ledger, the forgery detector (which holds each peer's standing), the intake's deferred groups,
-content digests and draw counter, the health count, the held-out curve), and the
-run's per-round files are cut back to the checkpoint's round (to nothing without one).
-
-Alone (no peers) this is plain on-policy GRPO: own samples are never filtered and their
-weight is 1. Peers are untrusted: what their groups may cost is bounded by the intake, and
-every fault is counted against the sender, which a ban may follow. SIGTERM/SIGINT end the
-round in progress, checkpoint, and leave the swarm.
+The round step by step: docs/architecture.md, "One round of a node"; the operator's view:
+docs/node.md ("Untrusted peers", "Health", "Checkpoints, restarts, signals").
 """
 
 from __future__ import annotations

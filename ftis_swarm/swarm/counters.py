@@ -1,65 +1,21 @@
 """Cumulative counts of a swarm peer, as one JSON-able dict for the node's metrics sink.
 
-Rejections: a pointer or group refused, each counted once in `rejected` and in
-`rejected_by_peer[publisher]`:
+Owns `SwarmCounters`, every count the swarm's wings keep (`client.counters()` adds its gauges and
+`reach`), and two helpers of the swarm's loop: `ThrottledLog` (one log line per peer per interval,
+with the counts since the last) and `LoopErrors` (an error in handling one peer's input: counted
+as `loop_errors`, each kind logged once with its traceback, never raised further). Imports: the
+standard library only (a base module of the swarm: every wing may import it, it imports none).
 
-- before download: `run_id`, `tokenizer` (another run or tokenizer), `stale` (signed
-  creation time older than the TTL; also checked again when `gather` hands groups out),
-  `future` (created further ahead than the clock skew), `oversize` (larger than
-  `wire.max_bytes`), `denied` (the peer policy refuses the publisher);
-- on download: `fetch_failed` (publisher unreachable, without the body, or its stream
-  broke, `max_fetch_attempts` times in a row), `stalled` (no header within
-  `first_byte_timeout`, or the body slower than `min_body_rate`, as many times),
-  `size_mismatch`, `hash_mismatch` (body differs from the signed pointer), `fetch_error`
-  (an unexpected error, logged with its traceback; never retried);
-- on decode: `malformed` (the wire decoder refused it), `sender_mismatch` (the group's
-  sender is not the peer whose key signed the pointer), `pointer_mismatch` (run id,
-  tokenizer or creation time differ between body and pointer).
+- `add(name)`: the plain counters, the names of `SwarmCounters._PLAIN` alone (another is a KeyError).
+- `reject(peer, reason)`: a pointer or group refused, counted once in `rejected` and once in
+  `rejected_by_peer[peer]` (its publisher); `fault(peer, reasons)`: every other error a peer
+  caused, in `faults` {reason: n}. The reasons are the callers' (`peers/faults.py` prices them).
+- `drain_peer_faults()` hands both out per peer, as counted since its last call, for the node's
+  ledger; `snapshot()` copies everything.
+- Thread-safe (one lock); cumulative since the client started; the per-peer maps hold at most
+  `MAX_PEERS` peers, the rest under `OTHERS`.
 
-Faults: every other error a peer caused, in `faults` {reason: n}: records it asked this
-peer to store and that were refused (`storage.REFUSALS`), bad DHT replies (`reading`),
-failed body fetches before the pointer is rejected, and misbehaving body requests
-(`bodies`). `drain_peer_faults()` hands rejections and faults out per peer, since the
-last call, for the node's ledger.
-
-`deferred` counts groups held back once because their peer had reached
-`max_groups_per_peer_per_gather`; they are fetched for a later gather, not rejected.
-
-Traffic: `gossip_sent`, `gossip_failed`, `gossip_received`, `gossip_bytes` (messages and
-bytes received on the run's topic), `gossip_disconnects` (senders disconnected for
-flooding; their refusals are faults `gossip_<reason>`, see `gossip`); `dht_requests` and
-`dht_bytes`: the find and store calls this peer made for the swarm's records and the
-bytes of their records and replies (hivemind's own nearest-peer lookups not included);
-`pointers_gossiped` and `pointers_read`: peers' pointers first seen on the topic, or first
-read from the DHT (the fallback).
-`published` counts groups, `published_rounds` the round pointers that carried them;
-`dht_stores_late` and `dht_stores_refused`: replicas that took, or did not take, a record
-after its publish returned (`dht.publishing`). `fetched_bodies` and `fetched_bytes`: the
-bodies this node downloaded and accepted; `body_streams` the streams it opened to fetch bodies
-(each up to `max_bodies_per_stream` of them, `fetch.scheduler`). With a budget (`SwarmClient.set_budget`),
-`chosen` counts the groups selected for fetching and `not_chosen` those left out (never
-fetched, never charged to anyone; `fetch.selection`); `gather_loop_late`: a gather that
-waited over its deadline + 10 s for the swarm's event loop to open or close its budget;
-`loop_errors`: errors in handling one peer's input or a gather's bookkeeping on the swarm's
-loop, contained (`LoopErrors`: each kind logged once with its traceback; the node goes on).
-Holders (`fetch.bodies`): `held_bodies` counts others' bodies this node kept to serve,
-`served_bytes` all body bytes it sent and `held_served_bytes` those of held bodies;
-`haves_sent`, `haves_received`: announcements of held bodies (`records.HaveRecord`) gossiped
-and admitted; `fetched_from_holders`: accepted bodies that came from a holder, not their
-publisher; `holder_fetch_failures`: fetches from holders that failed (then another source);
-`pointers_revived`: pointers rejected for want of a source (`fetch_failed`, `stalled`) that a
-later have brought back (`fetch.gatherer`; their rejection stays counted); `haves_over_cap`:
-announced groups a holder named past `holders.MAX_GROUPS_PER_HOLDER` (its earliest-ending
-announcements go; charged to no one); `puzzle_busy`: records of a new identity the puzzle
-verifier had no rate left for (no one's fault; a gossiped one waits and is checked again).
-`publishers_unreachable`: times a publisher's pending groups were dropped because no stream to
-it could be opened (behind NAT without a relay slot, or gone), each said in a WARNING.
-`reach_switches`: times an `auto` node restarted its daemon in the other mode after its rechecks
-contradicted its mode (`peer.switch.reopen_peer`); `reach_switch_failed`: such restarts whose new
-daemon did not start (the node went on in its old mode).
-Gathers of a round end `gathers_complete` (every live peer's round in) or
-`gathers_at_deadline`.
-Per-peer maps hold at most `MAX_PEERS` peers; the rest are counted under `OTHERS`.
+What each counter and reason counts: docs/swarm.md, "Counters".
 """
 
 from __future__ import annotations

@@ -1,67 +1,27 @@
-"""Which pending bodies to fetch, from whom, and what a failing publisher loses.
+"""Which pending bodies to fetch, from whom, and what a failing source loses: `FetchScheduler`.
 
-Slots: a slot is one stream (`streams.fetch_bodies`), which carries up to
-`max_bodies_per_stream` bodies of one source. At most `max_concurrent_fetches` streams at
-once, at most `max_fetches_per_peer` of them for one publisher's groups (below the slot
-count), at most `max_fetches_per_origin` to the publishers of one network origin
-(`origin_of`, see `swarm.origins`; relayed ones as one origin, publishers of no known origin
-by identity only), and at most half of them for strangers (publishers with no body accepted
-yet and no positive policy score). A stream starts only when a slot is free, so its whole
-time (dial, header, each body) runs inside its own timeouts. Publishers take turns: scored
-ones first, then proven ones, then strangers, each in the order it last had a turn; a turn
-takes the publisher's ready pointers in its order (least-tried, then newest round first,
-within a round in an order of this node's own: a hash of its peer id and the group id, so
-fetchers of one publisher start on different groups and its first serves leave holders of
-many of its groups, not of the same few), the first one's source and those of the next the
-same source can send, up to `max_bodies_per_stream` and never more than the publisher's
-room in the current gather (`room(publisher)`, what `max_groups_per_peer_per_gather` leaves
-it, less its groups in flight); pointers held back for that are counted once as `deferred`.
-Streams are counted against the slots, groups in flight against the room.
+Owns the stream slots, each publisher's `PublisherState` (allowance, failures, suspension, turn) over
+the `PointerTable`'s chosen and fetching records, the `HolderBook`, and `fetch_times`: (from a holder,
+seconds from the stream's request) of the last `MAX_FETCH_TIMES` bodies that came in whole. Entry
+points: `add`, `schedule`, `note_holders`, `forget_idle`, `rewire`; `Outcomes` settles each answer. Runs
+on the swarm's loop. Imports: fetch's holders, outcomes, pointers, streams; swarm's counters and
+records; peers (faults, policy); config; hivemind.
 
-Each pointer of a stream is settled on its own as its answer comes in (`outcomes`), by the
-rules below; a stream that ends early (a stall, a break, a length or status refused, or a
-body that fails its check: bytes that contradict one pointer do not frame the next answer)
-leaves the pointers it did not answer pending, neither charged nor counted as an attempt:
-only the answer that ended it counts.
+- Slots: a stream (`streams.fetch_bodies`) of up to `max_bodies_per_stream` bodies of one source. At most
+  `max_concurrent_fetches` streams, a publisher's allowance (`max_fetches_per_peer`, halved by failures,
+  never below 1), `max_fetches_per_origin` per origin (`origin_of`), half of the slots for strangers.
+- Order: publishers by score (none while `PointerTable.note_stall` marks them), proven, strangers,
+  each by its last turn; a publisher's ready pointers least-tried, newest round, then a hash of this
+  node's peer id and the group id (`_spread`), from one source, within `room(publisher)` less its
+  groups in flight (the rest `deferred`, once).
+- Each answer is settled alone; the pointers a stream ended before are pending again, uncharged.
+- A counted failure halves the allowance and suspends the publisher for `poll_interval * 2^(k-1)` (at
+  most a quarter TTL); `max_fetch_attempts` in a row reject its pending pointers no holder has
+  (`stalled`, else `fetch_failed`). `busy` and a dial backoff's echo only wait. A suspended
+  publisher's groups go to a holder, which alone answers for the bytes it sends.
+- A publisher's stall or missing body rejects at once its pointers a budget chose that no holder has.
 
-Failures: an answer that finds the publisher unreachable, without the body, broken off or
-stalled halves the publisher's allowance (to 1 at least) and suspends it for
-`poll_interval * 2^(k-1)` (k failures in a row, at most a quarter of the TTL); the pointer
-is tried again unless it failed `max_fetch_attempts` times; once the publisher has failed
-that many times in a row, all its pending pointers are rejected with the failure's reason
-(`stalled`, else `fetch_failed`). A body that cannot match its pointer halves the
-allowance too. An accepted body gives one stream of allowance back and resets the count. `busy` costs a short
-wait only, and so does p2pd's "dial backoff" within `2 x reach.DIAL_BACKOFF` of the publisher's
-last counted failure (`reach.in_dial_backoff`: the echo of the dial that failed before, which is
-counted; the pointer waits `reach.DIAL_BACKOFF` seconds). A backoff later than that counts, so a
-publisher nobody can dial is still dropped (and said unreachable) after `max_fetch_attempts`. Each failed attempt
-is counted against the publisher (`body_<reason>`, priced 0 in `peers/faults.py`: load,
-links and restarts cause them; the back-off above is all it loses).
-
-Holders (`holders`): a peer that gossiped a signed `HaveRecord` naming a group (`note_holders`) is a
-second source of its body. A fetch goes to the publisher while it is not suspended (busy, failed),
-else to the holder of the group with the fewest groups from this node in flight, then the
-fewest failures (with the others of the publisher's ready groups it announced); a publisher's series of failures rejects only the pointers no holder has. A
-holder that answers missing, busy, unreachable or stalls is suspended as a publisher would be
-(missing: for that group; after `max_fetch_attempts` failures in a row: forgotten) and the
-pointer goes back to pending, not counted against its publisher. The holder alone pays for
-the bytes it sent: a length or sha256 that differs from the signed pointer is its
-`size_mismatch` / `hash_mismatch` (priced as in `peers/faults.py`: the bytes contradict the
-pointer its signed announcement says it holds), never its publisher's; a body that matches
-the hash is the publisher's own signed content, and `on_body` judges it as such.
-
-**A stall costs its place** (docs/swarm.md): when a publisher stalls on a body a budget chose
-(its record has a tier), or says it does not have it, the table marks it (`PointerTable.note_stall`)
-and each of its chosen pointers that no holder has is rejected at once (`stalled`, or
-`fetch_failed` for a missing one: revivable by a have, priced 0), so their budget goes to the
-next candidate in the same gather (the gatherer's `_reject` settles them in the selection,
-which chooses again) instead of being held until `max_fetch_attempts` ran out. A publisher with
-a mark loses the precedence its score gives it in the slots' order, as in the selection,
-until a body it serves is accepted (`note_served`). Without a budget the retries above hold.
-
-`fetch_times` keeps the last `MAX_FETCH_TIMES` bodies' seconds that came in whole (stream asked
-for to that body in: a later body of a stream includes the ones before it), each marked whether
-a holder sent it: what a holder costs a fetcher in latency. `body_streams` counts the streams.
+The rules in full, and why: docs/swarm.md, "Gathering", "Holders" and "A stall costs its place".
 """
 
 from __future__ import annotations
