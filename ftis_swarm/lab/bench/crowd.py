@@ -25,8 +25,8 @@ saw), intake by standing, learn. Its consumed ids are mapped back to the groups 
 The forgers and the copier stay on the loopback part: they test the learner's and the
 intake's checks, which do not depend on the transport.
 
-Figures: per round the crowd's and all strangers' share of the peers' token budget in the
-update (the cap is `learner.strangers_share`) and by origin, the groups the node gathered
+Figures: per round the crowd's and all strangers' (peers with neither standing nor tenure)
+share of the peers' token budget in the update (the cap is `learner.strangers_share`) and by origin, the groups the node gathered
 (fetched) beside those offered, the newcomer's first used round and its standing (round and
 tokens), publish failures, and the 1-minute load average.
 """
@@ -205,7 +205,8 @@ def _crowd_rounds(node: Node, peers: _Peers, honest: HonestPeers, signal: Option
         offered = honest.groups(peers.crowd, r, salt=2, sampling=CROWD_SAMPLING)
         offered += honest.groups([peers.newcomer], r, salt=4)
         offered += earned_groups(r)
-        had = {s: det.has_standing(s) for s in [*peers.crowd, peers.newcomer, *peers.earned]}
+        # the first part of the budget: standing, or tenure (the ledger's `settled`, docs/method.md "Tenure")
+        had = {s: det.has_standing(s) or ledger.settled(s) for s in [*peers.crowd, peers.newcomer, *peers.earned]}
         t0 = time.perf_counter()
         kept, record = round_of(r, offered)
         fig.round_seconds.append(time.perf_counter() - t0)

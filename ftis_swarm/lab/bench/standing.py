@@ -78,7 +78,8 @@ class Shares:
 
     def add_shares(self, kept: list[Group], had: dict[str, bool], *, budget: int, crowd: set[str],
                    origin_of: Callable[[str], str | None]) -> None:
-        """One round's: `kept` the peers' groups the intake took, `had` each sender's standing as the intake read it."""
+        """One round's: `kept` the peers' groups the intake took, `had` whether each sender was in the budget's first
+        part as the intake read it (standing, or tenure: docs/method.md "Tenure"); the others are strangers."""
         used = sum(g.num_completion_tokens for g in kept) or 1
         strangers = [g for g in kept if not had[g.sender]]
         tokens = sum(g.num_completion_tokens for g in strangers)
@@ -215,8 +216,9 @@ def _standing_rounds(node: Node, hub: LoopbackHub, honest_model: Any, *, rounds:
         offered += earned + turncoat + copies
         # what the intake reads; every identity, as a group deferred from an earlier round may be taken now
         had = {s: det.has_standing(s) for s in {*everyone, *(g.sender for g in offered)}}
+        first = {s: h or ledger.settled(s) for s, h in had.items()}  # the first part: standing or tenure
         kept, metrics = round_of(r, offered)
-        fig.add_shares(kept, had, budget=budget, crowd=set(crowd), origin_of=hub.origin_of)
+        fig.add_shares(kept, first, budget=budget, crowd=set(crowd), origin_of=hub.origin_of)
         fig.copies_sent += len(copies)
         fig.copies_used += sum(g.sender == "copier" for g in kept)
         for f, k in [*forged_ids, ("turncoat", "turncoat")]:
