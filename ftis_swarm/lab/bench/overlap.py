@@ -16,6 +16,12 @@ honest block under q ends standing for that update: the false alarms), and the t
 standing with the overlap test and without it. A fresh LoRA computes its base's function
 (B = 0), so its rows are its base's, after a check that its log-probs are its base's.
 
+**Pooled per origin** (docs/method.md, "Evidence pooled per origin"): for each learner, its
+honest samplers as identities of one origin, one group of each an update, fed to a detector
+that pools them and to one that judges each alone: the identity-updates in which an identity
+had standing alone but not pooled (what pooling costs honest peers behind one address), of
+those in which it had standing alone.
+
 **Attackers**, against every learner: the deflator of issue 40, groups of 1-2-token arith
 answers (two right, two wrong) claiming `logp_gen = 0`; and the strike, the same answers
 with the right ones' `logp_gen` lowered until `x >= 0.8` at every learner (weight C) and the
@@ -117,6 +123,9 @@ class OverlapFigures:
     """Largest |log-prob difference| between the fresh LoRA and its base on one group."""
     seconds: float
     sampling: dict[str, float] = field(default_factory=dict)
+    pooled: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per learner, its honest samplers on one origin: (identity-updates with standing alone but not pooled,
+    identity-updates with standing alone)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,8 +152,9 @@ def run_overlap_bench(*, preset: str = "default", groups: int = 8, threads: int 
         samples[name] = backend.generate(prompts_for(items, tok), sampling.group_size, sampling)
     progress(f"{lora} against {base}")
     diff = _lora_diff(names[base], samples[base][:1], int(pad), cfg)
-    rows, scored = [], {}
+    rows, scored, pooled = [], {}, {}
     for learner_name, learner in learners.items():
+        honest = {}
         for sampler, groups_of in samples.items():
             if sampler != learner_name:
                 progress(f"{learner_name} scoring {sampler}'s groups")
@@ -152,13 +162,15 @@ def run_overlap_bench(*, preset: str = "default", groups: int = 8, threads: int 
                 logp_old = learner.old_logprobs(batch)  # (N, T)
                 scored.setdefault(learner_name, (batch, logp_old))  # the nearest model's: the turncoat's groups
                 rows.append(_pair(learner, learner_name, sampler, batch, logp_old))
+                honest[sampler] = (batch, logp_old)
+        pooled[learner_name] = _pooled(cfg, honest)
     rows = _with_lora(rows, base, lora)
     progress("attackers")
     attacks = _attacks(learners, tok, scored, sampling, int(pad))
     return OverlapFigures(preset, groups, cfg.standing_overlap, cfg.standing_overlap_block, rows, attacks, diff,
                           time.perf_counter() - t0,
                           {"temperature": sampling.temperature, "group_size": sampling.group_size,
-                           "max_new_tokens": sampling.max_new_tokens})
+                           "max_new_tokens": sampling.max_new_tokens}, pooled)
 
 
 def _models(preset: str, workdir: Path) -> tuple[dict[str, str], str, str]:
@@ -218,11 +230,44 @@ def _feed(cfg: LearnerConfig, batch: Batch, logp_old: torch.Tensor, *,
     return at[0], at[1], lost, checks
 
 
-def _detector(cfg: LearnerConfig, *, bound_only: bool = False) -> ForgeryDetector:
-    """The learner's detector of `cfg`; `bound_only`: without the overlap tests (the rule before issue 40)."""
+def _detector(cfg: LearnerConfig, *, bound_only: bool = False,
+              origin_of: Callable[[str], str | None] | None = None) -> ForgeryDetector:
+    """The learner's detector of `cfg`; `bound_only`: without the overlap tests (the rule before issue 40);
+    `origin_of`: pooled by it."""
     return ForgeryDetector(C=cfg.ftis.C, delta=cfg.forgery_delta, window=cfg.forgery_window,
                            margin=cfg.standing_margin, overlap=0.0 if bound_only else cfg.standing_overlap,
-                           overlap_block=0.0 if bound_only else cfg.standing_overlap_block)
+                           overlap_block=0.0 if bound_only else cfg.standing_overlap_block, origin_of=origin_of)
+
+
+def _pooled(cfg: LearnerConfig, honest: dict[str, tuple[Batch, torch.Tensor]]) -> tuple[int, int]:
+    """The samplers of `honest` (name -> its groups and the learner's `logp_old`) as identities of one origin, one
+    group of each an update (the module docstring's figure): (identity-updates with standing alone and not pooled,
+    identity-updates with standing alone)."""
+    C = cfg.ftis.C
+    pooled, alone = _detector(cfg, origin_of=lambda peer: "one-origin"), _detector(cfg)
+    blocks = {name: _block_values(batch, lp, C) for name, (batch, lp) in honest.items()}
+    lost = held = 0
+    for u in range(min((len(b) for b in blocks.values()), default=0)):
+        for det in (pooled, alone):
+            det.begin_update()
+            for name, values in blocks.items():
+                det.observe(name, *values[u])
+        for name in blocks:
+            if alone.has_standing(name):
+                held += 1
+                lost += not pooled.has_standing(name)
+    return lost, held
+
+
+def _block_values(batch: Batch, logp_old: torch.Tensor, C: float) -> list[tuple[float, int, int]]:
+    """Per group: the sum of min(exp(x), C), its tokens, and its tokens with exp(x) in [1/C, C] (a detector's block,
+    as `screen_batch` computes it)."""
+    m = batch.mask.bool()  # (N, T)
+    x = _log_ratio(batch, logp_old, batch.logp_gen)  # (N, T)
+    v = torch.where(m, torch.exp(x).clamp(max=C), 0.0)  # (N, T)
+    inside = m & (x.abs() <= math.log(C))  # (N, T)
+    return [(float(v[batch.group_of == g].sum()), int(m[batch.group_of == g].sum()),
+             int(inside[batch.group_of == g].sum())) for g in range(len(batch.groups))]
 
 
 def _blocks(batch: Batch, logp_old: torch.Tensor, sender: str) -> list[tuple[Batch, torch.Tensor]]:
@@ -347,6 +392,9 @@ def format_overlap(f: OverlapFigures) -> str:
                           ("strike, one group", strike)):
         lines.append(f"  {label:<24}" + " ".join(f"{sum(b < q for b in blocks):>3}/{len(blocks):<2}" for q in Q_SWEEP))
     lines.append(f"a fresh LoRA r16 against its base: max |logp difference| {f.lora_max_abs_diff:.2e}")
+    lines.append("pooled per origin (each learner's honest samplers on one origin, one group each an update): "
+                 "standing lost to the pool / held alone: "
+                 + ", ".join(f"{name} {lost}/{held}" for name, (lost, held) in f.pooled.items()))
     lines.append(f"{'attacked':<12}{'deflator window':>16}{'max block':>10}{'mean v':>8}{'tokens':>7}"
                  f"{'standing, bound only':>21}{'with q':>8}{'strike window':>14}{'max block':>10}"
                  f"{'strike ends it':>15}")
