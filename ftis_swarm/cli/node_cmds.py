@@ -157,6 +157,7 @@ def testnet(
     max_new_tokens: Optional[int] = typer.Option(None, help="Most tokens per completion (default 16)."),
     round_deadline: Optional[float] = typer.Option(None, help="Seconds each node gathers peers' groups a round (default 4)."),
     sibling: Optional[str] = typer.Option(None, help="Model of the default preset's third node (default smollm2-slim, SmolLM2 with 28 of 30 layers)."),
+    qwen_peer: bool = typer.Option(False, "--qwen-peer", help="One more node, on the Qwen vocabulary (a tiny model taught arith's answers); every node fetches other tokenizers' groups."),
     seed: int = typer.Option(0, min=0, help="Seed of the run: node i gets seed 1000 x seed + i (prompts, sampling, init)."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="A config key of every node (see join --set); repeatable."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show a live table in a terminal (else one line per round)."),
@@ -178,7 +179,7 @@ def testnet(
     from ftis_swarm.cli.testnet_run import run_testnet_cli
 
     raise typer.Exit(run_testnet_cli(workdir=workdir, nodes=nodes, rounds=rounds, preset_name=preset, extra=extra,
-                                     sibling=sibling, table=table, seed=seed))
+                                     sibling=sibling, table=table, seed=seed, qwen_peer=qwen_peer))
 
 
 def _check_node_settings(flags: dict[str, object], sets: list[str], sibling: Optional[str]) -> None:

@@ -24,15 +24,16 @@ from ftis_swarm.ops.testnet import NodeProc, preset, run_testnet
 
 
 def run_testnet_cli(*, workdir: Path, nodes: int, rounds: Optional[int], preset_name: str, extra: tuple[str, ...],
-                    sibling: Optional[str] = None, table: bool = True, seed: int = 0) -> int:
-    typer.echo(f"testnet: {nodes} nodes, preset {preset_name}, run directories under {workdir}")
+                    sibling: Optional[str] = None, table: bool = True, seed: int = 0, qwen_peer: bool = False) -> int:
+    typer.echo(f"testnet: {nodes} nodes{' and a Qwen-vocabulary peer' if qwen_peer else ''}, preset {preset_name}, "
+               f"run directories under {workdir}")
     doing = ("building the tiny models" if preset_name == "tiny"
              else "preparing the models (the first run converts the embedded SmolLM2 once, about a minute)")
     with status(doing):
         from ftis_swarm.models import resolve_model
 
-        pre = preset(preset_name, workdir, sibling=sibling)
-        for spec in pre.specs[:nodes]:  # once here, not in N nodes at the same time
+        pre = preset(preset_name, workdir, sibling=sibling, qwen_peer=qwen_peer)
+        for spec in pre.specs[:nodes] + pre.also:  # once here, not in N nodes at the same time
             resolve_model(spec.model)
     planned = rounds or pre.rounds
     history: dict[Path, deque[dict]] = {}  # each node's latest rounds: the table's last row and sparkline

@@ -3,7 +3,7 @@
 A random tiny model (`models/tiny.py`) never writes a number: every group's rewards are 0,
 every advantage is 0, and GRPO takes no optimiser step. `teach_answer_form` takes a few Adam
 steps of cross-entropy on (prompt ids, answer ids + EOS) pairs, the loss on the answer tokens
-only; the caller renders the pairs (with a task: `lab/bench/tiny_arith.py` for `arith`, on the
+only; the caller renders the pairs (with a task: `ops/taught.py` for `arith`, on the
 Qwen vocabulary or any other). Seeded, one thread: the same arguments give the same model.
 The result is written whole or not at all (a killed build is built again).
 """

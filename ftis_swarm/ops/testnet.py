@@ -12,6 +12,12 @@ separate machines they stand for. Presets:
 - `tiny`: tiny random Qwen2 models built from a config with the real Qwen tokenizer, for
   seconds-long smoke runs of the machinery (their rewards are 0: nothing to learn).
 
+`qwen_peer` adds one node on another tokenizer to either preset: a tiny model on the Qwen
+vocabulary taught arith's answer form (`ops/taught.py`), and every node fetches the groups
+of other tokenizers (`fetch.other_tokenizers`), so the SmolLM2 nodes learn from its groups
+through character-aligned chunks and it from theirs (docs/method.md, "Peers with another
+tokenizer").
+
 Every node serves its status page on a free port of 127.0.0.1 (`--status-port 0`; the address
 in `<run_dir>/status.url`). The parent only launches and watches: it reads each node's
 metrics.jsonl to show progress,
@@ -49,6 +55,8 @@ class Preset:
     specs: tuple[NodeSpec, ...]
     flags: tuple[str, ...]
     rounds: int
+    also: tuple[NodeSpec, ...] = ()
+    """Nodes started besides the `nodes` drawn from `specs` (the Qwen-vocabulary peer)."""
 
 
 DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "8", "--max-new-tokens", "16",
@@ -60,11 +68,27 @@ STATUS_FLAGS = ("--status-port", "0")
 """Every testnet node serves its status page, on a free port of 127.0.0.1."""
 
 
-def preset(name: str, workdir: Path, *, sibling: Optional[str] = None) -> Preset:
+OTHER_TOKENIZERS = ("--set", "fetch.other_tokenizers=true")
+"""Every node's flags with a peer on another tokenizer: fetch its groups (off by default)."""
+
+
+def preset(name: str, workdir: Path, *, sibling: Optional[str] = None, qwen_peer: bool = False) -> Preset:
     """The node line-up of a preset; `tiny` builds its models under `workdir/models`.
 
-    `sibling`: the model of the default preset's third node (default `smollm2-slim`).
+    `sibling`: the model of the default preset's third node (default `smollm2-slim`); `qwen_peer`: one more node,
+    on the Qwen vocabulary (module docstring), and every node fetches other tokenizers' groups.
     """
+    pre = _preset(name, workdir, sibling=sibling)
+    if not qwen_peer:
+        return pre
+    from ftis_swarm.ops.taught import build_tiny_arith_model
+
+    qwen = build_tiny_arith_model(workdir / "models" / "qwen-arith")
+    return Preset(pre.specs, pre.flags + OTHER_TOKENIZERS, pre.rounds,
+                  also=(NodeSpec("qwen-tiny", str(qwen), ("--lr", "1e-3")),))
+
+
+def _preset(name: str, workdir: Path, *, sibling: Optional[str]) -> Preset:
     if name == "default":
         third = sibling or "smollm2-slim"
         specs = (
@@ -236,8 +260,7 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
     disk = DiskWatch(lambda: [p.run_dir for p in procs])
     try:
         disk.start()
-        for i in range(nodes):
-            spec = pre.specs[i % len(pre.specs)]
+        for i, spec in enumerate([pre.specs[i % len(pre.specs)] for i in range(nodes)] + list(pre.also)):
             run_dir = workdir / f"node-{i}-{spec.name}"
             cmd = node_command(spec, index=1000 * seed + i, run_dir=run_dir, peers=maddrs, run_id=run_id,
                                rounds=rounds or pre.rounds, flags=pre.flags + STATUS_FLAGS, extra=extra,

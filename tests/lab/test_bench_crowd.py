@@ -13,8 +13,8 @@ from record_peers import PUZZLE
 
 from ftis_swarm.lab.bench.crowd import format_crowd, run_crowd_bench
 from ftis_swarm.lab.bench.identities import CROWD_ORIGIN
-from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.models.tiny import build_tiny_qwen2
+from ftis_swarm.ops.taught import build_tiny_arith_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 

@@ -18,10 +18,10 @@ import torch
 
 from ftis_swarm.config import dump_node_config
 from ftis_swarm.lab.bench.run_compare import compare_tensors, initial_weights, tensor_files
-from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.lab.experiment.config import ExperimentConfig, arm_config
 from ftis_swarm.lab.experiment.run import run_arm
 from ftis_swarm.metrics import read_jsonl
+from ftis_swarm.ops.taught import build_tiny_arith_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.net]
 

@@ -30,7 +30,7 @@ ITEM = get_task("arith").sample(1, seed=0, split="train")[0]
 @pytest.fixture(scope="module")
 def taught(tmp_path_factory):
     """The Qwen-vocabulary peer and the SmolLM2-vocabulary learner, both taught arith's answer form."""
-    from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model, build_tiny_arith_smollm2
+    from ftis_swarm.ops.taught import build_tiny_arith_model, build_tiny_arith_smollm2
 
     work = tmp_path_factory.mktemp("cross")
     return build_tiny_arith_model(work / "tiny-arith"), build_tiny_arith_smollm2(work / "tiny-arith-smollm2")

@@ -15,11 +15,11 @@ import pytest
 
 from ftis_swarm.config import load_node_config
 from ftis_swarm.lab.bench.run_compare import compare_tensors, tensor_files
-from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.node.daemon import Node
 from ftis_swarm.ops.evaluate import evaluate
 from ftis_swarm.ops.summary import format_summary, summarize_run
+from ftis_swarm.ops.taught import build_tiny_arith_model
 from ftis_swarm.peers.loopback import LoopbackHub
 
 pytestmark = pytest.mark.slow

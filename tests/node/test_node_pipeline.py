@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from ftis_swarm.config import load_node_config
-from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
 from ftis_swarm.learner.checkpoint import CheckpointManager
 from ftis_swarm.metrics import read_jsonl
 from ftis_swarm.node.daemon import Node
 from ftis_swarm.node.pipeline import fresh_enough
+from ftis_swarm.ops.taught import build_tiny_arith_model
 from ftis_swarm.rollout.process_backend import ProcessBackend
 
 pytestmark = pytest.mark.net

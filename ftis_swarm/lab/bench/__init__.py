@@ -32,7 +32,6 @@
 - reach_bootstrap.py the swarm after its bootstrap's SIGKILL, newcomers through any live peer (loopback)
 - reach_relay.py     the bootstrap's relay under a hostile relayed pair, honest homes beside it
 - reach_punch.py     whether two relayed homes end up connected directly (hole punching), per testbed variant
-- tiny_arith.py      a tiny Qwen2 taught arith's answer form, so tiny nodes take optimiser steps
 
 A bench measures the product, never a copy of it: e2e, resume and soak start real
 `ftis-node join` processes (`ops/testnet.py`). Imports below it: ops, node and every layer

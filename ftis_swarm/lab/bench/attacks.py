@@ -168,7 +168,7 @@ def _signal_model(preset: str, workdir: Path) -> str | None:
     signal, so no credit); a tiny model taught arith's answer form does. SmolLM2's own groups carry signal."""
     if preset != "tiny":
         return None
-    from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
+    from ftis_swarm.ops.taught import build_tiny_arith_model
 
     return str(build_tiny_arith_model(workdir / "tiny-arith"))
 

@@ -25,11 +25,11 @@ def run(workdir: Path, *, rounds: int = 2, prompts: int = 4, G: int = 8, seed: i
     import torch
 
     from ftis_swarm.config import LearnerConfig, SamplingConfig
-    from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model, build_tiny_arith_smollm2
     from ftis_swarm.learner.batch import ScoredGroup
     from ftis_swarm.learner.learner import Learner
     from ftis_swarm.models import load_model
     from ftis_swarm.node.scoring import Admission, TaskCache, score_groups
+    from ftis_swarm.ops.taught import build_tiny_arith_model, build_tiny_arith_smollm2
     from ftis_swarm.rollout import GroupHeader, PromptRequest
     from ftis_swarm.rollout.hf_backend import TransformersBackend
     from ftis_swarm.tasks import get_task

@@ -161,7 +161,7 @@ def run_pipeline_bench(*, workdir: Path, model: str = "smollm2-135m", task: Opti
         raise ValueError(f"rounds must be >= 3 (the first and the last are not measured), got {rounds}")
     workdir = Path(workdir)
     if model == "tiny":
-        from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
+        from ftis_swarm.ops.taught import build_tiny_arith_model
 
         progress("building the tiny arith model")
         model = str(build_tiny_arith_model(workdir / "tiny-arith"))

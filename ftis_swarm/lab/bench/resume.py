@@ -217,7 +217,7 @@ def run_resume_bench(*, workdir: Path, model: str = "tiny", rounds: int = 12, ki
     """Runs the reference, then the killed run, in `workdir` (emptied of earlier runs first); compares them."""
     workdir.mkdir(parents=True, exist_ok=True)
     if model == "tiny":
-        from ftis_swarm.lab.bench.tiny_arith import build_tiny_arith_model
+        from ftis_swarm.ops.taught import build_tiny_arith_model
 
         progress("teaching a tiny model arith's answer form")
         model_path = str(build_tiny_arith_model(workdir / "models" / "tiny-arith"))
