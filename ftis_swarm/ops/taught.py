@@ -13,7 +13,7 @@ vocabulary's; `build_tiny_arith_smollm2` the same on SmolLM2's (a learner with a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ftis_swarm.models.teach import TEACH_BATCH, TEACH_LR, TEACH_STEPS, teach_answer_form
 
@@ -35,22 +35,19 @@ def build_tiny_arith_model(out_dir: Path, *, steps: int = TEACH_STEPS, seed: int
     """Builds (once: an existing `out_dir/config.json` is reused) the taught tiny model on the Qwen vocabulary."""
     from ftis_swarm.models.tiny import build_tiny_qwen2
 
-    out_dir = Path(out_dir)
-    if (out_dir / "config.json").is_file():
-        return out_dir
-    # head size 32: vLLM's CPU attention takes it, so the same model serves `--backend vllm`
-    base = build_tiny_qwen2(out_dir.with_name(out_dir.name + "-random"), hidden_size=64, num_layers=1, num_heads=2,
-                            seed=seed)
-    return teach_answer_form(base, out_dir, lambda tok: arith_examples(tok, seed=seed), steps=steps, seed=seed)
+    return _taught(build_tiny_qwen2, Path(out_dir), steps=steps, seed=seed)
 
 
 def build_tiny_arith_smollm2(out_dir: Path, *, steps: int = TEACH_STEPS, seed: int = 0) -> Path:
     """The same on SmolLM2's vocabulary and chat template (`models.tiny.build_tiny_smollm2`)."""
     from ftis_swarm.models.tiny import build_tiny_smollm2
 
-    out_dir = Path(out_dir)
+    return _taught(build_tiny_smollm2, Path(out_dir), steps=steps, seed=seed)
+
+
+def _taught(build: Callable[..., Path], out_dir: Path, *, steps: int, seed: int) -> Path:
     if (out_dir / "config.json").is_file():
         return out_dir
-    base = build_tiny_smollm2(out_dir.with_name(out_dir.name + "-random"), hidden_size=64, num_layers=1, num_heads=2,
-                              seed=seed)
+    # head size 32: vLLM's CPU attention takes it, so the same model serves `--backend vllm`
+    base = build(out_dir.with_name(out_dir.name + "-random"), hidden_size=64, num_layers=1, num_heads=2, seed=seed)
     return teach_answer_form(base, out_dir, lambda tok: arith_examples(tok, seed=seed), steps=steps, seed=seed)
