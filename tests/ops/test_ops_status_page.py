@@ -102,7 +102,7 @@ def test_status_page_loads_shows_the_nodes_and_updates(tmp_path):
         peers = _wait("the other node among the peers",
                       lambda: other[-8:] in browser.find_element(By.ID, "peers").text and
                       browser.find_element(By.ID, "peers").text, 300)
-        assert "score" in peers and "refused" in peers
+        assert "score" in peers and "refused" in peers and "tenure" in peers
         # the first checkpoint comes after round `checkpoint_every` (5), which the page may not have reached yet
         disk = _wait("a checkpoint in the disk table", lambda: "ckpt-" in browser.find_element(By.ID, "disk").text and
                      browser.find_element(By.ID, "disk").text, 300, proc)
