@@ -14,7 +14,7 @@ separate machines they stand for. Presets:
 
 `qwen_peer` adds one node on another tokenizer to either preset: a tiny model on the Qwen
 vocabulary taught arith's answer form (`ops/taught.py`), and every node fetches the groups
-of other tokenizers (`fetch.other_tokenizers`), so the SmolLM2 nodes learn from its groups
+of other tokenizers (`swarm.fetch.other_tokenizers`), so the SmolLM2 nodes learn from its groups
 through character-aligned chunks and it from theirs (docs/method.md, "Peers with another
 tokenizer").
 
@@ -68,7 +68,7 @@ STATUS_FLAGS = ("--status-port", "0")
 """Every testnet node serves its status page, on a free port of 127.0.0.1."""
 
 
-OTHER_TOKENIZERS = ("--set", "fetch.other_tokenizers=true")
+OTHER_TOKENIZERS = ("--set", "swarm.fetch.other_tokenizers=true")
 """Every node's flags with a peer on another tokenizer: fetch its groups (off by default)."""
 
 

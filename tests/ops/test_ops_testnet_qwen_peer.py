@@ -3,6 +3,8 @@ groups (issue 45)."""
 
 from __future__ import annotations
 
+from ftis_swarm.cli.overrides import set_overrides
+from ftis_swarm.config import NodeConfig, load_node_config
 from ftis_swarm.models import load_model
 from ftis_swarm.ops.testnet import OTHER_TOKENIZERS, node_command, preset
 from ftis_swarm.tasks import get_task
@@ -19,7 +21,11 @@ def test_the_qwen_peer_is_a_taught_qwen_vocabulary_model_and_every_node_fetches_
     item = get_task("arith").sample(1, seed=3, split="train")[0]
     cmd = node_command(qwen, index=3, run_dir=tmp_path / "q", peers=["/ip4/127.0.0.1/tcp/1"], run_id="r", rounds=1,
                        flags=pre.flags, extra=(), global_flags=())
-    assert "fetch.other_tokenizers=true" in cmd and qwen.model in cmd
+    assert "swarm.fetch.other_tokenizers=true" in cmd and qwen.model in cmd
+    # the flags every node is given are `join`'s: their `--set` keys load as a config
+    sets = [pre.flags[i + 1] for i, flag in enumerate(pre.flags) if flag == "--set"]
+    cfg = load_node_config(None, set_overrides(NodeConfig, sets), keep_none=True)
+    assert cfg.swarm.fetch.other_tokenizers
     # taught: its greedy answer to an arith question is a number (a random tiny model writes no digit)
     import torch
 
