@@ -56,7 +56,13 @@ class Preset:
     flags: tuple[str, ...]
     rounds: int
     also: tuple[NodeSpec, ...] = ()
-    """Nodes started besides the `nodes` drawn from `specs` (the Qwen-vocabulary peer)."""
+    """Nodes started besides the `nodes` drawn from `specs` (the Qwen-vocabulary peer): each runs until the
+    others have ended (`ALSO_ROUNDS`), then is stopped as an operator stops a node (SIGTERM)."""
+
+
+ALSO_ROUNDS = 1_000_000
+"""Rounds a `Preset.also` node is given: a tiny model's round takes a second where SmolLM2's take tens, so it runs
+until the preset's nodes end instead of a number of rounds of its own."""
 
 
 DEFAULT_FLAGS = ("--task", "arith", "--prompts-per-round", "2", "--group-size", "8", "--max-new-tokens", "16",
@@ -263,15 +269,17 @@ def run_testnet(*, workdir: Path, nodes: int, rounds: Optional[int], pre: Preset
         for i, spec in enumerate([pre.specs[i % len(pre.specs)] for i in range(nodes)] + list(pre.also)):
             run_dir = workdir / f"node-{i}-{spec.name}"
             cmd = node_command(spec, index=1000 * seed + i, run_dir=run_dir, peers=maddrs, run_id=run_id,
-                               rounds=rounds or pre.rounds, flags=pre.flags + STATUS_FLAGS, extra=extra,
-                               global_flags=global_flags)
+                               rounds=(rounds or pre.rounds) if i < nodes else ALSO_ROUNDS,
+                               flags=pre.flags + STATUS_FLAGS, extra=extra, global_flags=global_flags)
             procs.append(start_node(cmd, run_dir, spec))
-        while any(p.proc.poll() is None for p in procs):
+        while any(p.proc.poll() is None for p in procs[:nodes]):
             time.sleep(poll)
             for p in procs:
                 p.poll_metrics()
             if on_progress:
                 on_progress(procs)
+        for p in procs[nodes:]:  # the preset's nodes are done: the others end their round and leave
+            stop(p.proc, timeout=120.0)
         for p in procs:
             p.poll_metrics()
         if on_progress:

@@ -42,3 +42,19 @@ def test_three_node_testnet_learns_from_peers_on_every_node(tmp_path):
     assert sum(f"(r0) -> " in ln and f"(r{ROUNDS})" in ln for ln in proc.stdout.splitlines()) == 3
     assert f"next: ftis-node report {workdir}/node-*" in proc.stdout
     assert "smollm2-135m + LoRA r16" in proc.stdout
+
+
+def test_the_qwen_peer_runs_until_the_preset_nodes_end_and_leaves_cleanly(tmp_path):
+    """`--qwen-peer` (here beside the tiny preset's node): the extra node takes rounds of its own pace and is stopped
+    (SIGTERM: its round ends, it checkpoints) once the preset's nodes are done; every exit status is 0."""
+    workdir = tmp_path / "testnet"
+    proc = subprocess.run([sys.executable, "-m", "ftis_swarm.cli", "testnet", "--preset", "tiny", "--nodes", "1",
+                           "--rounds", "3", "--qwen-peer", "--no-table", "--run-dir", str(workdir)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dirs = sorted(workdir.glob("node-*"))
+    assert [d.name for d in dirs] == ["node-0-tiny-full", "node-1-qwen-tiny"]
+    main = [r["round"] for r in read_jsonl(dirs[0] / "metrics.jsonl")]
+    qwen = [r["round"] for r in read_jsonl(dirs[1] / "metrics.jsonl")]
+    assert main == [0, 1, 2, 3] and len(qwen) >= 2 and qwen[-1] < 1_000_000  # stopped, not run out
+    assert "a Qwen-vocabulary peer" in proc.stdout and "exited with status" not in proc.stdout
