@@ -110,3 +110,30 @@ def test_a_failed_build_leaves_no_namespace(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(RuntimeError, match="router failed"):
         NatTestbed.create()
     assert len(created) == 4 and not set(created) & _host_namespaces()
+
+
+def test_a_testbed_whose_process_was_killed_is_deleted_by_its_recorded_names_and_a_live_one_is_kept() -> None:
+    from ftis_swarm.lab.bench.nat_testbed import sweep_orphans
+
+    live = nat_testbed()
+    kept = list(live.namespaces)
+    code = ("import sys, time\nfrom ftis_swarm.lab.bench.nat_testbed import NatTestbed\n"
+            "bed = NatTestbed.create()\nprint(' '.join(bed.namespaces), flush=True)\ntime.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        names = child.stdout.readline().split()
+        assert len(names) == 7 and set(names) <= _host_namespaces()
+        child.kill()  # SIGKILL: no close, no atexit
+        child.wait()
+        assert set(names) <= _host_namespaces()  # left behind by the killed process ...
+        swept = sweep_orphans()
+        assert set(swept) == set(names)  # ... and deleted by the names it recorded
+        assert not set(names) & _host_namespaces()
+        assert set(kept) <= _host_namespaces()  # its owner runs: kept
+    finally:
+        child.kill()
+        child.wait()
+        sweep_orphans()  # the child's, also when an assertion above failed
+        live.close()
+    assert not set(kept) & _host_namespaces() and sweep_orphans() == []

@@ -33,11 +33,17 @@ public (libp2p's autorelay advertises only relays with public addresses; 10/8, 1
 192.168/16, 100.64/10 and the documentation ranges do not count) but exist only inside
 these namespaces. `close` kills what runs inside them and deletes them by their recorded
 names; it runs on any failure of `create`, on `__exit__`, and at interpreter exit.
+
+A process killed outright (SIGKILL, a timeout's SIGTERM, a machine that restarts the runner)
+runs none of those, so the names are recorded on disk too, each before its namespace is
+made: `RECORDS/<prefix>.json` holds the owner's pid and start time and the names. `create`
+first deletes, by those recorded names, every testbed whose owner is gone (`sweep_orphans`).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import secrets
 import shutil
@@ -46,6 +52,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 PUBLIC_NET = "11.0.0"
@@ -56,6 +63,10 @@ HOMES = {"home1": ("r1", 1), "home2": ("r2", 2)}
 """home namespace -> (its router, the x of its LAN 12.0.x.0/24 and of its router's 11.0.0.1x)."""
 FORWARDED_HOME = {"home3": ("r3", 3)}
 """The control home, built only with `forward_port`: its router forwards that port to it."""
+
+
+RECORDS = Path("/run/ftis-nat-testbeds")
+"""Where each testbed records its owner and its namespaces' names (a tmpfs: gone at a reboot, as they are)."""
 
 
 class TestbedError(RuntimeError):
@@ -102,6 +113,7 @@ class NatTestbed:
             raise ValueError("forward_port must be a TCP port (0: no forwarded home)")
         if not 0 <= extra_public <= MAX_EXTRA_PUBLIC:
             raise ValueError(f"extra_public must be 0 to {MAX_EXTRA_PUBLIC}")
+        sweep_orphans()
         bed = cls(prefix=f"ftr{secrets.token_hex(3)}", uplink_rate=uplink_rate, forward_port=forward_port,
                   random_fully=random_fully, extra_public=extra_public, drop_unsolicited=drop_unsolicited)
         atexit.register(bed.close)
@@ -167,8 +179,9 @@ class NatTestbed:
 
     def _add_ns(self, role: str) -> str:
         name = self.ns(role)
-        _sh(["ip", "netns", "add", name])
         self.namespaces.append(name)
+        self._record()  # the name on disk before the namespace exists: a kill at any point leaves it findable
+        _sh(["ip", "netns", "add", name])
         self.run(role, ["ip", "link", "set", "lo", "up"])
         return name
 
@@ -244,17 +257,19 @@ class NatTestbed:
         out = self.run(self.homes[home][0], ["iptables", "-nvx", "-L", "FORWARD"]).stdout.splitlines()
         return sum(int(line.split()[1]) for line in out[2:] if line.split() and line.split()[0].isdigit())
 
+    def _record(self) -> None:
+        RECORDS.mkdir(parents=True, exist_ok=True)
+        path = RECORDS / f"{self.prefix}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "start": _start_time(os.getpid()),
+                                   "namespaces": self.namespaces}))
+        os.replace(tmp, path)
+
     def close(self) -> None:
-        """Kills every process inside the namespaces, then deletes them (idempotent, never raises)."""
-        while self.namespaces:
-            name = self.namespaces.pop()
-            pids = _sh(["ip", "netns", "pids", name], check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass  # gone already
-            _sh(["ip", "netns", "del", name], check=False)
+        """Kills every process inside the namespaces, then deletes them and their record (idempotent, never
+        raises)."""
+        _delete(self.namespaces)
+        (RECORDS / f"{self.prefix}.json").unlink(missing_ok=True)
         atexit.unregister(self.close)
 
     def __enter__(self) -> "NatTestbed":
@@ -268,6 +283,47 @@ _LISTEN = ("import socket, sys; s = socket.create_server((sys.argv[1], int(sys.a
            " c, _ = s.accept(); c.sendall(b'hi')")
 _CONNECT = ("import socket, sys; c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]));"
             " assert c.recv(2) == b'hi'")
+
+
+def sweep_orphans() -> list[str]:
+    """Deletes, by their recorded names, the namespaces of every recorded testbed whose owning process is gone
+    (module docstring); returns those names."""
+    swept: list[str] = []
+    for path in sorted(RECORDS.glob("ftr*.json")) if RECORDS.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            pid, start, names = int(record["pid"]), record.get("start"), [str(n) for n in record["namespaces"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written (never: it is replaced whole) or not ours
+        if _start_time(pid) is not None and _start_time(pid) == start:
+            continue  # its owner still runs
+        swept += names
+        _delete(list(names))
+        path.unlink(missing_ok=True)
+    return swept
+
+
+def _delete(names: list[str]) -> None:
+    """Kills every process inside the namespaces `names` (emptied, newest first), then deletes each."""
+    while names:
+        name = names.pop()
+        pids = _sh(["ip", "netns", "pids", name], check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass  # gone already
+        _sh(["ip", "netns", "del", name], check=False)
+
+
+def _start_time(pid: int) -> Optional[int]:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat), None when it is gone: with the pid,
+    it tells a live owner from a new process that reuses its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _sh(argv: list[str], *, check: bool = True, timeout: Optional[float] = 20.0) -> subprocess.CompletedProcess:
