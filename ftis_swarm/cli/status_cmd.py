@@ -86,8 +86,7 @@ def status_tables(doc: dict[str, Any]) -> list[Any]:
         faults = ", ".join(f"{k} {v}" for k, v in p["faults"].items()) or "-"
         refused = f"yes, {p['banned_for']:.0f} s more" if p["refused"] else "no"
         peers.add_row(p["short"], _f(p["score"], 1), _f(p["credit"], 0), str(p.get("tenure", 0)), _f(p["cost"], 1),
-                      _f(p["share"], 2), faults,
-                      str(p["bans"]), refused, p["why"] or "-")
+                      _f(p["share"], 2), faults, str(p["bans"]), refused, p["why"] or "-")
     origins = Table("origin", "identities", "tokens", "share of peer tokens", "groups",
                     title="origins (the kept rounds' updates)")
     for o in doc.get("origins") or []:  # a document of an older node has none

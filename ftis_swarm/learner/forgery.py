@@ -4,8 +4,8 @@ Owns `ForgeryDetector`: per identity a window of blocks, one an update (the sum 
 `v = min(exp(x), C)`, x = logp_old - logp_gen, taken before any cap; its tokens; its tokens whose
 `exp(x)` lies in [1/C, C]), the oldest dropped while the rest hold `window` tokens; the same blocks
 pooled per network origin; the update count (`begin_update`) and when each standing began
-(`standing_age`). `screen_batch` feeds it one update's batch, once. Imports: `core.chunks`,
-`learner.batch`, torch (the learner's layer: never rollout, swarm or node).
+(`standing_age`). `screen_batch` feeds it one update's batch, once (each peer's block: `peer_blocks`).
+Imports: `core.chunks`, `learner.batch`, torch (the learner's layer: never rollout, swarm or node).
 
 - The flag: some suffix of a window (the newest block, the newest two, ..., all B) has a mean
   above `hoeffding_bound` at its own n and `delta / B`; the learner withholds a flagged peer's samples.
@@ -266,6 +266,31 @@ def screen_batch(detector: ForgeryDetector, batch: Batch, logp_old: torch.Tensor
     identities keep no standing; a pooled flag withholds no sample and charges no identity).
     """
     detector.begin_update()
+    totals, source = peer_blocks(batch, logp_old, C=C, skip=skip)
+    flagged, stats = set(), {}
+    for peer, (total, tokens, overlap) in totals.items():
+        stat = detector.observe(peer, total, tokens, overlap=overlap)
+        stats[f"forgery_mean@{source[peer]}"] = stat.mean
+        stats[f"overlap@{source[peer]}"] = overlap / tokens if tokens else 0.0
+        if stat.flagged:
+            flagged.add(peer)
+            log.warning("peer %s flagged as forging log-probs: mean weight %.3f over %d tokens > %.3f",
+                        peer, stat.mean, stat.tokens, stat.bound)
+    origins = {o for o in map(detector.pool_of, totals) if o is not None}
+    pooled = sorted(o for o in origins if detector.pool_stat(o).flagged)
+    for origin in pooled:
+        stat = detector.pool_stat(origin)
+        log.warning("origin %s flagged as forging log-probs over its %d identities: mean weight %.3f over %d "
+                    "tokens > %.3f; none of them has standing", origin, len(detector.members(origin)), stat.mean,
+                    stat.tokens, stat.bound)
+    stats["origins_flagged"] = float(len(pooled))
+    return flagged, stats
+
+
+def peer_blocks(batch: Batch, logp_old: torch.Tensor, *, C: float,
+                skip: set[int]) -> tuple[dict[str, tuple[float, int, int]], dict[str, int]]:
+    """Each peer's block of `batch` (its finite rows, those in `skip` aside): (the sum of `min(exp(x), C)`, its
+    tokens, its tokens with `exp(x)` in [1/C, C]), and each peer's source; what `screen_batch` observes."""
     log_c = math.log(C)
     with torch.no_grad():
         m = batch.mask.bool()  # (N, T)
@@ -290,21 +315,4 @@ def screen_batch(detector: ForgeryDetector, batch: Batch, logp_old: torch.Tensor
             acc[1] += float(m[r].sum())
             acc[2] += float(overlaps[r].sum())
             source[peer] = int(batch.source[r])
-    flagged, stats = set(), {}
-    for peer, (total, tokens, overlap) in totals.items():
-        stat = detector.observe(peer, total, int(tokens), overlap=int(overlap))
-        stats[f"forgery_mean@{source[peer]}"] = stat.mean
-        stats[f"overlap@{source[peer]}"] = overlap / tokens if tokens else 0.0
-        if stat.flagged:
-            flagged.add(peer)
-            log.warning("peer %s flagged as forging log-probs: mean weight %.3f over %d tokens > %.3f",
-                        peer, stat.mean, stat.tokens, stat.bound)
-    origins = {o for o in map(detector.pool_of, totals) if o is not None}
-    pooled = sorted(o for o in origins if detector.pool_stat(o).flagged)
-    for origin in pooled:
-        stat = detector.pool_stat(origin)
-        log.warning("origin %s flagged as forging log-probs over its %d identities: mean weight %.3f over %d "
-                    "tokens > %.3f; none of them has standing", origin, len(detector.members(origin)), stat.mean,
-                    stat.tokens, stat.bound)
-    stats["origins_flagged"] = float(len(pooled))
-    return flagged, stats
+    return {peer: (total, int(tokens), int(overlap)) for peer, (total, tokens, overlap) in totals.items()}, source

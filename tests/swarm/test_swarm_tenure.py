@@ -101,7 +101,8 @@ def _select(ledger: PeerLedger, *, tenure: bool) -> Counter:
     chosen = sel.choose().chosen
     sel.open(round=1)
     chosen += sel.choose().chosen
-    return Counter({k: sum(p.tokens for p in chosen if (p.publisher in FAIR) == (k == "fair")) for k in ("fair", "crowd")})
+    return Counter({k: sum(p.tokens for p in chosen if (p.publisher in FAIR) == (k == "fair"))
+                    for k in ("fair", "crowd")})
 
 
 def _take(ledger: PeerLedger, *, tenure: bool) -> Counter:

@@ -26,8 +26,8 @@ The forgers and the copier stay on the loopback part: they test the learner's an
 intake's checks, which do not depend on the transport.
 
 Figures: per round the crowd's and all strangers' (peers with neither standing nor tenure)
-share of the peers' token budget in the update (the cap is `learner.strangers_share`) and by origin, the groups the node gathered
-(fetched) beside those offered, the newcomer's first used round and its standing (round and
+share of the peers' token budget in the update (the cap is `learner.strangers_share`) and by
+origin, the groups the node gathered (fetched) beside those offered, the newcomer's first used round and its standing (round and
 tokens), publish failures, and the 1-minute load average.
 """
 

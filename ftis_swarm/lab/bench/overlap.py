@@ -43,7 +43,7 @@ import torch
 from ftis_swarm.config import LearnerConfig, LoRAConfig, SamplingConfig
 from ftis_swarm.lab.hostile.groups import prompts_for, rebuilt
 from ftis_swarm.learner.batch import Batch, ScoredGroup, build_batch
-from ftis_swarm.learner.forgery import ForgeryDetector, screen_batch
+from ftis_swarm.learner.forgery import ForgeryDetector, peer_blocks, screen_batch
 from ftis_swarm.learner.learner import Learner, apply_lora
 from ftis_swarm.models import load_model
 from ftis_swarm.rollout import GroupHeader, TransformersBackend
@@ -245,29 +245,22 @@ def _pooled(cfg: LearnerConfig, honest: dict[str, tuple[Batch, torch.Tensor]]) -
     identity-updates with standing alone)."""
     C = cfg.ftis.C
     pooled, alone = _detector(cfg, origin_of=lambda peer: "one-origin"), _detector(cfg)
-    blocks = {name: _block_values(batch, lp, C) for name, (batch, lp) in honest.items()}
+    blocks = {name: [peer_blocks(sub, lp, C=C, skip=set())[0].get(name) for sub, lp in _blocks(batch, logp, name)]
+              for name, (batch, logp) in honest.items()}  # name -> per group: the detector's block, as screened
     lost = held = 0
     for u in range(min((len(b) for b in blocks.values()), default=0)):
         for det in (pooled, alone):
             det.begin_update()
             for name, values in blocks.items():
-                det.observe(name, *values[u])
+                if values[u] is not None:
+                    total, tokens, overlap = values[u]
+                    det.observe(name, total, tokens, overlap)
         for name in blocks:
             if alone.has_standing(name):
                 held += 1
                 lost += not pooled.has_standing(name)
     return lost, held
 
-
-def _block_values(batch: Batch, logp_old: torch.Tensor, C: float) -> list[tuple[float, int, int]]:
-    """Per group: the sum of min(exp(x), C), its tokens, and its tokens with exp(x) in [1/C, C] (a detector's block,
-    as `screen_batch` computes it)."""
-    m = batch.mask.bool()  # (N, T)
-    x = _log_ratio(batch, logp_old, batch.logp_gen)  # (N, T)
-    v = torch.where(m, torch.exp(x).clamp(max=C), 0.0)  # (N, T)
-    inside = m & (x.abs() <= math.log(C))  # (N, T)
-    return [(float(v[batch.group_of == g].sum()), int(m[batch.group_of == g].sum()),
-             int(inside[batch.group_of == g].sum())) for g in range(len(batch.groups))]
 
 
 def _blocks(batch: Batch, logp_old: torch.Tensor, sender: str) -> list[tuple[Batch, torch.Tensor]]:

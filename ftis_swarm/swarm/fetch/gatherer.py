@@ -93,7 +93,7 @@ class Gatherer:
         self._lock = threading.Lock()  # guards the inbox, shared with the node's thread
         self._inbox: list[tuple[Group, Legs]] = []
         self._inbox_by_peer: Counter[str] = Counter()
-        self._announced: deque[tuple[str, int, int]] = deque(maxlen=MAX_ANNOUNCED)  # hinted, screened: `drain_announced`
+        self._announced: deque[tuple[str, int, int]] = deque(maxlen=MAX_ANNOUNCED)  # `drain_announced`'s
         # loop-thread state
         self._members: dict[tuple[str, int], _Member] = {}
         self.table = PointerTable(span=cfg.records.ttl + cfg.records.max_clock_skew)
@@ -129,7 +129,7 @@ class Gatherer:
                          origin_of=self._origins.origin_of if self._origins is not None else None,
                          recent=None if recent is None else lambda peer: bool(recent(peer)),
                          settled=None if settled is None else lambda peer: policy.allows(peer) and bool(settled(peer)),
-                         tier=None if tier is None else lambda peer: int(tier(peer)))
+                         tier=tier)
 
     def _selection_failed(self, where: str, exc: Exception) -> None:
         """The selection's own bookkeeping raised (a bug): contained, and the selection starts afresh with the
