@@ -128,6 +128,13 @@ class ArithSubTask(ArithMixTask):
     operations = ("-",)
 
 
+class ArithAddSubTask(ArithMixTask):
+    """`arith_mix`'s `+` and `-` questions (162: 97 train, 65 test): the experiment's learner A without `*`."""
+
+    name = "arith_addsub"
+    operations = ("+", "-")
+
+
 class ArithMulTask(ArithMixTask):
     """`arith_mix`'s `*` questions alone (81: 51 train, 30 test)."""
 

@@ -32,6 +32,7 @@ _TASKS: dict[str, str] = {
     "champ": "ftis_swarm.tasks.champ:ChampTask",
     "arith_add": "ftis_swarm.tasks.arith_mix:ArithAddTask",
     "arith_sub": "ftis_swarm.tasks.arith_mix:ArithSubTask",
+    "arith_addsub": "ftis_swarm.tasks.arith_mix:ArithAddSubTask",
     "arith_mul": "ftis_swarm.tasks.arith_mix:ArithMulTask",
 }
 _SPEC_CLASSES = {"jsonl": "ftis_swarm.tasks.jsonl:JsonlTask", "rg": "ftis_swarm.tasks.rg:ReasoningGymTask"}

@@ -27,7 +27,7 @@ GENERATED = ["arith", "arith_mix", "gsm_symbolic"]
 
 def test_task_names():
     assert list_tasks() == ["arith", "arith_mix", "gsm_symbolic", "gsm8k", "math500", "champ", "arith_add", "arith_sub",
-                            "arith_mul"]
+                            "arith_addsub", "arith_mul"]
     task = get_task("arith")
     assert (task.name, task.version) == ("arith", 1)
 
@@ -37,7 +37,7 @@ def test_unknown_task_is_one_sentence_naming_the_known_ones():
         get_task("gsm9k")
     assert isinstance(err.value, ValueError)
     assert str(err.value) == ("unknown task 'gsm9k'; known tasks: arith, arith_mix, gsm_symbolic, gsm8k, math500, champ, "
-                              "arith_add, arith_sub, arith_mul, jsonl:PATH, rg:NAME")
+                              "arith_add, arith_sub, arith_addsub, arith_mul, jsonl:PATH, rg:NAME")
 
 
 @pytest.mark.parametrize("name", GENERATED)
@@ -124,7 +124,7 @@ def test_ids_past_the_real_range_are_refused_as_out_of_range():
 
 def test_which_tasks_can_be_trained_on():
     assert [t for t in list_tasks() if has_train_split(t)] == ["arith", "arith_mix", "gsm_symbolic", "gsm8k", "arith_add",
-                                                                "arith_sub", "arith_mul"]
+                                                                "arith_sub", "arith_addsub", "arith_mul"]
 
 
 def test_evaluation_tasks_have_no_train_split():

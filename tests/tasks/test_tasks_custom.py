@@ -132,11 +132,15 @@ def test_per_operation_arith_tasks():
     from ftis_swarm.tasks.arith_mix import ArithMixTask
 
     mix_test = {i.question for i in ArithMixTask().sample(95, seed=0, split="test")}
-    for name, op, sizes in (("arith_add", "+", (48, 33)), ("arith_sub", "-", (49, 32)), ("arith_mul", "*", (51, 30))):
+    by_name = {}
+    for name, ops, sizes in (("arith_add", "+", (48, 33)), ("arith_sub", "-", (49, 32)), ("arith_mul", "*", (51, 30)),
+                             ("arith_addsub", "+-", (97, 65))):
         task = get_task(name)
         assert (task.size("train"), task.size("test")) == sizes and name in list_tasks()
         test = {i.question for i in task.sample(sizes[1], seed=0, split="test")}
-        assert len(test) == sizes[1] and all(f" {op} " in q for q in test) and test <= mix_test
+        assert len(test) == sizes[1] and all(any(f" {op} " in q for op in ops) for q in test) and test <= mix_test
+        by_name[name] = test
+    assert by_name["arith_addsub"] == by_name["arith_add"] | by_name["arith_sub"]  # the same split as one operation
 
 
 def test_entry_point_task(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ def _pair(value: Optional[str], flag: str) -> Optional[list[str]]:
 @app.command(rich_help_panel=LAB_PANEL)
 def experiment(
     quick: bool = typer.Option(False, "--quick", help="Tiny setting (1 seed, 1 round, the 5 arms, 8 held-out items): a couple of minutes."),
+    specialist: bool = typer.Option(False, "--specialist", help="Issue 42's design: A on + and -, B a warm-started * specialist, both evaluated on both; its claims D1-D3 and sizing in specialist.md (pilot: --arms solo,vertical-ftis, seeds 200..203)."),
     run_dir: Optional[Path] = typer.Option(None, help="Folder for config.json, runs/*.json, summary.json, table.md (default runs/experiment, or runs/experiment-quick)."),
     figures: Optional[Path] = typer.Option(None, help="Folder for the PNG plots (default: <run-dir>/figures)."),
     arms: Optional[str] = typer.Option(None, help="Comma-separated arms: solo, solo-2x, vertical-<mode>[-stale<k>], horizontal-<mode>, a swarm arm optionally with @C=..,g=..,filter_rule=.. (modes: see join --help-modes)."),
@@ -99,8 +100,8 @@ def experiment(
                        "node.learner.activation_checkpointing": activation_checkpointing}.items():
         if value is not None:
             dotted[key] = value
-    if rounds is not None:
-        dotted["eval_rounds"] = []
+    if rounds is not None:  # the evaluated rounds and the end point follow the rounds, unless --set says otherwise
+        dotted["eval_rounds"], dotted["end_round"] = [], None
     try:
         # --set takes an experiment key, or a key of the shared node with or without `node.` (max_staleness=1)
         for item in sets:
@@ -108,7 +109,11 @@ def experiment(
             own = key.split(".")[0] in ExperimentConfig.model_fields
             dotted.update(set_overrides(ExperimentConfig, [item]) if own else
                           {f"node.{k}": v for k, v in set_overrides(NodeConfig, [item]).items()})
-        base = (quick_config() if quick else ExperimentConfig()).model_dump()
+        if quick and specialist:
+            fail("--quick and --specialist are two settings; give one")
+        from ftis_swarm.lab.experiment.specialist import design_config
+
+        base = (quick_config() if quick else design_config() if specialist else ExperimentConfig()).model_dump()
         learners = []
         for spec, model, lr, rank in zip(base["learners"], (model_a, model_b), (lr_a, lr_b), (lora_rank_a, lora_rank_b)):
             changes: dict = {k: v for k, v in dict(model=model, learner={"lr": lr} if lr else None).items() if v}
@@ -159,6 +164,11 @@ def experiment(
     with Bar("runs", total=total) as bar:
 
         def progress(label: str, res: dict) -> None:
+            if label == "warm":
+                rewards = " ".join(f"{x['reward']:.2f}" for x in res["rounds"])
+                bar.say(f"[{time.perf_counter() - t0:6.0f} s] {res['learner']} warm-started on {res['task']}: "
+                        f"rewards by round {rewards} ({res['seconds']:.0f} s)")
+                return
             if label == "start":
                 accs = ", ".join(f"{n} {res[n]['accuracy']:.2f}" for n in cfg.learner_names)
                 bar.say(f"[{time.perf_counter() - t0:6.0f} s] start held-out accuracy: {accs}")
@@ -173,6 +183,16 @@ def experiment(
         result = run_experiment(cfg, out, workers=workers, threads=threads, resume=resume, on_done=progress)
     result["wall_seconds"] = time.perf_counter() - t0
     result["workers"], result["threads"], result["gate"] = workers, threads, gate
+    if specialist:
+        from ftis_swarm.lab.experiment.specialist import markdown, summary
+
+        found = summary(result)
+        (out / "summary.json").write_text(json.dumps(result))
+        (out / "specialist.json").write_text(json.dumps(found, indent=1))
+        (out / "specialist.md").write_text(markdown(found) + "\n")
+        typer.echo(markdown(found))
+        typer.echo(f"wall time {result['wall_seconds']:.0f} s; results in {out}")
+        return
     table = format_table(result)
     (out / "summary.json").write_text(json.dumps(result))
     (out / "table.md").write_text(table + "\n")

@@ -36,13 +36,14 @@ import json
 import logging
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ftis_swarm.config import SwarmConfig
 from ftis_swarm.lab.experiment.config import ExperimentConfig, with_node_eval_keys
-from ftis_swarm.lab.experiment.run import run_arm, start_evaluation
+from ftis_swarm.lab.experiment.run import run_arm, start_evaluation, warm_start
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,22 @@ def run_experiment(
     (out / "config.json").write_text(json.dumps(json.loads(cfg_json), indent=2))
     key, defaults = run_key(cfg), run_key(ExperimentConfig())
     t0 = time.perf_counter()
+    warm_dir = str(out / "warm") if cfg.warm is not None else None
+    warm = None
+    if warm_dir is not None:  # the specialist first: every run starts from it
+        warm = _reuse(out / "warm.json", key, defaults) if resume else None
+        if warm is None or not Path(warm_dir, cfg.warm.learner, "model").is_dir():
+            def _warm_done(_: int, res: dict[str, Any]) -> None:
+                nonlocal warm
+                warm = res
+                _write(out / "warm.json", res, key)
+            _in_pool([(warm_start, (cfg_json, warm_dir))], workers=1, threads=max(1, workers * threads),
+                     on_result=_warm_done)
+        if on_done and warm is not None:
+            on_done("warm", warm)
     jobs: list[tuple[str, Path, Callable[..., dict[str, Any]], tuple]] = [
-        ("start", out / "start_eval.json", start_evaluation, (cfg_json,)),
-    ] + [(f"{arm} seed {seed}", run_path(out, arm, seed), run_arm, (cfg_json, arm, seed))
+        ("start", out / "start_eval.json", start_evaluation, (cfg_json, warm_dir)),
+    ] + [(f"{arm} seed {seed}", run_path(out, arm, seed), partial(run_arm, warm_dir=warm_dir), (cfg_json, arm, seed))
          for seed in cfg.seeds for arm in cfg.arms]
     results: dict[str, dict[str, Any]] = {}
     todo = []
@@ -96,6 +110,7 @@ def run_experiment(
     _in_pool([(fn, args) for _, _, fn, args in todo], workers=workers, threads=threads, on_result=finished)
     return {
         "config": json.loads(cfg_json),
+        **({"warm": warm} if warm is not None else {}),
         "start": results["start"],
         "runs": [results[label] for label, *_ in jobs[1:]],
         "wall_seconds": time.perf_counter() - t0,

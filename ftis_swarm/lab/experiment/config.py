@@ -42,8 +42,9 @@ FTIS_ARM_KEYS = {"C": float, "g": float, "filter_rule": str}
 RUN_ID = "experiment"
 LEARNER_SEED_STRIDE = 1_000_000
 """Learner i of seed s is the node with seed `s + LEARNER_SEED_STRIDE * i` (A: the seed itself)."""
-LEARNER_KEYS = frozenset({"model", "learner"})
-"""The NodeConfig keys a learner's overrides may set; the rest is the shared `node`."""
+LEARNER_KEYS = frozenset({"model", "learner", "task", "accept_tasks"})
+"""The NodeConfig keys a learner's overrides may set (a specialist trains on a task of its own and may
+accept its partner's); the rest is the shared `node`."""
 
 BASE_NODE: dict[str, Any] = {
     "task": "arith_mix", "rounds": 4, "prompts_per_round": 2, "backend": "transformers",
@@ -76,6 +77,20 @@ QUICK_LEARNERS = FULL_LEARNERS
 first round, so one round exercises weights and filter."""
 END_ROUND = 4
 """The pre-registered end point: held-out accuracy after round 4 (evaluated after rounds 2 and 4)."""
+
+
+class WarmStart(BaseModel):
+    """A learner made a specialist before every run: `rounds` solo rounds of its own task, once, with seed
+    `seed` (the same for every run and seed: the partner a run starts from is one checkpoint, as the
+    paper's partners are given models), at `lr` (None: the learner's) with `prompts_per_round` prompts
+    (None: the shared node's). Its weights are the learner's start in every arm and the start evaluation."""
+
+    model_config = ConfigDict(extra="forbid")
+    learner: str = "B"
+    rounds: int = Field(ge=1, le=200)
+    lr: Optional[float] = Field(None, gt=0, le=1.0)
+    prompts_per_round: Optional[int] = Field(None, ge=1, le=256)
+    seed: int = Field(900, ge=0)
 
 
 class ArmSpec(NamedTuple):
@@ -177,13 +192,19 @@ class ExperimentConfig(BaseModel):
     """Run seeds: 12 at the pilot's per-seed sd up to 0.05, 16 above (`claims.seeds_needed`); the pilot uses others."""
     eval_task: Optional[str] = None
     """Task of the held-out accuracy (e.g. math500 for the paper's out-of-distribution figure); None: the node's task.
-    Its items, their seed and answer length are the node's keys (`node.eval_items`, ...)."""
+    Its items, their seed and answer length are the node's keys (`node.eval_items`, ...). Every learner is
+    also evaluated on `node.eval_tasks` (an evaluation's `by_task` holds each task's figures)."""
     eval_samples: int = Field(8, ge=0, le=64)
     """Sampled completions per held-out item beside the greedy one (0: greedy only)."""
     eval_temperature: Optional[float] = Field(None, gt=0, le=10)
     """Temperature of the sampled held-out completions; None: the node's sampling temperature."""
     eval_rounds: list[int] = Field(default_factory=list)
     """Rounds after which held-out accuracy is measured; empty: rounds 2 and END_ROUND (those the run has), else the last."""
+    end_average: int = Field(1, ge=1, le=4)
+    """Evaluated rounds averaged into the end point of a specialist summary (`specialist.py`): the last
+    `end_average` of `eval_rounds` (2 in issue 42's design; issue 29's claims test `end_round` alone)."""
+    warm: Optional[WarmStart] = None
+    """A learner warm-started as a specialist before every run (issue 42's design); None: none."""
     end_round: Optional[int] = None
     """The end point the claims test, one of `eval_rounds`; None: the last of them (END_ROUND, 4, by default),
     written to config.json before the first run, so it is fixed before any result exists."""
@@ -239,6 +260,10 @@ class ExperimentConfig(BaseModel):
             self.end_round = self.eval_rounds[-1]
         if self.end_round not in self.eval_rounds:
             raise ValueError(f"end_round {self.end_round} must be one of eval_rounds {self.eval_rounds}")
+        if self.end_average > len(self.eval_rounds):
+            raise ValueError(f"end_average {self.end_average} exceeds the {len(self.eval_rounds)} eval_rounds")
+        if self.warm is not None and self.warm.learner not in self.learner_names:
+            raise ValueError(f"warm.learner must be one of {', '.join(self.learner_names)}, got {self.warm.learner!r}")
         for i, name in enumerate(self.learner_names):
             self.learner_node(i, where=f"learner {name}")
         return self
@@ -246,6 +271,11 @@ class ExperimentConfig(BaseModel):
     @property
     def learner_names(self) -> tuple[str, str]:
         return ("A", "B")
+
+    @property
+    def eval_task_names(self) -> list[str]:
+        """Every task a learner is evaluated on: the held-out task first, then `node.eval_tasks`."""
+        return list(dict.fromkeys([self.eval_task or self.node.task, *self.node.eval_tasks]))
 
     def learner_node(self, index: int, *, where: str = "learner") -> NodeConfig:
         """Learner `index`'s NodeConfig: the shared node with its overrides, validated by NodeConfig."""

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ftis_swarm.config import NodeConfig
-from ftis_swarm.lab.experiment.config import RUN_ID, ExperimentConfig, arm_config, arm_spec
+from ftis_swarm.lab.experiment.config import RUN_ID, ExperimentConfig, arm_config, arm_spec, merged, node_config
 from ftis_swarm.lab.experiment.heldout import heldout_accuracy, heldout_items, sample_groups, sampled_rewards
 from ftis_swarm.learner.batch import ScoredGroup
 from ftis_swarm.models import load_model
@@ -96,37 +96,97 @@ def evaluate(model: Any, tokenizer: Any, task: Task, items: list, cfg: Experimen
     return out
 
 
-def start_evaluation(cfg_json: str) -> dict[str, Any]:
-    """Held-out accuracy of both learners' initial weights (shared by every run and seed: the
-    evaluation is seeded by `node.eval_seed` alone, so it would repeat the same figures per seed)."""
+def eval_sets(cfg: ExperimentConfig) -> list[tuple[str, Task, list]]:
+    """`(name, task, items)` of every task a learner is evaluated on (`cfg.eval_task_names`), the held-out task first."""
+    return [(name, task, eval_items(cfg, task)) for name in cfg.eval_task_names for task in (get_task(name),)]
+
+
+def evaluate_all(model: Any, tokenizer: Any, sets: list[tuple[str, Task, list]], cfg: ExperimentConfig, *,
+                 eos_ids: Any, pad_id: int, sender: str) -> dict[str, Any]:
+    """`evaluate` on the first set (the held-out task, as before), with `by_task` holding every set's when there
+    are several (`node.eval_tasks`)."""
+    results = {name: evaluate(model, tokenizer, task, items, cfg, eos_ids=eos_ids, pad_id=pad_id, sender=sender)
+               for name, task, items in sets}
+    out = dict(results[sets[0][0]])
+    if len(sets) > 1:
+        out["by_task"] = results
+    return out
+
+
+def warm_model(cfg: ExperimentConfig, index: int, warm_dir: Optional[str]) -> Optional[str]:
+    """The folder of learner `index`'s warm-started weights, when `cfg.warm` makes it a specialist."""
+    if cfg.warm is None or warm_dir is None or cfg.learner_names[index] != cfg.warm.learner:
+        return None
+    return str(Path(warm_dir) / cfg.warm.learner / "model")
+
+
+def learner_model(cfg: ExperimentConfig, index: int, warm_dir: Optional[str]) -> str:
+    return warm_model(cfg, index, warm_dir) or cfg.learners[index]["model"]
+
+
+def warm_start(cfg_json: str, warm_dir: str) -> dict[str, Any]:
+    """Makes `cfg.warm.learner` a specialist: `cfg.warm.rounds` solo rounds of its own task as a lone node (seed
+    `cfg.warm.seed`), its weights and tokenizer written to `<warm_dir>/<learner>/model`; returns its rounds."""
     cfg = ExperimentConfig.model_validate_json(cfg_json)
-    task = get_task(cfg.eval_task or cfg.node.task)
-    items = eval_items(cfg, task)
+    warm = cfg.warm
+    assert warm is not None
+    index = cfg.learner_names.index(warm.learner)
+    base = arm_config(cfg, index, warm.seed, "solo")
+    changes: dict[str, Any] = {"rounds": warm.rounds, "seed": warm.seed}
+    if warm.prompts_per_round:
+        changes["prompts_per_round"] = warm.prompts_per_round
+    if warm.lr:
+        changes["learner"] = {"lr": warm.lr}
+    node_cfg = node_config(merged(base.model_dump(), changes), where="warm")
+    t0 = time.perf_counter()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="ftis-warm-") as tmp:
+        node = start_node(warm.learner, node_cfg, LoopbackHub(), Path(tmp))
+        try:
+            for r in range(1, warm.rounds + 1):
+                rounds.extend(lockstep_round([node], r))
+                log.info("warm %s round %d: reward %s", warm.learner, r, _fmt(rounds[-1]["reward"]))
+            path = Path(warm_dir) / warm.learner / "model"
+            node.parts.learner.save_weights(path)
+            node.parts.tokenizer.save_pretrained(path)
+        finally:
+            node.close()
+    return {"learner": warm.learner, "task": node_cfg.task, "rounds": rounds, "seconds": time.perf_counter() - t0,
+            "host": host()}
+
+
+def start_evaluation(cfg_json: str, warm_dir: Optional[str] = None) -> dict[str, Any]:
+    """Held-out accuracy of both learners' initial weights (shared by every run and seed: the
+    evaluation is seeded by `node.eval_seed` alone, so it would repeat the same figures per seed);
+    a warm-started learner's are its specialist weights."""
+    cfg = ExperimentConfig.model_validate_json(cfg_json)
+    sets = eval_sets(cfg)
     out: dict[str, Any] = {"round": 0}
-    models = [spec["model"] for spec in cfg.learners]
+    models = [learner_model(cfg, i, warm_dir) for i in range(len(cfg.learner_names))]
     for i, (name, model_name) in enumerate(zip(cfg.learner_names, models)):
         same = [n for n, m in zip(cfg.learner_names, models) if m == model_name and n in out]
         if same:  # a LoRA twin starts as its base model: the same greedy answers
             out[name] = out[same[0]]
             continue
         model, tok = load_model(model_name, device=learner_device(i))
-        backend = TransformersBackend(model=model, tokenizer=tok, header=GroupHeader(RUN_ID, name, model_name))
+        backend = TransformersBackend(model=model, tokenizer=tok, header=GroupHeader(RUN_ID, name, "start"))
         t0 = time.perf_counter()
-        out[name] = evaluate(model, tok, task, items, cfg, eos_ids=backend.eos_ids, pad_id=backend.pad_id,
-                             sender=name)
+        out[name] = evaluate_all(model, tok, sets, cfg, eos_ids=backend.eos_ids, pad_id=backend.pad_id, sender=name)
         out[name]["seconds"] = time.perf_counter() - t0
         del model, backend
     return out
 
 
-def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] = None) -> dict[str, Any]:
+def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] = None,
+            warm_dir: Optional[str] = None) -> dict[str, Any]:
     """Trains both learners for `cfg.rounds` rounds under `arm`; returns per-round records and evals.
 
     Each learner is a real `Node` on a loopback hub (`peers.loopback`): one hub each in
     `solo`, both on one in the other arms. Each record carries `optimizer_step` (1 when the
     learner's policy version advanced that round). With `weights_dir`, each learner's final
     weights (or adapter) are written to `weights_dir/<name>/model` (or `adapter`), as a
-    node's checkpoint holds them.
+    node's checkpoint holds them. With `cfg.warm` and `warm_dir`, the warm learner starts from its
+    specialist weights there (`warm_start`).
     """
     cfg = ExperimentConfig.model_validate_json(cfg_json)
     spec = arm_spec(arm)
@@ -136,6 +196,8 @@ def run_arm(cfg_json: str, arm: str, seed: int, *, weights_dir: Optional[Path] =
         nodes = []
         for i, name in enumerate(cfg.learner_names):
             node_cfg = arm_config(cfg, i, seed, arm)
+            if (warm := warm_model(cfg, i, warm_dir)) is not None:
+                node_cfg = node_config(merged(node_cfg.model_dump(), {"model": warm}), where="warm")
             nodes.append(start_node(name, node_cfg, LoopbackHub() if spec.kind == "solo" else shared, Path(tmp)))
         try:
             out = _rounds(nodes, cfg, spec.kind)
@@ -166,8 +228,7 @@ def host() -> dict[str, str]:
 
 def _rounds(nodes: list[Node], cfg: ExperimentConfig, kind: str) -> dict[str, Any]:
     task = get_task(cfg.node.task)
-    eval_task = get_task(cfg.eval_task) if cfg.eval_task else task
-    eval_set = eval_items(cfg, eval_task)
+    sets = eval_sets(cfg)
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     versions = {node.parts.swarm.peer_id: node.parts.learner.policy_version for node in nodes}
@@ -183,9 +244,9 @@ def _rounds(nodes: list[Node], cfg: ExperimentConfig, kind: str) -> dict[str, An
             ev: dict[str, Any] = {"round": r}
             for node in nodes:
                 p = node.parts
-                ev[p.swarm.peer_id] = evaluate(p.backend.model, p.tokenizer, eval_task, eval_set, cfg,
-                                               eos_ids=p.backend.eos_ids, pad_id=p.backend.pad_id,
-                                               sender=p.swarm.peer_id)
+                ev[p.swarm.peer_id] = evaluate_all(p.backend.model, p.tokenizer, sets, cfg,
+                                                   eos_ids=p.backend.eos_ids, pad_id=p.backend.pad_id,
+                                                   sender=p.swarm.peer_id)
             evals.append(ev)
     return {"rounds": rounds, "evals": evals}
 
