@@ -3,7 +3,7 @@ rows, splits them and scores them (docs/tasks.md, Your own task). Built-in tasks
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -38,6 +38,11 @@ class TaskOptionsConfig(Strict):
     multiple-choice letter), or `module:function` (a Python callable `f(completion, answer) -> bool`)."""
     instruction: Optional[str] = None
     """The answer-format sentence after each question; None: the verifier's own."""
+    rg_answer: Literal["tags", "last_number", "last_line"] = "tags"
+    """Where an `rg:NAME` reply's answer is read before the family's `score_answer`: `tags` (the last
+    `<answer>...</answer>`, reasoning-gym's own form), `last_number` (the reply's last number: a small model
+    that never writes tags, on a family with numeric answers) or `last_line` (its last non-empty line). With
+    `instruction` unset, the prompt asks for that form."""
     rg: dict[str, Any] = Field(default_factory=dict)
     """An `rg:NAME` task's generator config, passed to `reasoning_gym.create_dataset` (e.g. `{min_animals = 2}`)."""
 

@@ -123,7 +123,8 @@ def get_task(name: str, *, data_dir: Path | str | None = None, verify_timeout: f
     else:
         from ftis_swarm.tasks.rg import ReasoningGymTask
 
-        task = ReasoningGymTask(rest, options.rg, verify_timeout=verify_timeout)
+        task = ReasoningGymTask(rest, options.rg, verify_timeout=verify_timeout, answer=options.rg_answer,
+                                instruction=options.instruction)
     _BUILT[task.name] = _BUILT[name] = (name, options)
     return task
 

@@ -9,10 +9,12 @@ the held-out draw is the same on every node.
 
 Prompt: the question, then "Put your final answer within <answer></answer> tags." (the
 format reasoning-gym's own prompts ask for). Answer form: the content of the last
-`<answer>...</answer>`. Reward: 1 when the family's `score_answer(answer, entry)` returns
+`<answer>...</answer>`; with `task_options.rg_answer` `last_number` the reply's last number
+(the prompt then asks for a single number), with `last_line` its last non-empty line
+(`task_options.instruction` replaces the sentence either way). Reward: 1 when the family's `score_answer(answer, entry)` returns
 1.0 (a partial score counts as `wrong`: the reward stays binary), in the learner's process.
 
-Identity (`definition`): the family, its config and reasoning-gym's version.
+Identity (`definition`): the family, its config, the answer form, the instruction and reasoning-gym's version.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import re
 from typing import Any, Sequence
 
+from ftis_swarm.tasks.answers import last_number
 from ftis_swarm.tasks.base import Score, TaskItem, UnknownTaskError
 from ftis_swarm.tasks.generated import Generated, GeneratedTask
 
@@ -30,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "rg:"
 INSTRUCTION = "Put your final answer within <answer></answer> tags."
+ANSWER_FORMS = {
+    "tags": ("the content of the last <answer>...</answer> of the reply", INSTRUCTION),
+    "last_number": ("the last number of the reply", "Answer with a single number."),
+    "last_line": ("the last non-empty line of the reply", "Give only the final answer, on the last line."),
+}
+"""`task_options.rg_answer`: where the answer is read, and the sentence that asks for it."""
 _ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 
 
@@ -54,8 +63,14 @@ class ReasoningGymTask(GeneratedTask):
     generator_packages = ("reasoning-gym",)
     answer_form = "the content of the last <answer>...</answer> of the reply"
 
-    def __init__(self, family: str, config: dict[str, Any] | None = None, *, verify_timeout: float = 5.0) -> None:
+    def __init__(self, family: str, config: dict[str, Any] | None = None, *, verify_timeout: float = 5.0,
+                 answer: str = "tags", instruction: str | None = None) -> None:
         super().__init__(verify_timeout=verify_timeout)
+        if answer not in ANSWER_FORMS:
+            raise UnknownTaskError(f"rg:{family}: the answer form is one of {', '.join(ANSWER_FORMS)}, got {answer!r}")
+        self.answer = answer
+        self.answer_form, default_instruction = ANSWER_FORMS[answer]
+        self.instruction = instruction or default_instruction
         known = families()
         if family not in known:
             raise UnknownTaskError(f"unknown reasoning-gym family {family!r} (rg:{family}); it has {len(known)}, "
@@ -72,6 +87,8 @@ class ReasoningGymTask(GeneratedTask):
     def definition(self) -> dict[str, Any]:
         out = super().definition()
         out.update(kind="rg", family=self.family, config=self.config)
+        if self.answer != "tags" or self.instruction != INSTRUCTION:  # the default's digest stays what it was
+            out.update(answer=self.answer, instruction=self.instruction)
         return out
 
     def _entry(self, gen_seed: int, index: int) -> tuple[Any, dict[str, Any]]:
@@ -87,9 +104,14 @@ class ReasoningGymTask(GeneratedTask):
         return Generated(question=question, answer=str(entry["answer"]), split_key=" ".join(question.split()))
 
     def prompt_of(self, question: str) -> str:
-        return f"{question}\n{INSTRUCTION}"
+        return f"{question}\n{self.instruction}"
 
     def extract_answer(self, completion: str) -> str | None:
+        if self.answer == "last_number":
+            return last_number(completion)
+        if self.answer == "last_line":
+            lines = [ln.strip() for ln in completion.splitlines() if ln.strip()]
+            return lines[-1] if lines else None
         found = _ANSWER.findall(completion)
         return found[-1].strip() if found else None
 

@@ -128,6 +128,31 @@ def test_reasoning_gym_family(tmp_path):
     assert configured.digest != task.digest
 
 
+def test_reasoning_gym_answer_forms_for_models_that_write_no_tags():
+    tags = get_task("rg:chain_sum")
+    digests = {tags.digest}
+    item = tags.sample(1, seed=3)[0]
+    for form, ask, right, wrong in (
+            ("last_number", "Answer with a single number.", f"Adding up: 7 and then {item.answer}",
+             f"It is {item.answer}, no, {int(item.answer) + 1}"),
+            ("last_line", "Give only the final answer, on the last line.", f"Let me see.\n{item.answer}\n",
+             f"{item.answer}\nor maybe {item.answer}")):
+        task = get_task("rg:chain_sum", options=TaskOptionsConfig(rg_answer=form))
+        same = task.item(item.item_id)
+        assert same.question == item.question and same.prompt == f"{item.question}\n{ask}"
+        scores = task.score([same] * 3, [right, wrong, f"<answer>{item.answer}</answer> done"])
+        assert [s.reason for s in scores][:2] == ["correct", "wrong"], (form, scores)
+        digests.add(task.digest)
+    # the tags form still reads only tags; each form is its own task on the wire (a peer must read answers alike)
+    assert [s.reason for s in tags.score([item] * 2, [f"<answer>{item.answer}</answer>", item.answer])] == [
+        "correct", "no_answer"]
+    assert len(digests) == 3
+    asked = get_task("rg:chain_sum", options=TaskOptionsConfig(rg_answer="last_number", instruction="Only the sum."))
+    assert asked.item(item.item_id).prompt.endswith("\nOnly the sum.") and asked.digest not in digests
+    with pytest.raises(ValueError, match="rg_answer"):
+        TaskOptionsConfig(rg_answer="boxed")
+
+
 def test_per_operation_arith_tasks():
     from ftis_swarm.tasks.arith_mix import ArithMixTask
 

@@ -11,6 +11,7 @@
 - report.py        the table and the plots of a grid
 - pilot.py         the pilot gate: is a candidate learner B far enough from A for the correction to matter
 - sigma_pilot.py   the pre-registered design's pilot: the sweep of B = smollm2-bias<sigma>, its choice rule and gate
+- specialist.py    issue 42's design: a warm-started `*` specialist beside a `+ -` learner, claims D1-D3, the seed rule
 
 The experiment trains with the node's own round (`node.daemon.Node`, its publish and learn
 halves, on the `peers.loopback` transport); it never copies it.

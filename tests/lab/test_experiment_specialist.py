@@ -1,0 +1,113 @@
+"""Issue 42's design: a warm-started `*` specialist beside a `+ -` learner, its claims and the pilot's seed rule."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ftis_swarm.lab.bench.run_compare import initial_weights, tensor_files
+from ftis_swarm.lab.experiment.arms import run_experiment
+from ftis_swarm.lab.experiment.config import ExperimentConfig
+from ftis_swarm.lab.experiment.specialist import (
+    DESIGN,
+    design_config,
+    end_score,
+    gate,
+    markdown,
+    sizing,
+    summary,
+)
+from ftis_swarm.ops.taught import build_tiny_arith_model
+
+
+def test_the_design_validates_and_each_learner_trains_its_own_task():
+    cfg = design_config()
+    a, b = cfg.learner_node(0), cfg.learner_node(1)
+    assert (a.task, b.task) == ("arith_addsub", "arith_mul")
+    assert set(a.accepted_tasks) == set(b.accepted_tasks) == {"arith_addsub", "arith_mul"}
+    assert cfg.eval_task_names == ["arith_addsub", "arith_mul"]
+    assert cfg.eval_rounds == [4, 6, 8] and cfg.end_average == 2 and cfg.warm.learner == "B"
+    with pytest.raises(ValueError, match="end_average 3 exceeds the 2 eval_rounds"):
+        ExperimentConfig(**{**DESIGN, "eval_rounds": [6, 8], "end_average": 3})
+    with pytest.raises(ValueError, match="warm.learner must be one of A, B"):
+        ExperimentConfig(**{**DESIGN, "warm": {"learner": "C", "rounds": 2}})
+    with pytest.raises(ValueError, match="learner A's overrides set seed"):
+        ExperimentConfig(learners=({"model": "smollm2-135m", "seed": 3}, {"model": "smollm2-135m"}))
+
+
+def _ev(r: int, a_mul: float, a_add: float, b_mul: float, ess: float = 0.5) -> dict:
+    def one(mul: float, add: float) -> dict:
+        return {"accuracy": add, "by_task": {"arith_addsub": {"accuracy": add}, "arith_mul": {"accuracy": mul}}}
+    return {"round": r, "A": one(a_mul, a_add), "B": one(b_mul, 0.3)}
+
+
+def _run(arm: str, seed: int, a_mul: list[float], b_mul: list[float], ess: list[float]) -> dict:
+    evals = [_ev(r, m, 0.5, bm) for r, m, bm in zip((4, 6, 8), a_mul, b_mul)]
+    rounds = [{"round": r, "learner": "A", "ess@1": e} for r, e in enumerate(ess, start=1)]
+    return {"arm": arm, "seed": seed, "evals": evals, "rounds": rounds}
+
+
+def test_summary_averages_the_last_evaluations_and_pairs_by_seed():
+    start = {"round": 0, **{k: v for k, v in _ev(0, 0.4, 0.5, 0.8).items() if k != "round"}}
+    runs = [_run("solo", 1, [0.4, 0.4, 0.5], [0.8, 0.8, 0.8], []),
+            _run("vertical-ftis", 1, [0.5, 0.6, 0.7], [0.8, 0.9, 0.9], [0.9, 0.5, 0.7]),
+            _run("solo", 2, [0.4, 0.3, 0.3], [0.8, 0.8, 0.8], []),
+            _run("vertical-ftis", 2, [0.4, 0.5, 0.5], [0.8, 0.2, 0.9], [0.8, 0.6, 0.6])]
+    result = {"config": {"end_average": 2}, "start": start, "runs": runs}
+    assert end_score(runs[1], "A", "arith_mul", 2) == pytest.approx(0.65)  # rounds 6 and 8, not 4
+    s = summary(result)
+    d1 = s["claims"][0]
+    assert d1["claim"] == "D1" and d1["diffs"] == {1: pytest.approx(0.2), 2: pytest.approx(0.2)}
+    assert d1["mean"] == pytest.approx(0.2) and d1["sd"] == pytest.approx(0.0, abs=1e-12)
+    assert s["claims"][3]["verdict"] == "not enough seeds"  # D3 has no vertical-nois run
+    g = s["gate"]  # rounds 2 on only: (0.55 + 0.65) / 2
+    assert g["by_round"] == {1: pytest.approx(0.85), 2: pytest.approx(0.55), 3: pytest.approx(0.65)}
+    assert g["ess"] == pytest.approx(0.6) and g["holds"]
+    b = {(c["arm"], c["learner"], c["task"]): c for c in s["curves"]}
+    # B fell to 0.2 in seed 2 at round 6, under half of its best so far (0.8): a collapse; seed 1 none
+    assert b[("vertical-ftis", "B", "arith_mul")]["collapses"] == 1
+    assert b[("solo", "B", "arith_mul")]["collapses"] == 0
+    assert "| D1 | A, arith_mul | vertical-ftis - solo | 2 | 0.200 |" in markdown(s)
+    assert gate({"runs": []})["holds"] is False
+
+
+def test_the_seed_rule_takes_the_smallest_count_that_reaches_the_target():
+    assert sizing(0.03)["seeds"] == 8 and sizing(0.05)["seeds"] == 12 and sizing(0.07)["seeds"] == 24
+    big = sizing(0.09)
+    assert big["seeds"] is None and big["mde"][24] > 0.05  # above about 0.084 even 24 seeds miss 0.05
+    assert all(big["mde"][n] > big["mde"][m] for n, m in ((8, 12), (12, 16), (16, 24)))
+    assert math.isnan(sizing(float("nan"))["mde"][8])
+
+
+@pytest.mark.slow
+def test_a_warm_specialist_starts_every_run_and_each_learner_learns_the_others_task(tmp_path):
+    tiny = str(build_tiny_arith_model(tmp_path / "tiny"))
+    cfg = design_config(
+        learners=tuple({**spec, "model": tiny, "learner": {"lr": 3e-3}} for spec in DESIGN["learners"]),
+        node={**DESIGN["node"], "rounds": 2, "eval_items": 4, "eval_max_new_tokens": 4,
+              "sampling": {"group_size": 4, "temperature": 1.0, "max_new_tokens": 6}},
+        warm={"learner": "B", "rounds": 2, "lr": 3e-3}, arms=["solo", "vertical-ftis"], seeds=[200, 201],
+        eval_rounds=[1, 2], end_average=2)
+    out = tmp_path / "exp"
+    result = run_experiment(cfg, out, workers=2)
+    warm = out / "warm" / "B" / "model"
+    assert result["warm"]["task"] == "arith_mul" and len(result["warm"]["rounds"]) == 2
+    moved = tensor_files(warm.parent)  # the folder holds model/, as a checkpoint does
+    start = initial_weights(tiny)
+    assert moved.keys() == start.keys() and any(not (moved[k] == start[k]).all() for k in moved)
+    for name in ("A", "B"):
+        assert set(result["start"][name]["by_task"]) == {"arith_addsub", "arith_mul"}
+    runs = {(r["arm"], r["seed"]): r for r in result["runs"]}
+    for (arm, _), run in runs.items():
+        for ev in run["evals"]:
+            assert {t: ev[n]["by_task"][t]["items"] for n in "AB" for t in ("arith_addsub", "arith_mul")} == {
+                "arith_addsub": 4, "arith_mul": 4}
+        for rec in run["rounds"]:  # in a swarm arm each learns the other's groups, of the other's task
+            assert (rec["offpolicy_sequences"] > 0) == (arm == "vertical-ftis")
+    s = summary(result)
+    assert sorted(s["claims"][0]["diffs"]) == [200, 201] and s["gate"]["by_round"].keys() == {1, 2}
+    stamp = warm.stat().st_mtime_ns  # resumed: the specialist is not made again
+    again = run_experiment(cfg, out, workers=1)
+    assert warm.stat().st_mtime_ns == stamp and again["warm"] == json.loads(json.dumps(result["warm"]))
