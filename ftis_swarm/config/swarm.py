@@ -110,13 +110,12 @@ class FetchConfig(Strict):
     """Seconds from asking for a body to its header (and between two reads of it): longer is a stall."""
     min_body_rate: int = Field(256 * 1024, ge=1024)
     """Bytes per second a body must at least arrive at; slower is a stall (`fetch_timeout` bounds it too)."""
-    other_tokenizers: bool = False
-    """Fetch groups of peers with another tokenizer: their pointers pass the screen, and a body passes only
-    with alignment data (docs/method.md, "Peers with another tokenizer"; the node trains on them when
-    `learner.cross_tokenizer` is on). Off by default: a pointer does not say whether its group carries
-    alignment data, so a node that fetches other tokenizers also fetches bodies it then refuses, and
-    another tokenizer's pointers whose bodies never come cost it fetch attempts. False: such pointers are
-    refused unfetched as `tokenizer`."""
+    other_tokenizers: bool = True
+    """Fetch groups of peers with another tokenizer whose pointer signs that they carry alignment data
+    (`RoundPointer.aligned`; docs/method.md, "Peers with another tokenizer"; the node trains on them when
+    `learner.cross_tokenizer` is on). Another tokenizer's pointer without that flag is refused unfetched as
+    `tokenizer`, no one's fault; a body that differs from its flag is `pointer_mismatch`. False: every
+    pointer of another tokenizer is refused unfetched."""
 
     @model_validator(mode="after")
     def _fetch_slots(self) -> "FetchConfig":

@@ -36,17 +36,17 @@ import re
 from typing import Annotated, Optional
 
 import pydantic
-from pydantic import BeforeValidator, Field, StrictBytes, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import BeforeValidator, Field, StrictBool, StrictBytes, StrictFloat, StrictInt, StrictStr, field_validator
 
 from ftis_swarm.config import WireConfig
 from ftis_swarm.peers import faults
 from ftis_swarm.swarm.puzzle import NONCE_PATTERN
 from ftis_swarm.wire import Group, WireError, WireVersionError, decode_group
 
-RECORD_VERSION = 6
+RECORD_VERSION = 7
 """Version of both record schemas (1 was the shared window key of the first layout; 2 had no round;
 3 had no puzzle; 4 had one pointer per group, under subkeys of another form; 5 had no samples and no
-hint per group). A record of an older version is refused as `old_version`."""
+hint per group; 6 did not say whether a round's bodies carry alignment data). A record of an older version is refused as `old_version`."""
 MAX_BODY_BYTES = 4 << 20
 """p2pd's message cap; no wire group may be larger (WireConfig.max_bytes is at most this)."""
 MAX_GROUPS_PER_WINDOW = 1 << 16
@@ -138,6 +138,9 @@ class GroupPointer(_StrictRecord):
     """Completions the publisher signed for the body (None: not said); a body with others is refused."""
     correct: Optional[_int(ge=0, le=MAX_SAMPLES_PER_GROUP)] = None
     """The hint: the publisher's own count of correct answers among them (None: no hint)."""
+    aligned: StrictBool = False
+    """The publisher signed that the body carries alignment data (`Group.aligned`); a body that differs is
+    refused as `pointer_mismatch`."""
 
     @property
     def carries_signal(self) -> Optional[bool]:
@@ -195,6 +198,10 @@ class RoundPointer(_StrictRecord):
     """The publisher's puzzle nonce for the run (`puzzle`): what its identity cost."""
     groups: Annotated[list[PointedGroup], Field(min_length=1, max_length=MAX_GROUPS_PER_ROUND)]
     """The round's groups, each once."""
+    aligned: StrictBool = False
+    """Every body of the round carries alignment data (a tokenizer family, each completion's text and token
+    bytes: docs/method.md, "Peers with another tokenizer"), so a node of another tokenizer may fetch them;
+    False or absent: none does, and such a node refuses the round's groups unfetched (`tokenizer`)."""
 
     @field_validator("groups")
     @classmethod
@@ -209,7 +216,8 @@ class RoundPointer(_StrictRecord):
                              publisher=self.publisher, created_at=g.created_at, run_id=self.run_id,
                              tokenizer_fp=self.tokenizer_fp, window=self.window, round=self.round,
                              round_groups=len(self.groups), tokens=g.tokens, puzzle=self.puzzle,
-                             samples=g.hint[1] if g.hint else None, correct=g.hint[0] if g.hint else None)
+                             samples=g.hint[1] if g.hint else None, correct=g.hint[0] if g.hint else None,
+                             aligned=self.aligned)
                 for g in self.groups]
 
 
@@ -222,13 +230,14 @@ def make_round_pointer(groups: list[tuple[Group, bytes]], *, publisher: str, run
                        window: int, round: int, puzzle: str,
                        correct: Optional[list[Optional[int]]] = None) -> RoundPointer:
     """The pointer this node stores for its round `round`: (group, encoded body) each; `puzzle` is this
-    identity's nonce; `correct`, one hint per group (its own count of correct answers, None: no hint)."""
+    identity's nonce; `correct`, one hint per group (its own count of correct answers, None: no hint). The
+    pointer says `aligned` when every group carries alignment data."""
     hints = list(correct) if correct is not None else [None] * len(groups)
     if len(hints) != len(groups):
         raise ValueError(f"{len(hints)} hints for {len(groups)} groups")
     return RoundPointer(
         v=RECORD_VERSION, publisher=publisher, run_id=run_id, tokenizer_fp=tokenizer_fp, window=window,
-        round=round, puzzle=puzzle,
+        round=round, puzzle=puzzle, aligned=all(group.aligned for group, _ in groups),
         groups=[PointedGroup(sha256=hashlib.sha256(body).digest(), size=len(body),
                              created_at=float(group.created_at), tokens=group.num_completion_tokens,
                              **({"hint": [hint, group.G]} if hint is not None else {}))
@@ -305,10 +314,10 @@ def parse_subkey(subkey: object) -> Optional[tuple[bytes, str]]:
 def screen_pointer(pointer: GroupPointer, *, now: float, run_id: str, tokenizer_fp: str,
                    ttl: float, max_clock_skew: float, max_bytes: int, other_tokenizers: bool = False) -> str:
     """Why a pointer is not worth fetching ("" when it is); needs no download. `other_tokenizers`: a pointer of
-    another tokenizer passes (its body must then carry alignment data: `check_body`)."""
+    another tokenizer passes when it signs that its body carries alignment data (`check_body` holds it to that)."""
     if pointer.run_id != run_id:
         return faults.RUN_ID
-    if pointer.tokenizer_fp != tokenizer_fp and not other_tokenizers:
+    if pointer.tokenizer_fp != tokenizer_fp and not (other_tokenizers and pointer.aligned):
         return faults.POINTER_TOKENIZER
     if pointer.created_at > now + max_clock_skew:
         return faults.FUTURE
@@ -344,6 +353,8 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
         return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
+    if group.aligned != pointer.aligned:
+        return None, faults.POINTER_MISMATCH, f"alignment data {'absent' if pointer.aligned else 'present'}, pointer says otherwise"
     if tokenizer_fp is not None and group.tokenizer_fp != tokenizer_fp and not group.aligned:
         return None, faults.POINTER_TOKENIZER, "another tokenizer's group without alignment data"
     if pointer.tokens is not None and group.num_completion_tokens != pointer.tokens:

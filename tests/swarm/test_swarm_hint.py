@@ -66,8 +66,11 @@ def test_a_hint_is_signed_per_group_and_read_back_through_the_views(alice, bob):
 
 
 def test_an_older_pointer_is_refused_as_old_version_and_a_body_must_have_its_signed_samples(alice, bob):
-    assert RECORD_VERSION == 6
+    assert RECORD_VERSION == 7
+    assert bob.checker.examine(alice.pointer(v=6)).reason == "old_version"  # a pointer that cannot say `aligned`
     assert bob.checker.examine(alice.pointer(v=5)).reason == "old_version"
+    assert bob.checker.examine(alice.pointer(aligned=True)).content.views()[0].aligned
+    assert bob.checker.examine(alice.pointer(aligned=1)).reason == "bad_schema"  # strictly a bool
     group = make_group(sender=alice.peer_id, run_id=RUN, item="x", tokens=24, tokenizer_fp="tok", vocab_size=1000)
     body = encode_group(group)
     pointer = make_round_pointer([(group, body)], publisher=alice.peer_id, run_id=RUN, tokenizer_fp="tok",

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.net, pytest.mark.slow]
 CAP = 3
 TTL, SKEW = 60.0, 5.0
 EXPECTED_REJECTIONS = {
-    "hash_mismatch": 1, "size_mismatch": 1, "malformed": 2, "sender_mismatch": 2, "pointer_mismatch": 1,
+    "hash_mismatch": 1, "size_mismatch": 1, "malformed": 2, "sender_mismatch": 2, "pointer_mismatch": 2,
     "tokenizer": 1, "stale": 1, "future": 1, "oversize": 1, "fetch_failed": 1,
 }
 

@@ -107,17 +107,30 @@ def test_another_tokenizers_group_passes_only_with_alignment_data(alice):
     # the screen: refused unfetched unless this node fetches other tokenizers
     screen = dict(now=pointer.created_at, run_id=RUN, tokenizer_fp="smol", ttl=TTL, max_clock_skew=5.0,
                   max_bytes=1 << 20)
+    # the screen: its pointer does not say `aligned`, so it is refused unfetched, whether or not this node
+    # fetches other tokenizers
+    assert not pointer.aligned
     assert screen_pointer(pointer, **screen) == "tokenizer"
-    assert screen_pointer(pointer, **screen, other_tokenizers=True) == ""
-    # the body: without alignment data it is another tokenizer's ids, no one's fault
-    assert check_body(body, pointer, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")[1] == "tokenizer"
+    assert screen_pointer(pointer, **screen, other_tokenizers=True) == "tokenizer"
     assert faults.SWARM[faults.POINTER_TOKENIZER].cost == 0
+    # a pointer that signs `aligned` over such a body is fetched and refused as a signed lie
+    lying = pointer.model_copy(update={"aligned": True})
+    assert screen_pointer(lying, **screen, other_tokenizers=True) == ""
+    assert check_body(body, lying, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")[1] == "pointer_mismatch"
+    assert faults.SWARM[faults.POINTER_MISMATCH].cost > 0
+    # a body without alignment data behind a pointer the screen was not asked about: no one's fault
+    assert check_body(body, pointer, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")[1] == "tokenizer"
     # with it, ids past this node's vocabulary pass: the learner re-encodes the text
     texts = [b"ab" * len(c) for c in plain.completion_ids]
     aligned = dataclasses.replace(plain, tokenizer_family="qwen2", texts=tuple(texts),
                                   token_bytes=tuple(np.full(len(c), 2, np.uint8) for c in plain.completion_ids))
     aligned._id.clear()
     body, pointer = pointed(aligned)
+    assert pointer.aligned  # the publisher signs that its body carries alignment data
+    assert screen_pointer(pointer, **screen) == "tokenizer"  # a node that fetches no other tokenizer
+    assert screen_pointer(pointer, **screen, other_tokenizers=True) == ""
+    unflagged = pointer.model_copy(update={"aligned": False})  # alignment data its pointer denies
+    assert check_body(body, unflagged, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")[1] == "pointer_mismatch"
     assert max(int(c.max()) for c in aligned.completion_ids) >= 1000  # out of this node's vocabulary
     group, reason, _ = check_body(body, pointer, vocab_size=1000, limits=WireConfig(), tokenizer_fp="smol")
     assert reason == "" and group.aligned and group.texts == aligned.texts

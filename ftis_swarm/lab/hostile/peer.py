@@ -234,9 +234,12 @@ class Hostile:
             "reannounce_victim": (victim_group, {}, victim_body, None),
             "pointer_mismatch": (g := group("fp", tokenizer_fp="another-tokenizer"), {"tokenizer_fp": tok},
                                  encode_group(g), None),
-            # another tokenizer's group without alignment data: refused unfetched, or (`fetch.other_tokenizers`) on arrival
+            # another tokenizer's group without alignment data: its pointer does not say `aligned`, refused unfetched
             "tokenizer": (g := group("tok", tokenizer_fp="another-tokenizer"), {"tokenizer_fp": "another-tokenizer"},
                           encode_group(g), None),
+            # the same, its pointer signing that it carries alignment data: fetched, and refused as a signed lie
+            "aligned_lie": (g := group("unaligned", tokenizer_fp="another-tokenizer"),
+                            {"tokenizer_fp": "another-tokenizer", "aligned": True}, encode_group(g), None),
             "another_run": (g := group("run"), {"run_id": "another-run"}, encode_group(g), None),
             "stale": (g := group("old"), {"created_at": now - 2 * ttl}, encode_group(g), None),
             "future": (g := group("new"), {"created_at": now + ttl}, encode_group(g), None),
