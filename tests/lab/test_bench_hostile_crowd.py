@@ -12,7 +12,14 @@ import pytest
 from record_peers import PUZZLE
 
 from ftis_swarm.cli.lab.bench_swarm import CROWD_PHASES
-from ftis_swarm.lab.bench.crowd_phases import PHASES, _copy, crowd_hosts, format_crowd_phases, run_crowd_phases
+from ftis_swarm.lab.bench.crowd_phases import (
+    PHASES,
+    _copy,
+    crowd_hosts,
+    format_crowd_phases,
+    recovered_by,
+    run_crowd_phases,
+)
 from ftis_swarm.wire import Group
 
 ROUNDS = 3
@@ -74,3 +81,13 @@ def test_a_credit_crowd_of_4_origins_against_the_tiny_testnet(tmp_path):
     assert sum(n.crowd_groups for n in credit.nodes) > 0, text  # the crowd's groups reached updates
     assert sum(n.honest_groups for n in base.nodes) > 0, text
     assert "  credit     0" in text and "crowd share" in text
+
+
+def test_recovery_is_the_round_from_which_honest_groups_stay_near_the_baseline():
+    # baseline 4 a round: 75% is 3; a mean over 3 rounds (fewer at the end)
+    assert recovered_by([0, 0, 4, 4, 4, 4], 4.0) == 3
+    assert recovered_by([0, 1, 4, 4, 4, 4], 4.0) == 2  # 1, 4, 4: a mean of 3
+    assert recovered_by([4, 4, 4, 4], 4.0) == 1
+    assert recovered_by([0, 4, 4, 4, 0, 0], 4.0) is None  # falls back below at the end
+    assert recovered_by([0, 2, 3, 4, 3], 4.0) == 2  # means 3.0, 3.33, 3.5, 3.0 from round 2
+    assert recovered_by([], 4.0) is None

@@ -15,7 +15,7 @@ import typer
 from ftis_swarm.cli.app import fail
 from ftis_swarm.cli.lab.bench import bench_app, check_json_path, progress_line, report_figures
 
-CROWD_PHASES = ("credit", "strike", "stall", "fill", "copy")
+CROWD_PHASES = ("credit", "strike", "stall", "fill", "recover", "copy")
 """`lab/bench/crowd_phases.py`'s `PHASES`, here so that a refused flag does not import the nodes."""
 
 
@@ -34,7 +34,7 @@ def bench_hostile(
                                               "identities cost at the default puzzle, and a crowd from one origin; "
                                               "have-flood: one gather's loop work under a flood of haves, in-process; "
                                               "crowd: a crowd on as many origins against the tiny testnet, every crowd "
-                                              "phase after a baseline; or some of credit,strike,stall,fill,copy (comma-separated)."),
+                                              "phase after a baseline; or some of credit,strike,stall,fill,recover,copy (comma-separated)."),
     crowd: int = typer.Option(20, min=1, max=200, help="--phase identities: identities of the crowd, all from one origin; "
                                                         "the crowd's phases: identities, each on its own origin (--quick: 4)."),
     quick: bool = typer.Option(False, "--quick", help="The crowd's phases small: 4 identities, 3 rounds a phase, fill 300."),
@@ -51,7 +51,7 @@ def bench_hostile(
     groups per round against the baseline, honest bans, attackers banned, every process's peak RSS
     (`--phase identities`: the cost of identities, and the storage share of a crowd from one origin;
     `--phase have-flood`: a gatherer's loop time for one gather under a flood of haves, against none;
-    `--phase crowd`: a crowd of identities on as many origins farms credit, strikes, stalls, fills and copies
+    `--phase crowd`: a crowd of identities on as many origins farms credit, strikes, stalls, fills (then falls silent) and copies
     against the tiny testnet, per phase and node against a baseline)."""
     crowd_phases = CROWD_PHASES if phase == "crowd" else tuple(p.strip() for p in phase.split(","))
     is_crowd = set(crowd_phases) <= set(CROWD_PHASES)

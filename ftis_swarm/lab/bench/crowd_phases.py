@@ -23,6 +23,9 @@ crowd is joined and silent:
 - `fill`: `FILLERS` hostile peers (`lab.hostile.peer`, each its own identity and daemon) on
   the crowd's first origins each store `fill` valid pointers under their own keys on every
   peer; the phase runs until they are done (at most `_MAX_FILL_FACTOR` x its rounds);
+- `recover`: the crowd joined and silent again, as in the baseline, right after the fill in
+  `--phase crowd`: whether the nodes are back to their baseline figures, and in how many
+  rounds (`NodePhase.honest_by_round`);
 - `copy`: the honest groups of the round, re-published by the crowd right after their
   publishers: even identities exact copies (only the sender differs), odd ones near copies
   (one `logp_gen` moved by one ulp).
@@ -67,7 +70,7 @@ from ftis_swarm.ops.testnet import TINY_FLAGS, loopback_host, preset, start_boot
 from ftis_swarm.tasks import get_task
 from ftis_swarm.wire import Group, encode_group, tokenizer_fingerprint
 
-PHASES = ("credit", "strike", "stall", "fill", "copy")
+PHASES = ("credit", "strike", "stall", "fill", "recover", "copy")
 RUN_ID = "bench-crowd"
 PER_WORKER = 5
 """Crowd identities per worker process (each with its own p2pd)."""
@@ -99,6 +102,8 @@ class NodePhase:
     """Completion tokens of all peers' groups it took."""
     honest_groups: int = 0
     """The other nodes' groups it took."""
+    honest_by_round: list[int] = dataclasses.field(default_factory=list)
+    """The same, each round of the phase."""
     crowd_groups: int = 0
     peer_groups: int = 0
     """The node's own `peer_groups` metric, summed over the phase's rounds (honest + crowd groups: a check)."""
@@ -437,6 +442,7 @@ class _Bench:
             honest = [g for g in taken if g.sender in self.honest]
             crowd = [g for g in taken if g.sender in self.crowd_ids]
             fig.honest_groups += len(honest)
+            fig.honest_by_round.append(len(honest))
             fig.crowd_groups += len(crowd)
             fig.crowd_tokens += sum(g.num_completion_tokens for g in crowd)
             fig.peer_tokens += sum(g.num_completion_tokens for g in taken)
@@ -449,6 +455,17 @@ class _Bench:
             fig.over_1 += int(sum(metrics.get(f"used_over_1@{sources[c]}", 0.0) for c in self.crowd_ids if c in sources))
             fig.publish_failed += int(p.counts.get("publish_failed", 0))
             fig.published += int(p.counts.get("published", 0))
+
+
+def recovered_by(by_round: list[int], baseline: float, *, share: float = 0.75, window: int = 3) -> Optional[int]:
+    """The first round (1-based) from which the mean of honest groups over every `window` rounds (fewer at the
+    end) stays at `share` of `baseline` or more; None: it never does."""
+    for start in range(len(by_round)):
+        rest = by_round[start:]
+        means = [sum(rest[k:k + window]) / len(rest[k:k + window]) for k in range(len(rest))]
+        if all(m >= share * baseline for m in means):
+            return start + 1
+    return None
 
 
 def format_crowd_phases(bench: CrowdBench) -> str:
@@ -464,6 +481,15 @@ def format_crowd_phases(bench: CrowdBench) -> str:
             lines.append(f"{ph.phase:>8} {i:>5} {n.crowd_share:>11.2f} {n.honest_per_round:>12.2f} {ratio:>7.2f} "
                          f"{f'{n.empty_rounds}/{n.offered_rounds}':>7} {n.over_1:>8} {n.honest_bans:>11} "
                          f"{f'{n.publish_failed}/{n.publish_failed + n.published}':>14} {n.p2pd_mb:>8.1f}")
+    base_round = sum(b.honest_per_round for b in base.nodes)
+    for ph in bench.phases:
+        if ph.phase != "recover":
+            continue
+        by_round = [sum(r) for r in zip(*(n.honest_by_round for n in ph.nodes))]
+        back = recovered_by(by_round, base_round)
+        lines.append(f"recover: honest groups a round, the 3 nodes together: {' '.join(map(str, by_round))} "
+                     f"(baseline {base_round:.2f}); " + (f"at 75% of the baseline or more from round {back} on"
+                                                           if back else "below 75% of the baseline at the end"))
     lines.append("per phase: crowd groups published ok/failed, peak RSS MB of the nodes' process and of the "
                  "bootstrap, seconds, 1-min load at its end")
     for ph in bench.phases:

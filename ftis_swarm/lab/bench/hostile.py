@@ -22,7 +22,7 @@ each process's peak resident memory (`VmHWM`, reset at the start of the phase) a
 its resident memory at the end of the baseline. First, in this process, what one stored
 record costs in memory (`storage_memory`). All processes share this machine's cores and clock.
 
-A crowd of identities on many origins that farms credit, strikes, stalls, fills and copies against
+A crowd of identities on many origins that farms credit, strikes, stalls, fills (then falls silent) and copies against
 real learning nodes is `--phase crowd`'s (`crowd_phases.py`).
 """
 
