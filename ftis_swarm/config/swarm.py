@@ -114,7 +114,7 @@ class FetchConfig(Strict):
     """Fetch groups of peers with another tokenizer whose pointer signs that they carry alignment data
     (`RoundPointer.aligned`; docs/method.md, "Peers with another tokenizer"; the node trains on them when
     `learner.cross_tokenizer` is on). Another tokenizer's pointer without that flag is refused unfetched as
-    `tokenizer`, no one's fault; a body that differs from its flag is `pointer_mismatch`. False: every
+    `tokenizer`, no one's fault; a body without alignment data under the flag is `pointer_mismatch`. False: every
     pointer of another tokenizer is refused unfetched."""
 
     @model_validator(mode="after")

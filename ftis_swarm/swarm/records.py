@@ -139,8 +139,8 @@ class GroupPointer(_StrictRecord):
     correct: Optional[_int(ge=0, le=MAX_SAMPLES_PER_GROUP)] = None
     """The hint: the publisher's own count of correct answers among them (None: no hint)."""
     aligned: StrictBool = False
-    """The publisher signed that the body carries alignment data (`Group.aligned`); a body that differs is
-    refused as `pointer_mismatch`."""
+    """The publisher signed that the body carries alignment data (`Group.aligned`, `RoundPointer.aligned`); a
+    body without it is refused as `pointer_mismatch`."""
 
     @property
     def carries_signal(self) -> Optional[bool]:
@@ -201,7 +201,9 @@ class RoundPointer(_StrictRecord):
     aligned: StrictBool = False
     """Every body of the round carries alignment data (a tokenizer family, each completion's text and token
     bytes: docs/method.md, "Peers with another tokenizer"), so a node of another tokenizer may fetch them;
-    False or absent: none does, and such a node refuses the round's groups unfetched (`tokenizer`)."""
+    a body without it is `pointer_mismatch`. False or absent: not every one does (an aligner leaves out a
+    group it cannot describe, e.g. a completion cut inside a character), and a node of another tokenizer
+    refuses the round's groups unfetched (`tokenizer`)."""
 
     @field_validator("groups")
     @classmethod
@@ -353,8 +355,8 @@ def check_body(body: bytes, pointer: GroupPointer, *, vocab_size: Optional[int],
         pointer.run_id, pointer.tokenizer_fp, pointer.created_at
     ):
         return None, faults.POINTER_MISMATCH, "run id, tokenizer or creation time differ from the pointer"
-    if group.aligned != pointer.aligned:
-        return None, faults.POINTER_MISMATCH, f"alignment data {'absent' if pointer.aligned else 'present'}, pointer says otherwise"
+    if pointer.aligned and not group.aligned:  # a body with it under a pointer without: its round is mixed, no lie
+        return None, faults.POINTER_MISMATCH, "no alignment data, pointer says every body of its round has it"
     if tokenizer_fp is not None and group.tokenizer_fp != tokenizer_fp and not group.aligned:
         return None, faults.POINTER_TOKENIZER, "another tokenizer's group without alignment data"
     if pointer.tokens is not None and group.num_completion_tokens != pointer.tokens:
