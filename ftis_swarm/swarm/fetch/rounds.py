@@ -18,7 +18,10 @@ in step, a slow one is waited for until the deadline, and a dead one stops count
 two deadlines. A peer that restarts and publishes a round number it used before is waited
 for until the deadline once (the round reads as handed out already).
 
-Thread-safe: the swarm's loop notes and settles, the node's thread asks and consumes.
+Thread-safe: the swarm's loop notes and settles, the node's thread asks and consumes. Its
+per-round group ids are its own, not read from `PointerTable` (the loop's alone, unlocked): the
+gatherer notes a pointer when the table first sees it and settles it at the table's transitions
+out of the round's wait (offered, passed, accepted, rejected).
 """
 
 from __future__ import annotations
