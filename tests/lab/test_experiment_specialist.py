@@ -113,3 +113,24 @@ def test_a_warm_specialist_starts_every_run_and_each_learner_learns_the_others_t
     stamp = warm.stat().st_mtime_ns  # resumed: the specialist is not made again
     again = run_experiment(cfg, out, workers=1)
     assert warm.stat().st_mtime_ns == stamp and again["warm"] == json.loads(json.dumps(result["warm"]))
+
+
+def test_runs_of_another_warm_start_are_set_aside_and_kept(tmp_path):
+    from ftis_swarm.lab.experiment.arms import set_aside_if_another_specialist
+
+    rounds = [{"reward": 0.5, "loss": 0.1}, {"reward": 0.92, "loss": 0.2}]
+    before = {"learner": "B", "rounds": rounds}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "solo_seed0.json").write_text("{}")
+    (tmp_path / "start_eval.json").write_text("{}")
+    (tmp_path / "warm.json").write_text(json.dumps({"result": before}))
+    assert set_aside_if_another_specialist(tmp_path, before, json.loads(json.dumps(before))) is None
+    assert (tmp_path / "runs" / "solo_seed0.json").is_file()  # the same specialist: nothing moved
+    now = {"learner": "B", "rounds": [rounds[0], {"reward": 1.0, "loss": 0.2}]}  # diverged at round 2
+    dest = set_aside_if_another_specialist(tmp_path, before, now)
+    assert dest == tmp_path / "set-aside-1"
+    assert (dest / "runs" / "solo_seed0.json").is_file() and (dest / "start_eval.json").is_file()
+    assert json.loads((dest / "warm.json").read_text())["result"] == before
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "start_eval.json").exists()
+    (tmp_path / "runs").mkdir()  # a second divergence goes to a folder of its own
+    assert set_aside_if_another_specialist(tmp_path, now, before) == tmp_path / "set-aside-2"

@@ -77,9 +77,13 @@ def run_experiment(
     if warm_dir is not None:  # the specialist first: every run starts from it
         warm = _reuse(out / "warm.json", key, defaults) if resume else None
         if warm is None or not Path(warm_dir, cfg.warm.learner, "model").is_dir():
+            before = warm  # its record, its checkpoint gone (another machine, a fresh checkout)
+
             def _warm_done(_: int, res: dict[str, Any]) -> None:
                 nonlocal warm
                 warm = res
+                if before is not None:
+                    set_aside_if_another_specialist(out, before, res)
                 _write(out / "warm.json", res, key)
             _in_pool([(warm_start, (cfg_json, warm_dir))], workers=1, threads=max(1, workers * threads),
                      on_result=_warm_done)
@@ -149,6 +153,38 @@ def run_key(cfg: ExperimentConfig) -> dict[str, Any]:
     """The settings one run depends on (all but the list of arms and seeds): what resume compares
     (`same_settings`: a setting added to the code since a run was saved matches at its default)."""
     return cfg.model_dump(mode="json", exclude={"arms", "seeds"})
+
+
+def warm_trace(warm: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """What tells two warm starts apart: each round's reward and loss (equal only for the same specialist)."""
+    return [(r.get("reward"), r.get("loss")) for r in warm.get("rounds", [])]
+
+
+def set_aside_if_another_specialist(out: Path, before: dict[str, Any], now: dict[str, Any]) -> Optional[Path]:
+    """Moves what started from the specialist of `before` (the finished runs, the start evaluation and its
+    warm.json) into `out/set-aside-<n>/` when the warm start made again, `now`, is another one; returns that
+    folder (None: the same specialist, nothing moved).
+
+    A warm start is not bit-exact across machines (float sums in another order), and its checkpoint is not
+    kept beside the results, so a resume elsewhere makes the specialist again: runs of two specialists must
+    not be paired in one table. Nothing is deleted."""
+    old, new = warm_trace(before), warm_trace(now)
+    if old == new:
+        return None
+    differ = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    n = 1
+    while (out / f"set-aside-{n}").exists():
+        n += 1
+    dest = out / f"set-aside-{n}"
+    dest.mkdir()
+    for name in ("runs", "start_eval.json", "warm.json"):
+        if (out / name).exists():
+            (out / name).rename(dest / name)
+    log.warning("the warm start made again differs from the one the finished runs started from (round %d: "
+                "reward, loss %s against %s): those runs are in %s, and every run is made again",
+                differ + 1, new[differ] if differ < len(new) else None, old[differ] if differ < len(old) else None,
+                dest)
+    return dest
 
 
 def _write(path: Path, result: dict[str, Any], key: dict[str, Any]) -> None:
