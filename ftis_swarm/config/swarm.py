@@ -68,6 +68,14 @@ class RecordsConfig(Strict):
     max_records_per_origin: int = Field(4096, ge=16)
     """Most records this node stores that peers of one network origin sent, all together; the peers
     reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
+    store_rate: float = Field(8.0, gt=0)
+    """Records a second one peer may ask this node to store (a token bucket of `store_burst`; its network
+    origin's bucket is four times both); the rest of a request is refused as `store_rate`, unchecked and no
+    one's fault. An honest node stores two records a round on each replica; a fill is slowed to this rate,
+    and so is what its signature checks cost this node (`swarm/dht/guard.py`)."""
+    store_burst: int = Field(256, ge=16)
+    """Records one peer may store at once before `store_rate` paces it (one request of hivemind's replication
+    push, a key's whole dictionary, counts each record)."""
     storage_reserve: float = Field(0.25, ge=0.0, lt=1.0)
     """Share of `max_stored_records` and `max_stored_bytes` that only known publishers' records may take
     (peers the policy scores, and owners that stored their own records here `known_publisher_after` s
@@ -86,6 +94,12 @@ class FetchConfig(Strict):
     off, also between two reads of the DHT's membership keys."""
     dht_poll_interval: float = Field(5.0, gt=0, le=600)
     """Seconds between two reads of the DHT's membership keys while gossip is on (the fallback)."""
+    member_read_rate: float = Field(16.0, gt=0)
+    """Records a second that reading one peer's pointer key of a window may cost this node: after a read
+    that returned n records, that key is not read again for n / member_read_rate seconds, whatever its
+    membership record claims. An honest key holds a window's few round pointers; a key filled with a
+    thousand valid pointers is read about once a minute, not at every membership read (each read of it
+    costs this node, and the peers it asks, a 1 MiB reply: docs/swarm.md, "Gathering")."""
     max_groups_per_peer_per_gather: int = Field(16, ge=1)
     """Most groups one peer may contribute to one gather; its further groups wait for the next one.
     A node lowers it to its `learner.max_groups_per_peer` when that is smaller."""

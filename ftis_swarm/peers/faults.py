@@ -173,6 +173,7 @@ REQUESTER_QUOTA = _swarm("requester_quota")
 KEY_FULL = _swarm("key_full")
 STORAGE_FULL = _swarm("storage_full")
 ORIGIN_QUOTA = _swarm("origin_quota")  # the requester's network origin holds its share (dht/origin_quota.py)
+STORE_RATE = _swarm("store_rate")  # records past the requester's (or its origin's) store rate (dht/guard.py)
 CACHE_STORE = _swarm("cache_store")  # hivemind caches on its own
 REGULAR_VALUE = _swarm("regular_value")
 MALFORMED_REQUEST = _swarm("malformed_request")

@@ -281,3 +281,39 @@ def test_servicer_refuses_what_is_not_a_pointer_with_one_count_each(alice, bob):
     assert counters.drain_peer_faults() == {alice.peer_id: Counter(unbound_key=1, bad_encoding=1,
                                                                    regular_value=1, cache_store=1)}
     assert storage.held == 1
+
+
+def test_servicer_paces_each_requester_and_origin_before_checking_and_never_charges_the_rate(alice, bob):
+    from ftis_swarm.swarm.dht.guard import ORIGIN_RATE_FACTOR, StoreRate
+
+    now = [0.0]
+    rate = StoreRate(rate=2.0, burst=3, clock=lambda: now[0])
+    policy, counters = Scores(), SwarmCounters()
+    storage = _storage(policy)
+    servicer = DHTServicer(protocol=SimpleNamespace(node_info=dht_pb2.NodeInfo()), storage=storage,
+                           checker=bob.checker, policy=policy, counters=counters, store_rate=rate)
+    checked = []
+    examine = bob.checker.examine
+    servicer._checker = SimpleNamespace(examine=lambda record: checked.append(record) or examine(record))
+
+    def store(records) -> list[bool]:
+        request = dht_pb2.StoreRequest(keys=[r.key for r in records], subkeys=[r.subkey for r in records],
+                                       values=[r.value for r in records],
+                                       expiration_time=[r.expiration_time for r in records],
+                                       in_cache=[False] * len(records))
+        context = P2PContext(handle_name="rpc_store", local_id=PeerID(b"me"),
+                             remote_id=PeerID.from_base58(alice.peer_id))
+        return list(asyncio.run(servicer.rpc_store(request, context)).store_ok)
+
+    assert store([alice.pointer(round=r) for r in range(5)]) == [True] * 3 + [False] * 2  # the burst, then paced
+    assert len(checked) == 3  # the two past the rate were refused unchecked
+    assert counters.drain_peer_faults() == {alice.peer_id: Counter(store_rate=2)}
+    assert faults.SWARM[faults.STORE_RATE].cost == 0  # priced, and no one's fault
+    now[0] = 1.0  # a second later: two more
+    assert store([alice.pointer(round=r) for r in range(10, 14)]) == [True, True, False, False]
+    assert storage.held == 5
+    # an origin's bucket is ORIGIN_RATE_FACTOR requesters': its fifth identity at once finds it empty
+    fresh = StoreRate(rate=2.0, burst=3, clock=lambda: 0.0)
+    takes = [fresh.take(f"id{i}", "10.0.0.0/24", 3) for i in range(ORIGIN_RATE_FACTOR + 1)]
+    assert takes == [3] * ORIGIN_RATE_FACTOR + [0]
+    assert fresh.take("elsewhere", "10.0.1.0/24", 3) == 3  # another origin has its own

@@ -273,7 +273,7 @@ def _fillers(workdir: Path, swarm: SwarmConfig, *, hosts: list[str], fp: str, vo
                             max_clock_skew=records.max_clock_skew, window=records.window,
                             member_shards=records.member_shards, max_bytes=swarm.wire.max_bytes, tokenizer_fp=fp,
                             vocab_size=vocab, identities=0, body_servers=False, puzzle=swarm.puzzle.model_dump(),
-                            host=host)
+                            host=host, store_rate=records.store_rate, store_burst=records.store_burst)
             procs.append(JsonProcess([sys.executable, "-m", "ftis_swarm.lab.hostile.peer", json.dumps(settings)],
                                      log=workdir / f"filler{i}.log"))
         for p in procs:

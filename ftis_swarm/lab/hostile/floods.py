@@ -108,6 +108,8 @@ class Floods:
             hostile.node.protocol.storage = HoldsNothing()
         self.body_peers: dict[str, tuple[P2P, Signer]] = {}
         self._tasks: dict[str, asyncio.Task] = {}
+        self._paced_until = 0.0
+        """When the next chunk may go out at the defenders' store rate (`_store`)."""
 
     def identities(self) -> list[str]:
         return [s.peer_id for s in self.signers]
@@ -258,16 +260,25 @@ class Floods:
         return await self._store(kid, items)
 
     async def _store(self, kid: DHTID, items: list) -> dict[str, int]:
-        """Stores (subkey, signed value, expiry) items under `kid` on every honest peer, in chunks."""
+        """Stores (subkey, signed value, expiry) items under `kid` on every honest peer, in chunks.
+
+        With `store_rate` in the settings (the defenders' documented `records.store_rate` and
+        `store_burst`), the chunks are paced to it, as a patient filler would: every record it
+        sends is then one the peer checks, none is refused for the rate."""
         accepted: dict[str, int] = {}
         peers = await self.h.honest_peers(kid)
-        for start in range(0, len(items), _CHUNK):
-            chunk = items[start:start + _CHUNK]
+        rate, size = self.h.s.get("store_rate"), min(_CHUNK, self.h.s.get("store_burst", _CHUNK))
+        for start in range(0, len(items), size):
+            chunk = items[start:start + size]
+            if rate and self._paced_until > time.monotonic():
+                await asyncio.sleep(self._paced_until - time.monotonic())
             for peer in peers:
                 answer = await self.h.node.protocol.call_store(
                     peer, [kid] * len(chunk), [i[1] for i in chunk], [i[2] for i in chunk],
                     subkeys=[i[0] for i in chunk])
                 accepted[peer.to_base58()] = accepted.get(peer.to_base58(), 0) + sum(answer or [])
+            if rate:
+                self._paced_until = time.monotonic() + len(chunk) / rate
         return accepted
 
 

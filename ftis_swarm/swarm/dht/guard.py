@@ -10,8 +10,14 @@ difference) in this order, each record on its own:
    (`regular_value`), a subkey of the swarm's form (`not_pointer_form`); a
    whole-dictionary store (hivemind's replication push) is decoded strictly
    (`dhtcodec`), refused whole at its first item of another form (`bad_encoding`);
-2. `RecordChecker.examine` (size, expiry, signature, schema, key binding);
-3. `GuardedStorage.admit` (quotas, the reserve, eviction by rank and by origin share), with
+2. the requester's store rate (`StoreRate`): `store_rate` records a second from one peer and
+   four times that from one network origin, in token buckets of `store_burst` (and four
+   times that; a dictionary's records each count); the records past it are refused as
+   `store_rate` before any signature or puzzle check (no one's fault: a fill by many
+   identities costs this peer at most that rate in checks, where it took the nodes' event
+   loops whole before, issue 40);
+3. `RecordChecker.examine` (size, expiry, signature, schema, key binding);
+4. `GuardedStorage.admit` (quotas, the reserve, eviction by rank and by origin share), with
    the requester's network origin (`origins.OriginBook`; `origin_quota` caps it too).
 
 Refusals are counted per requesting peer as faults and logged at most once per peer per
@@ -24,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+import math
+import time
+from collections import Counter, OrderedDict
 from typing import Optional
 
 from hivemind.dht.protocol import DHTProtocol
@@ -49,13 +57,52 @@ MAX_REPLY_BYTES = 5 << 19
 _HARMLESS = frozenset({faults.NOT_NEWER, faults.EXPIRED})
 
 
+ORIGIN_RATE_FACTOR = 4
+"""An origin's bucket is this many requesters' (several honest nodes may share an address)."""
+MAX_BUCKETS = 4096
+"""Requesters and origins whose buckets are kept (the longest-quiet leaves first: it comes back full)."""
+
+
+class StoreRate:
+    """Token buckets of records a second per requesting peer and per network origin (bounded tables)."""
+
+    def __init__(self, rate: float, burst: int, clock=time.monotonic):
+        self._rate, self._burst, self._clock = rate, burst, clock
+        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+
+    def take(self, requester: str, origin: Optional[str], n: int) -> int:
+        """How many of `n` records the requester may have checked now (its bucket and its origin's are charged)."""
+        now = self._clock()
+        rid, oid = ("peer", requester), ("origin", origin) if origin is not None else None
+        allowed = self._level(rid, self._burst, self._rate, now)
+        if oid is not None:
+            allowed = min(allowed, self._level(oid, self._burst * ORIGIN_RATE_FACTOR,
+                                               self._rate * ORIGIN_RATE_FACTOR, now))
+        granted = max(0, min(n, int(allowed)))
+        for bid in (rid, oid):
+            if bid is not None:
+                level, _ = self._buckets[bid]
+                self._buckets[bid] = (level - granted, now)
+        return granted
+
+    def _level(self, bid: tuple[str, str], burst: int, rate: float, now: float) -> float:
+        level, at = self._buckets.pop(bid, (float(burst), now))
+        level = min(float(burst), level + (now - at) * rate)
+        self._buckets[bid] = (level, now)  # most recently heard last
+        while len(self._buckets) > MAX_BUCKETS:
+            self._buckets.popitem(last=False)
+        return level
+
+
 class DHTServicer:
     """Answers `rpc_ping`, `rpc_store` and `rpc_find` for one peer (see the module docstring)."""
 
     def __init__(self, *, protocol: DHTProtocol, storage: GuardedStorage, checker: RecordChecker,
-                 policy: PeerPolicy, counters: SwarmCounters, origins: Optional[OriginBook] = None):
+                 policy: PeerPolicy, counters: SwarmCounters, origins: Optional[OriginBook] = None,
+                 store_rate: Optional[StoreRate] = None):
         self._protocol, self._storage, self._checker, self._origins = protocol, storage, checker, origins
         self._policy, self._counters = policy, counters
+        self._rate = store_rate if store_rate is not None else StoreRate(rate=math.inf, burst=1 << 30)
         self._log = ThrottledLog(logger, "refused DHT requests")
 
     async def rpc_ping(self, request: dht_pb2.PingRequest, context: P2PContext) -> dht_pb2.PingResponse:
@@ -123,10 +170,16 @@ class DHTServicer:
             if any(owner_of(subkey) is None for subkey, _, _ in items):
                 refused[faults.NOT_POINTER_FORM] += 1
                 return False
+            allowed = self._rate.take(requester, origin, len(items))
+            if allowed < len(items):
+                refused[faults.STORE_RATE] += len(items) - allowed
             return all([self._admit(key, subkey, item_value, item_expiration, requester, origin, refused)
-                        for subkey, item_value, item_expiration in items])
+                        for subkey, item_value, item_expiration in items[:allowed]]) and allowed == len(items)
         if owner_of(tag) is None:
             refused[faults.NOT_POINTER_FORM] += 1
+            return False
+        if not self._rate.take(requester, origin, 1):
+            refused[faults.STORE_RATE] += 1
             return False
         return self._admit(key, tag, value, expiration, requester, origin, refused)
 

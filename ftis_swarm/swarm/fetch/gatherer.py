@@ -77,6 +77,9 @@ class _Member:
     rereads: int = 0
     next_read: float = 0.0
     last_read: float = 0.0
+    paced_until: float = 0.0
+    """Not read again before this, whatever it claims: the records its last read returned, at
+    `fetch.member_read_rate` (a key filled with a thousand pointers is read about once a minute)."""
 
 
 class Gatherer:
@@ -370,7 +373,7 @@ class Gatherer:
         if state is None:
             state = self._members[key] = _Member(have=len(self._gossiped.get(key, ())))
         if member.groups > state.claimed:
-            state.claimed, state.rereads, state.next_read = member.groups, 0, 0.0
+            state.claimed, state.rereads, state.next_read = member.groups, 0, state.paced_until
 
     def _due(self, now: float) -> list[tuple[str, int]]:
         """The (peer, window) pointer keys to read this poll: every known peer's, a few strangers'."""
@@ -387,9 +390,11 @@ class Gatherer:
         if state is None:
             return
         state.have, state.last_read = max(state.have, count), now
+        state.paced_until = now + count / self._cfg.fetch.member_read_rate
+        state.next_read = max(state.next_read, state.paced_until)
         if state.claimed > state.have:
             state.rereads += 1
-            state.next_read = now + self._cfg.fetch.poll_interval * 2 ** min(state.rereads, 6)
+            state.next_read = max(state.paced_until, now + self._cfg.fetch.poll_interval * 2 ** min(state.rereads, 6))
             if state.rereads >= MAX_REREADS:  # claims more than it stored: believe it again when it claims more
                 state.have = state.claimed
                 self._counters.fault(member[0], Counter({faults.MEMBER_OVERCLAIM: 1}))

@@ -23,7 +23,7 @@ from ftis_swarm.config import SwarmConfig
 from ftis_swarm.peers.policy import PeerPolicy
 from ftis_swarm.swarm.counters import SwarmCounters
 from ftis_swarm.swarm.dht.codec import BoundedSerializer
-from ftis_swarm.swarm.dht.guard import DHTServicer
+from ftis_swarm.swarm.dht.guard import DHTServicer, StoreRate
 from ftis_swarm.swarm.dht.origin_quota import OriginQuotaStorage
 from ftis_swarm.swarm.dht.validators import RecordChecker
 from ftis_swarm.swarm.errors import PeersUnreachable, SwarmError
@@ -132,7 +132,8 @@ async def guard_node(node: DHTNode, cfg: SwarmConfig, *, checker: RecordChecker,
     protocol.client_mode = False
     protocol.node_info = dht_pb2.NodeInfo(node_id=node.node_id.to_bytes())
     servicer = DHTServicer(protocol=protocol, storage=protocol.storage, checker=checker, policy=policy,
-                           counters=counters, origins=origins)
+                           counters=counters, origins=origins,
+                           store_rate=StoreRate(rate=records.store_rate, burst=records.store_burst))
     await protocol.add_p2p_handlers(node.p2p, servicer)
     if net.peers:  # now as a server: every peer this lookup visits adds this one to its routing table
         await node.find_nearest_nodes([node.node_id])
