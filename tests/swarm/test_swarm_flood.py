@@ -39,10 +39,10 @@ def _without_replays(counters: dict, gossip: dict) -> dict:
 
 def test_honest_groups_survive_floods_and_stalls(swarm):
     peers = swarm.bootstrap(ttl=TTL, max_clock_skew=SKEW)
-    # room for the whole pointer flood, so that reading and fetching face all of it (storage quotas, by identity
-    # and by origin: test_swarm_records.py, test_swarm_origins.py)
+    # room for the whole pointer flood, at once, so that reading and fetching face all of it (storage quotas, by
+    # identity and by origin: test_swarm_records.py, test_swarm_origins.py; the store rate: test_swarm_records.py)
     cfg = swarm.config(run_id="flood", peers=peers, ttl=TTL, max_clock_skew=SKEW, first_byte_timeout=1.0,
-                       max_records_per_peer=8192, max_records_per_origin=16384,
+                       max_records_per_peer=8192, max_records_per_origin=16384, store_rate=1e9, store_burst=1 << 30,
                        window=30.0)  # a window long enough to hold the whole flood
     nodes = [swarm.node(cfg) for _ in range(3)]
     hostile = swarm.hostile(peers, cfg, identities=IDENTITIES)

@@ -50,7 +50,10 @@ CLAIMS: tuple[tuple[str, str, str, str, str, float], ...] = (
 
 DESIGN: dict[str, Any] = {
     "node": {"task": OWN_TASK["A"], "rounds": 8, "prompts_per_round": 2, "eval_items": None,
-             "eval_tasks": [OWN_TASK["B"]], "sampling": {"group_size": 6, "max_new_tokens": 16}},
+             "eval_tasks": [OWN_TASK["B"]], "sampling": {"group_size": 6, "max_new_tokens": 16},
+             # one tokenizer on the in-process hub, so it changes nothing; pinned at the value the main run's first
+             # 16 runs were made with (the default became True after them), so that a resume reuses them
+             "swarm": {"fetch": {"other_tokenizers": False}}},
     "learners": (
         {"model": "smollm2-135m", "learner": {"lr": 2e-5}, "accept_tasks": [OWN_TASK["A"], OWN_TASK["B"]]},
         {"model": "smollm2-135m", "task": OWN_TASK["B"], "learner": {"lr": 2e-5},
