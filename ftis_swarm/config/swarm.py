@@ -69,8 +69,8 @@ class RecordsConfig(Strict):
     """Most records this node stores that peers of one network origin sent, all together; the peers
     reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
     store_rate: float = Field(8.0, gt=0)
-    """Records a second one peer may ask this node to store (a token bucket of `store_burst`; its network
-    origin's bucket is four times both); the rest of a request is refused as `store_rate`, unchecked and no
+    """Records a second one peer may ask this node to store (a token bucket of `store_burst`, per peer, not
+    per origin: peers behind one address must not share it with a crowd); the rest of a request is refused as `store_rate`, unchecked and no
     one's fault. An honest node stores two records a round on each replica; a fill is slowed to this rate,
     and so is what its signature checks cost this node (`swarm/dht/guard.py`)."""
     store_burst: int = Field(256, ge=16)

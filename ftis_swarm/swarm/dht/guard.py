@@ -10,9 +10,9 @@ difference) in this order, each record on its own:
    (`regular_value`), a subkey of the swarm's form (`not_pointer_form`); a
    whole-dictionary store (hivemind's replication push) is decoded strictly
    (`dhtcodec`), refused whole at its first item of another form (`bad_encoding`);
-2. the requester's store rate (`StoreRate`): `store_rate` records a second from one peer and
-   four times that from one network origin, in token buckets of `store_burst` (and four
-   times that; a dictionary's records each count); the records past it are refused as
+2. the requester's store rate (`StoreRate`): `store_rate` records a second from one peer, in
+   a token bucket of `store_burst` (a dictionary's records each count; per peer, never per
+   origin: see `StoreRate`); the records past it are refused as
    `store_rate` before any signature or puzzle check (no one's fault: a fill by many
    identities costs this peer at most that rate in checks, where it took the nodes' event
    loops whole before, issue 40);
@@ -57,41 +57,33 @@ MAX_REPLY_BYTES = 5 << 19
 _HARMLESS = frozenset({faults.NOT_NEWER, faults.EXPIRED})
 
 
-ORIGIN_RATE_FACTOR = 4
-"""An origin's bucket is this many requesters' (several honest nodes may share an address)."""
 MAX_BUCKETS = 4096
-"""Requesters and origins whose buckets are kept (the longest-quiet leaves first: it comes back full)."""
+"""Requesters whose buckets are kept (the longest-quiet leaves first: it comes back full)."""
 
 
 class StoreRate:
-    """Token buckets of records a second per requesting peer and per network origin (bounded tables)."""
+    """A token bucket of records a second per requesting peer (a bounded table).
+
+    Per peer only, never per network origin: honest nodes behind one address, or every relayed
+    peer (one origin), would share a bucket that a crowd there could empty, and their own
+    stores would then be refused (found by `test_swarm_flood`, where every peer is on
+    127.0.0.1: the bootstrap refused honest membership records). A crowd of identities pays a
+    puzzle for each; what it holds is capped per origin (`origin_quota`)."""
 
     def __init__(self, rate: float, burst: int, clock=time.monotonic):
         self._rate, self._burst, self._clock = rate, burst, clock
-        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    def take(self, requester: str, origin: Optional[str], n: int) -> int:
-        """How many of `n` records the requester may have checked now (its bucket and its origin's are charged)."""
+    def take(self, requester: str, n: int) -> int:
+        """How many of `n` records the requester may have checked now (its bucket is charged for them)."""
         now = self._clock()
-        rid, oid = ("peer", requester), ("origin", origin) if origin is not None else None
-        allowed = self._level(rid, self._burst, self._rate, now)
-        if oid is not None:
-            allowed = min(allowed, self._level(oid, self._burst * ORIGIN_RATE_FACTOR,
-                                               self._rate * ORIGIN_RATE_FACTOR, now))
-        granted = max(0, min(n, int(allowed)))
-        for bid in (rid, oid):
-            if bid is not None:
-                level, _ = self._buckets[bid]
-                self._buckets[bid] = (level - granted, now)
-        return granted
-
-    def _level(self, bid: tuple[str, str], burst: int, rate: float, now: float) -> float:
-        level, at = self._buckets.pop(bid, (float(burst), now))
-        level = min(float(burst), level + (now - at) * rate)
-        self._buckets[bid] = (level, now)  # most recently heard last
+        level, at = self._buckets.pop(requester, (float(self._burst), now))
+        level = min(float(self._burst), level + (now - at) * self._rate)
+        granted = max(0, min(n, int(level)))
+        self._buckets[requester] = (level - granted, now)  # most recently heard last
         while len(self._buckets) > MAX_BUCKETS:
             self._buckets.popitem(last=False)
-        return level
+        return granted
 
 
 class DHTServicer:
@@ -170,7 +162,7 @@ class DHTServicer:
             if any(owner_of(subkey) is None for subkey, _, _ in items):
                 refused[faults.NOT_POINTER_FORM] += 1
                 return False
-            allowed = self._rate.take(requester, origin, len(items))
+            allowed = self._rate.take(requester, len(items))
             if allowed < len(items):
                 refused[faults.STORE_RATE] += len(items) - allowed
             return all([self._admit(key, subkey, item_value, item_expiration, requester, origin, refused)
@@ -178,7 +170,7 @@ class DHTServicer:
         if owner_of(tag) is None:
             refused[faults.NOT_POINTER_FORM] += 1
             return False
-        if not self._rate.take(requester, origin, 1):
+        if not self._rate.take(requester, 1):
             refused[faults.STORE_RATE] += 1
             return False
         return self._admit(key, tag, value, expiration, requester, origin, refused)
