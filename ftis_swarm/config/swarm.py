@@ -70,9 +70,10 @@ class RecordsConfig(Strict):
     reached through a relay count as one origin (a global cap: a relay's address is not theirs)."""
     store_rate: float = Field(8.0, gt=0)
     """Records a second one peer may ask this node to store (a token bucket of `store_burst`, per peer, not
-    per origin: peers behind one address must not share it with a crowd); the rest of a request is refused as `store_rate`, unchecked and no
-    one's fault. An honest node stores two records a round on each replica; a fill is slowed to this rate,
-    and so is what its signature checks cost this node (`swarm/dht/guard.py`)."""
+    per origin: peers behind one address must not share it with a crowd); the rest of a request is refused
+    as `store_rate`, unchecked and no one's fault. An honest node stores two records a round on each
+    replica; a fill is slowed to this rate, and so is what its signature checks cost this node
+    (`swarm/dht/guard.py`)."""
     store_burst: int = Field(256, ge=16)
     """Records one peer may store at once before `store_rate` paces it (one request of hivemind's replication
     push, a key's whole dictionary, counts each record)."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import Counter, OrderedDict
 from typing import Optional
@@ -94,7 +93,7 @@ class DHTServicer:
                  store_rate: Optional[StoreRate] = None):
         self._protocol, self._storage, self._checker, self._origins = protocol, storage, checker, origins
         self._policy, self._counters = policy, counters
-        self._rate = store_rate if store_rate is not None else StoreRate(rate=math.inf, burst=1 << 30)
+        self._rate = store_rate
         self._log = ThrottledLog(logger, "refused DHT requests")
 
     async def rpc_ping(self, request: dht_pb2.PingRequest, context: P2PContext) -> dht_pb2.PingResponse:
@@ -162,7 +161,7 @@ class DHTServicer:
             if any(owner_of(subkey) is None for subkey, _, _ in items):
                 refused[faults.NOT_POINTER_FORM] += 1
                 return False
-            allowed = self._rate.take(requester, len(items))
+            allowed = self._take(requester, len(items))
             if allowed < len(items):
                 refused[faults.STORE_RATE] += len(items) - allowed
             return all([self._admit(key, subkey, item_value, item_expiration, requester, origin, refused)
@@ -170,10 +169,14 @@ class DHTServicer:
         if owner_of(tag) is None:
             refused[faults.NOT_POINTER_FORM] += 1
             return False
-        if not self._rate.take(requester, 1):
+        if not self._take(requester, 1):
             refused[faults.STORE_RATE] += 1
             return False
         return self._admit(key, tag, value, expiration, requester, origin, refused)
+
+    def _take(self, requester: str, n: int) -> int:
+        """How many of `n` records the requester's store rate lets through (all of them without a rate)."""
+        return n if self._rate is None else self._rate.take(requester, n)
 
     def _admit(self, key: bytes, subkey: bytes, value: bytes, expiration: float, requester: str,
                origin: Optional[str], refused: Counter[str]) -> bool:

@@ -390,11 +390,11 @@ class Gatherer:
         if state is None:
             return
         state.have, state.last_read = max(state.have, count), now
-        state.paced_until = now + count / self._cfg.fetch.member_read_rate
-        state.next_read = max(state.next_read, state.paced_until)
+        state.paced_until = state.next_read = now + count / self._cfg.fetch.member_read_rate
         if state.claimed > state.have:
             state.rereads += 1
-            state.next_read = max(state.paced_until, now + self._cfg.fetch.poll_interval * 2 ** min(state.rereads, 6))
+            backoff = now + self._cfg.fetch.poll_interval * 2 ** min(state.rereads, 6)
+            state.next_read = max(state.paced_until, backoff)
             if state.rereads >= MAX_REREADS:  # claims more than it stored: believe it again when it claims more
                 state.have = state.claimed
                 self._counters.fault(member[0], Counter({faults.MEMBER_OVERCLAIM: 1}))
