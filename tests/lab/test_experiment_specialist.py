@@ -12,10 +12,12 @@ from ftis_swarm.lab.experiment.arms import run_experiment
 from ftis_swarm.lab.experiment.config import ExperimentConfig
 from ftis_swarm.lab.experiment.specialist import (
     DESIGN,
+    accuracy_matrix,
     design_config,
     end_score,
     gate,
     markdown,
+    plot,
     sizing,
     summary,
 )
@@ -69,8 +71,45 @@ def test_summary_averages_the_last_evaluations_and_pairs_by_seed():
     # B fell to 0.2 in seed 2 at round 6, under half of its best so far (0.8): a collapse; seed 1 none
     assert b[("vertical-ftis", "B", "arith_mul")]["collapses"] == 1
     assert b[("solo", "B", "arith_mul")]["collapses"] == 0
-    assert "| D1 | A, arith_mul | vertical-ftis - solo | 2 | 0.200 |" in markdown(s)
+    assert d1["interval"] == (pytest.approx(0.2), pytest.approx(0.2))  # both seeds +0.2: every resample's mean
+    assert "| D1 | A, arith_mul | vertical-ftis - solo | 2 | 0.200 | 0.200 to 0.200 |" in markdown(s)
     assert gate({"runs": []})["holds"] is False
+    assert [c["verdict"] for c in s["claims"][1:3]] == ["not shown", "not shown"] and s["d2_both"] == "not shown"
+    assert "D2 (both parts, intersection-union): not shown." in markdown(s)
+
+
+def test_d3_is_not_tested_where_the_runs_gate_does_not_hold():
+    """F-TIS above NoIS in every seed, but A's ESS of B's samples above ESS_MAX: D3's p-values are kept as a
+    description and its verdict says it was not tested; with the gate holding, the same figures support it."""
+    start = {"round": 0, **{k: v for k, v in _ev(0, 0.4, 0.5, 0.8).items() if k != "round"}}
+    runs = []
+    for seed, up in enumerate((0.2, 0.3, 0.25, 0.35, 0.3, 0.25, 0.31)):  # 7 seeds: sign-flip p 1/128 at best
+        runs.append(_run("vertical-nois", seed, [0.4, 0.4, 0.4], [0.8, 0.8, 0.8], [1.0, 1.0, 1.0]))
+        runs.append(_run("vertical-ftis", seed, [0.4, 0.4 + up, 0.4 + up], [0.8, 0.8, 0.8], [0.9, 0.9, 0.9]))
+    s = summary({"config": {"end_average": 2}, "start": start, "runs": runs})
+    d3 = s["claims"][3]
+    assert d3["claim"] == "D3" and d3["mean"] == pytest.approx(0.28) and d3["t_p"] < 0.01
+    assert not s["gate"]["holds"] and d3["verdict"] == "not tested (the gate does not hold)"
+    low, high = d3["interval"]
+    assert 0.2 < low < 0.28 < high < 0.35  # within the seeds' smallest and largest difference
+    assert "| D3 | A, arith_mul | vertical-ftis - vertical-nois | 7 | 0.280 |" in markdown(s)
+    low = [{**r, "rounds": [{**x, "ess@1": 0.5} for x in r["rounds"]]} for r in runs]
+    assert summary({"config": {"end_average": 2}, "start": start, "runs": low})["claims"][3]["verdict"] == "supported"
+
+
+def test_the_plots_draw_each_seed_of_each_learner_on_each_task(tmp_path):
+    start = {"round": 0, **{k: v for k, v in _ev(0, 0.4, 0.5, 0.8).items() if k != "round"}}
+    runs = [_run("vertical-ftis", 2, [0.4, 0.5, 0.5], [0.8, 0.2, 0.9], [0.8, 0.6, 0.6]),
+            _run("solo", 1, [0.4, 0.4, 0.5], [0.8, 0.8, 0.8], []),
+            _run("vertical-ftis", 1, [0.5, 0.6, 0.7], [0.8, 0.9, 0.9], [0.9, 0.5, 0.7])]
+    result = {"config": {"end_average": 2}, "start": start, "runs": runs}
+    rounds, acc = accuracy_matrix(result, "vertical-ftis", "B", "arith_mul")
+    assert rounds == [0, 4, 6, 8]  # the start, then the evaluated rounds; seeds in order (1, then 2)
+    assert acc.tolist() == [[0.8, 0.8, 0.9, 0.9], [0.8, 0.8, 0.2, 0.9]]
+    assert accuracy_matrix(result, "solo", "A", "arith_addsub")[1].tolist() == [[0.5, 0.5, 0.5, 0.5]]
+    paths = plot(result, tmp_path / "figures")
+    assert [p.name for p in paths] == ["specialist_heldout.png", "specialist_gate.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
 def test_the_seed_rule_takes_the_smallest_count_that_reaches_the_target():

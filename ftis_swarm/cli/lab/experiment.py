@@ -184,14 +184,15 @@ def experiment(
     result["wall_seconds"] = time.perf_counter() - t0
     result["workers"], result["threads"], result["gate"] = workers, threads, gate
     if specialist:
-        from ftis_swarm.lab.experiment.specialist import markdown, summary
+        from ftis_swarm.lab.experiment.specialist import markdown, plot, summary
 
         found = summary(result)
         (out / "summary.json").write_text(json.dumps(result))
         (out / "specialist.json").write_text(json.dumps(found, indent=1))
         (out / "specialist.md").write_text(markdown(found) + "\n")
+        paths = plot(result, figures or out / "figures")
         typer.echo(markdown(found))
-        typer.echo(f"wall time {result['wall_seconds']:.0f} s; results in {out}")
+        typer.echo(f"wall time {result['wall_seconds']:.0f} s; results in {out}; plots: {', '.join(map(str, paths))}")
         return
     table = format_table(result)
     (out / "summary.json").write_text(json.dumps(result))

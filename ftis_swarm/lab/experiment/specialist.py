@@ -1,6 +1,6 @@
 """Issue 42's design: a `*` specialist beside a `+ -` learner; its settings, its claims D1-D3 and the pilot's sizing rule.
 
-Fixed before its pilot ran (docs/experiment.md, "The next design"). A trains on `arith_addsub`,
+Fixed before its pilot ran (docs/experiment.md, "Issue 42's design"). A trains on `arith_addsub`,
 B on `arith_mul`, B warm-started as a specialist (`config.WarmStart`); each accepts the other's
 task, so each learns from the other's groups in a swarm arm. Both are evaluated on both tasks
 (greedy pass@1 on the whole test splits: 65 and 30 questions). A learner's end point is the mean
@@ -21,13 +21,14 @@ re-posed before the run. A collapse: a held-out accuracy below half the learner'
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from ftis_swarm.lab.experiment.claims import a_priori_mde
 from ftis_swarm.lab.experiment.config import ExperimentConfig
-from ftis_swarm.lab.experiment.paired_tests import sign_flip_p, t_test_p
+from ftis_swarm.lab.experiment.paired_tests import bootstrap_interval, sign_flip_p, t_test_p
 
 OWN_TASK = {"A": "arith_addsub", "B": "arith_mul"}
 """Each learner's training task; `arith_mul` is out of distribution for A."""
@@ -40,6 +41,7 @@ PILOT_SEEDS = (200, 201, 202, 203)
 PILOT_ARMS = ("solo", "vertical-ftis")
 MAIN_ARMS = ("solo", "vertical-nois", "vertical-ftis")
 COLLAPSE_FRACTION = 0.5
+GATED_CLAIM = "D3"
 CLAIMS: tuple[tuple[str, str, str, str, str, float], ...] = (
     # claim, learner, task, arm, base, shift (the test is on diff + shift > 0)
     ("D1", "A", "arith_mul", "vertical-ftis", "solo", 0.0),
@@ -121,12 +123,13 @@ def sizing(sd: float) -> dict[str, Any]:
 
 
 def claim_test(diffs: dict[int, float], shift: float) -> dict[str, Any]:
-    """One-sided tests of `diff + shift > 0` over seeds; supported when both p are below ALPHA."""
+    """One-sided tests of `diff + shift > 0` over seeds, supported when both p are below ALPHA; and the 95% bootstrap
+    interval of the mean difference (seeds resampled; a description, not part of the verdict)."""
     d = [v + shift for v in diffs.values()]
     if len(d) < 2:
         return {"n": len(d), "verdict": "not enough seeds"}
     t_p, flip_p = t_test_p(d), sign_flip_p(d)
-    return {"n": len(d), "t_p": t_p, "sign_flip_p": flip_p,
+    return {"n": len(d), "t_p": t_p, "sign_flip_p": flip_p, "interval": bootstrap_interval(list(diffs.values())),
             "verdict": "supported" if t_p < ALPHA and flip_p < ALPHA else "not shown"}
 
 
@@ -185,9 +188,73 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         claims.append(row)
     d1 = claims[0]
     g = gate(result)
-    return {"curves": curves(result), "claims": claims, "gate": g,
+    for row in claims:  # D3 is tested only where the run's own gate holds; its p-values stay, as a description
+        if row["claim"] == GATED_CLAIM and not g["holds"] and "t_p" in row:
+            row["verdict"] = "not tested (the gate does not hold)"
+    d2 = [row for row in claims if row["claim"].startswith("D2")]
+    both = "supported" if all(row["verdict"] == "supported" for row in d2) else "not shown"
+    return {"curves": curves(result), "claims": claims, "gate": g, "d2_both": both,
             "seeds_for_main_run": d1["sizing"]["seeds"] if d1["sizing"] else None,
             "warm": {k: result["warm"][k] for k in ("learner", "task", "seconds")} if "warm" in result else None}
+
+
+def accuracy_matrix(result: dict[str, Any], arm: str, learner: str, task: str) -> tuple[list[int], np.ndarray]:
+    """Evaluated rounds (0: the start) and `[seeds, rounds]` of `learner`'s accuracy on `task` in `arm` (NaN where
+    an evaluation lacks it), seeds in order."""
+    runs = [run for _, run in sorted(_runs(result, arm).items())]
+    rounds = [0] + [int(ev["round"]) for ev in runs[0]["evals"]] if runs else [0]
+    start = task_accuracy(result["start"], learner, task)
+    rows = []
+    for run in runs:
+        by_round = {int(ev["round"]): task_accuracy(ev, learner, task) for ev in run["evals"]}
+        by_round[0] = start
+        rows.append([math.nan if by_round.get(r) is None else by_round[r] for r in rounds])
+    return rounds, np.array(rows, dtype=float).reshape(len(rows), len(rounds))
+
+
+def plot(result: dict[str, Any], folder: Path) -> list[Path]:
+    """`specialist_heldout.png` (each learner on each task, a thin line per seed and a thick one per arm's mean)
+    and `specialist_gate.png` (A's ESS of B's samples in `vertical-ftis` by round, per seed, against ESS_MAX); returns
+    the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ftis_swarm.lab.experiment.report import _save, reward_matrix, seed_lines
+
+    folder.mkdir(parents=True, exist_ok=True)
+    arms = list(dict.fromkeys(r["arm"] for r in result["runs"]))
+    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(arms)}
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True, squeeze=False)
+    for i, learner in enumerate(("A", "B")):
+        for j, task in enumerate(OWN_TASK.values()):
+            ax = axes[i, j]
+            for k, arm in enumerate(arms):
+                rounds, acc = accuracy_matrix(result, arm, learner, task)
+                x = np.array(rounds, dtype=float) + (k - (len(arms) - 1) / 2) * 0.12  # arms side by side
+                seed_lines(ax, x, acc, colors[arm], arm, marker="o", ms=3)
+            where = "in distribution" if task == OWN_TASK[learner] else "out of distribution"
+            ax.set_title(f"{learner} on {task} ({where})", fontsize=9)
+            ax.set_xlabel("round")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+        axes[i, 0].set_ylabel("held-out greedy pass@1")
+    axes[0, 1].legend(fontsize=7)
+    paths = [_save(fig, folder / "specialist_heldout.png")]
+
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for arm in [a for a in arms if a == "vertical-ftis"]:  # the gate's arm (NoIS applies no weight: 1 throughout)
+        ess = reward_matrix([run for _, run in sorted(_runs(result, arm).items())], "A", "ess@1")  # (seeds, rounds)
+        seed_lines(ax, np.arange(1, ess.shape[1] + 1), ess, colors[arm], arm)
+    ax.axhline(ESS_MAX, color="k", ls="--", lw=1, label=f"gate: at most {ESS_MAX}")
+    ax.set_title("A's ESS of B's samples", fontsize=9)
+    ax.set_xlabel("round")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, folder / "specialist_gate.png"))
+    return paths
 
 
 def _f(x: Optional[float], fmt: str = ".3f") -> str:
@@ -208,16 +275,19 @@ def markdown(s: dict[str, Any]) -> str:
         curve = ", ".join(f"{r}: {v:.3f}" for r, v in c["curve"].items())
         lines.append(f"| {c['arm']} | {c['learner']} | {c['task']} | {_f(c['start'])} | {curve} | {_f(c['end'])} | "
                      f"{_f(c['end_sd'])} | {c['collapses']} of {c['seeds']} |")
-    lines += ["", "| claim | learner, task | arm - base | seeds | mean diff | per-seed sd | MDE at 8 / 12 / 16 / 24 "
-              "| t p | sign-flip p | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| claim | learner, task | arm - base | seeds | mean diff | 95% interval | per-seed sd "
+              "| MDE at 8 / 12 / 16 / 24 | t p | sign-flip p | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in s["claims"]:
         mde = " / ".join(_f(v) for v in c["sizing"]["mde"].values()) if c["sizing"] else "-"
+        low, high = c.get("interval") or (None, None)
         lines.append(f"| {c['claim']} | {c['learner']}, {c['task']} | {c['arm']} - {c['base']} | {len(c['diffs'])} | "
-                     f"{_f(c['mean'])} | {_f(c['sd'])} | {mde} | {_f(c.get('t_p'), '.4f')} | "
+                     f"{_f(c['mean'])} | {_f(low)} to {_f(high)} | {_f(c['sd'])} | {mde} | {_f(c.get('t_p'), '.4f')} | "
                      f"{_f(c.get('sign_flip_p'), '.4f')} | {c['verdict']} |")
     g = s["gate"]
     by_round = ", ".join(f"{r}: {v:.3f}" for r, v in g["by_round"].items())
     lines += ["", f"Gate (A's ESS of B's samples in vertical-ftis, by round: {by_round or '-'}): rounds 2 on "
               f"{_f(g['ess'])}, {'holds' if g['holds'] else 'does not hold'} (at most {ESS_MAX}).",
-              f"Seeds for the main run by the pilot's rule (D1's sd): {_seeds_line(s['claims'][0])}."]
+              f"D2 (both parts, intersection-union): {s.get('d2_both', '-')}.",
+              f"Seeds by the pilot's rule at this run's D1 sd ({_f(s['claims'][0]['sd'])}): "
+              f"{_seeds_line(s['claims'][0])}."]
     return "\n".join(lines)
