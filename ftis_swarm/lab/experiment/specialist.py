@@ -178,6 +178,7 @@ def curves(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
     """The figures of a pilot or a main run: curves, each claim's per-seed differences and tests, the gate, the sizing."""
+    g = gate(result)
     claims = []
     for name, learner, task, arm, base, shift in CLAIMS:
         diffs = differences(result, arm, base, learner, task)
@@ -185,12 +186,10 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         row = {"claim": name, "learner": learner, "task": task, "arm": arm, "base": base, "shift": shift,
                "diffs": diffs, "mean": float(np.mean(list(diffs.values()))) if diffs else math.nan, "sd": sd,
                "sizing": sizing(sd) if diffs else None, **claim_test(diffs, shift)}
+        if name == GATED_CLAIM and not g["holds"] and "t_p" in row:  # tested only where the run's own gate holds;
+            row["verdict"] = "not tested (the gate does not hold)"  # its p-values stay, as a description
         claims.append(row)
     d1 = claims[0]
-    g = gate(result)
-    for row in claims:  # D3 is tested only where the run's own gate holds; its p-values stay, as a description
-        if row["claim"] == GATED_CLAIM and not g["holds"] and "t_p" in row:
-            row["verdict"] = "not tested (the gate does not hold)"
     d2 = [row for row in claims if row["claim"].startswith("D2")]
     both = "supported" if all(row["verdict"] == "supported" for row in d2) else "not shown"
     return {"curves": curves(result), "claims": claims, "gate": g, "d2_both": both,
@@ -244,9 +243,9 @@ def plot(result: dict[str, Any], folder: Path) -> list[Path]:
     paths = [_save(fig, folder / "specialist_heldout.png")]
 
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    for arm in [a for a in arms if a == "vertical-ftis"]:  # the gate's arm (NoIS applies no weight: 1 throughout)
-        ess = reward_matrix([run for _, run in sorted(_runs(result, arm).items())], "A", "ess@1")  # (seeds, rounds)
-        seed_lines(ax, np.arange(1, ess.shape[1] + 1), ess, colors[arm], arm)
+    if "vertical-ftis" in arms:  # the gate's arm (NoIS applies no weight: 1 throughout)
+        ess = reward_matrix([run for _, run in sorted(_runs(result, "vertical-ftis").items())], "A", "ess@1")
+        seed_lines(ax, np.arange(1, ess.shape[1] + 1), ess, colors["vertical-ftis"], "vertical-ftis")
     ax.axhline(ESS_MAX, color="k", ls="--", lw=1, label=f"gate: at most {ESS_MAX}")
     ax.set_title("A's ESS of B's samples", fontsize=9)
     ax.set_xlabel("round")
